@@ -1,0 +1,302 @@
+// Table-driven options: one entry per setting gives its flag (--batch-size), its JSON key (batch_size),
+// its type and its help line, so flags, --config files and the recorded config never drift apart.
+#include "trainer/config.hpp"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+#include <variant>
+
+namespace wb::trainer {
+namespace {
+
+using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
+                           double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
+                           std::filesystem::path TrainConfig::*, std::vector<int> TrainConfig::*>;
+
+struct Option {
+  const char* key;  // JSON key; the flag is "--" + key with '_' -> '-'
+  Field field;
+  const char* help;
+};
+
+const Option kOptions[] = {
+    {"config_file", &TrainConfig::config_file, "F.json: read settings from a JSON file (flags override it)"},
+    {"data", &TrainConfig::data, "synthetic|cifar10|fashion-mnist (default synthetic)"},
+    {"data_path", &TrainConfig::data_path, "dataset folder (cifar-10-batches-bin, or the Fashion-MNIST .gz folder)"},
+    {"data_workers", &TrainConfig::data_workers, "N: worker threads assembling batches (default 2)"},
+    {"prefetch", &TrainConfig::prefetch, "N: capacity of the ready-batch queue (default 4)"},
+    {"data_delay_us", &TrainConfig::data_delay_us, "US: artificial per-sample delay in the workers (starvation experiments)"},
+    {"synthetic_samples", &TrainConfig::synthetic_samples, "N: size of the synthetic data set (default 2048)"},
+    {"num_classes", &TrainConfig::num_classes, "N: classes (default 10)"},
+    {"image_size", &TrainConfig::image_size, "N: input size, 32..224 (default 32)"},
+    {"batch_size", &TrainConfig::batch_size, "N: images per rank and step (default 32)"},
+    {"steps", &TrainConfig::steps, "N: train N steps (overrides --epochs)"},
+    {"epochs", &TrainConfig::epochs, "N: train N epochs (default 1)"},
+    {"lr", &TrainConfig::lr, "X: learning rate (default 0.01)"},
+    {"lr_schedule", &TrainConfig::lr_schedule, "constant|step|cosine (cosine: linear warmup, then the seed guide's cosine)"},
+    {"lr_init", &TrainConfig::lr_init, "X: cosine schedule's warmup start"},
+    {"lr_end", &TrainConfig::lr_end, "X: cosine schedule's final learning rate"},
+    {"lr_max", &TrainConfig::lr_max, "X: cosine schedule's peak (default --lr)"},
+    {"warmup_steps", &TrainConfig::warmup_steps, "N: cosine schedule's warmup steps"},
+    {"lr_step_size", &TrainConfig::lr_step_size, "N: step schedule: multiply by --lr-gamma every N steps"},
+    {"lr_gamma", &TrainConfig::lr_gamma, "X: step schedule's factor (default 0.1)"},
+    {"scale_lr", &TrainConfig::scale_lr, "scale the learning rate by the world size"},
+    {"momentum", &TrainConfig::momentum, "X: SGD momentum (default 0.9)"},
+    {"weight_decay", &TrainConfig::weight_decay, "X: weight decay on conv/fc weights (default 1e-4)"},
+    {"nesterov", &TrainConfig::nesterov, "Nesterov momentum"},
+    {"label_smoothing", &TrainConfig::label_smoothing, "X: label smoothing (default 0.1)"},
+    {"loss_convention", &TrainConfig::loss_convention, "mindspore|torch: how smoothing spreads mass (default mindspore)"},
+    {"seed", &TrainConfig::seed, "N: seed for init, shuffling and augmentation (default 1)"},
+    {"threads", &TrainConfig::threads, "N: compute threads per rank (default cores / ranks)"},
+    {"device", &TrainConfig::device, "cpu|cuda|auto (default cpu)"},
+    {"precision", &TrainConfig::precision, "fp32|tf32|bf16 (default fp32)"},
+    {"run", &TrainConfig::run, "OUT.sqlite: the run file to write (default runs/<time>.sqlite)"},
+    {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
+    {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
+    {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
+    {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...: allreduce split points (all_reduce_fusion_config)"},
+    {"bucket_mb", &TrainConfig::bucket_mb, "X: size-based allreduce buckets of X MB (default 25)"},
+    {"nproc", &TrainConfig::nproc, "N: relaunch under mpirun with N ranks on this host"},
+    {"eval", &TrainConfig::eval, "report top-1/top-5 accuracy on the test split after training"},
+    {"save", &TrainConfig::save, "F.safetensors: save a checkpoint (torchvision names) at the end"},
+    {"resume", &TrainConfig::resume, "F.safetensors: start from a checkpoint"},
+    {"log_every", &TrainConfig::log_every, "N: progress line every N steps (default: automatic)"},
+};
+
+std::string flag_of(const char* key) {
+  std::string f = "--";
+  for (const char* c = key; *c; ++c) f += (*c == '_') ? '-' : *c;
+  return f;
+}
+
+template <class T>
+T parse_number(const std::string& text, const std::string& what) {
+  T value{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || ptr != end) {
+    throw ConfigError(what + ": expected a number, got '" + text + "'");
+  }
+  return value;
+}
+
+std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    out.push_back(parse_number<int>(item, what));
+  }
+  return out;
+}
+
+// Sets a field from text (a flag's value).
+void set_from_text(TrainConfig& cfg, const Field& field, const std::string& text, const std::string& what) {
+  std::visit(
+      [&](auto member) {
+        using T = std::remove_reference_t<decltype(cfg.*member)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          if (text == "1" || text == "true" || text == "on") cfg.*member = true;
+          else if (text == "0" || text == "false" || text == "off") cfg.*member = false;
+          else throw ConfigError(what + ": expected true or false, got '" + text + "'");
+        } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
+          cfg.*member = text;
+        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+          cfg.*member = parse_int_list(text, what);
+        } else {
+          cfg.*member = parse_number<T>(text, what);
+        }
+      },
+      field);
+}
+
+void set_from_json(TrainConfig& cfg, const Field& field, const nlohmann::json& v, const std::string& what) {
+  try {
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(cfg.*member)>;
+          if constexpr (std::is_same_v<T, std::filesystem::path>) {
+            cfg.*member = v.get<std::string>();
+          } else if constexpr (std::is_same_v<T, std::vector<int>>) {
+            cfg.*member = v.is_string() ? parse_int_list(v.get<std::string>(), what) : v.get<std::vector<int>>();
+          } else if constexpr (std::is_same_v<T, bool>) {
+            if (!v.is_boolean()) throw ConfigError(what + ": expected true or false");
+            cfg.*member = v.get<bool>();
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            cfg.*member = v.get<std::string>();
+          } else {
+            if (!v.is_number()) throw ConfigError(what + ": expected a number");
+            if constexpr (std::is_integral_v<T>) {
+              if (!v.is_number_integer() && !v.is_number_unsigned())
+                throw ConfigError(what + ": expected an integer");
+            }
+            cfg.*member = v.get<T>();
+          }
+        },
+        field);
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(what + ": wrong type (" + std::string(e.what()) + ")");
+  }
+}
+
+const Option* find_key(std::string_view key) {
+  for (const Option& o : kOptions)
+    if (key == o.key) return &o;
+  return nullptr;
+}
+
+const Option* find_flag(std::string_view flag) {
+  for (const Option& o : kOptions)
+    if (flag == flag_of(o.key)) return &o;
+  return nullptr;
+}
+
+bool is_bool(const Option& o) { return std::holds_alternative<bool TrainConfig::*>(o.field); }
+
+}  // namespace
+
+nlohmann::json TrainConfig::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const Option& o : kOptions) {
+    std::visit(
+        [&](auto member) {
+          using T = std::remove_reference_t<decltype(this->*member)>;
+          if constexpr (std::is_same_v<T, std::filesystem::path>) j[o.key] = (this->*member).string();
+          else j[o.key] = this->*member;
+        },
+        o.field);
+  }
+  return j;
+}
+
+void apply_json(TrainConfig& cfg, const nlohmann::json& j, const std::string& origin) {
+  if (!j.is_object()) throw ConfigError(origin + ": expected a JSON object of settings");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key().starts_with("_")) continue;  // comments: "_about": "..."
+    const Option* o = find_key(it.key());
+    if (!o || it.key() == "config_file") throw ConfigError(origin + ": unknown setting '" + it.key() + "'");
+    set_from_json(cfg, o->field, it.value(), origin + ": " + it.key());
+  }
+}
+
+TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
+  TrainConfig cfg;
+  if (help) *help = false;
+  // The config file first, wherever --config appears, so flags override it.
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--config" || args[i].starts_with("--config=")) {
+      std::string path = args[i] == "--config" ? (i + 1 < args.size() ? args[i + 1] : "") : args[i].substr(9);
+      if (path.empty()) throw ConfigError("--config: expected a JSON file");
+      std::ifstream in(path);
+      if (!in) throw ConfigError("--config " + path + ": cannot open the file");
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(in);
+      } catch (const nlohmann::json::parse_error& e) {
+        throw ConfigError("--config " + path + ": not valid JSON (" + std::string(e.what()) + ")");
+      }
+      apply_json(cfg, j, path);
+      cfg.config_file = path;
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a == "--help" || a == "-h") {
+      if (help) *help = true;
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (auto eq = a.find('='); a.starts_with("--") && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    if (a == "--config") {
+      if (!has_value) ++i;
+      continue;
+    }
+    if (a == "--no-profile") { cfg.profile = false; continue; }
+    if (a == "--dump-ranks") {
+      if (!has_value) {
+        if (i + 1 >= args.size()) throw ConfigError("--dump-ranks: expected 'all' or '0'");
+        value = args[++i];
+      }
+      if (value == "all") cfg.dump_all_ranks = true;
+      else if (value == "0") cfg.dump_all_ranks = false;
+      else throw ConfigError("--dump-ranks: expected 'all' or '0', got '" + value + "'");
+      continue;
+    }
+    const Option* o = a.starts_with("--") ? find_flag(a) : nullptr;
+    if (!o || std::string_view(o->key) == "config_file") {
+      throw ConfigError("unknown argument '" + args[i] + "' (see wb-train --help)");
+    }
+    if (is_bool(*o) && !has_value) {
+      cfg.*std::get<bool TrainConfig::*>(o->field) = true;
+      continue;
+    }
+    if (!has_value) {
+      if (i + 1 >= args.size()) throw ConfigError(a + ": expected a value");
+      value = args[++i];
+    }
+    set_from_text(cfg, o->field, value, a);
+  }
+  return cfg;
+}
+
+void validate(const TrainConfig& c) {
+  auto need = [](bool ok, const std::string& msg) {
+    if (!ok) throw ConfigError(msg);
+  };
+  need(c.data == "synthetic" || c.data == "cifar10" || c.data == "fashion-mnist",
+       "--data: expected synthetic, cifar10 or fashion-mnist, got '" + c.data + "'");
+  need(c.batch_size > 0, "--batch-size: expected a positive number");
+  need(c.image_size >= 32 && c.image_size <= 224, "--image-size: expected 32..224, got " + std::to_string(c.image_size));
+  need(c.num_classes >= 2, "--num-classes: expected at least 2");
+  need(c.steps >= 0 && c.epochs >= 0 && (c.steps > 0 || c.epochs > 0), "--steps/--epochs: expected a positive count");
+  need(c.data_workers >= 1, "--data-workers: expected at least 1");
+  need(c.prefetch >= 1, "--prefetch: expected at least 1");
+  need(c.data_delay_us >= 0, "--data-delay-us: expected a non-negative number");
+  need(c.synthetic_samples >= 1, "--synthetic-samples: expected a positive number");
+  need(c.lr > 0, "--lr: expected a positive learning rate");
+  need(c.lr_schedule == "constant" || c.lr_schedule == "step" || c.lr_schedule == "cosine",
+       "--lr-schedule: expected constant, step or cosine, got '" + c.lr_schedule + "'");
+  need(c.momentum >= 0 && c.momentum < 1, "--momentum: expected 0 <= m < 1");
+  need(c.weight_decay >= 0, "--weight-decay: expected a non-negative number");
+  need(c.label_smoothing >= 0 && c.label_smoothing < 1, "--label-smoothing: expected 0 <= s < 1");
+  need(c.loss_convention == "mindspore" || c.loss_convention == "torch",
+       "--loss-convention: expected mindspore or torch, got '" + c.loss_convention + "'");
+  need(c.device == "cpu" || c.device == "cuda" || c.device == "auto",
+       "--device: expected cpu, cuda or auto, got '" + c.device + "'");
+  need(c.precision == "fp32" || c.precision == "tf32" || c.precision == "bf16",
+       "--precision: expected fp32, tf32 or bf16, got '" + c.precision + "'");
+  need(c.threads >= 0, "--threads: expected a non-negative number");
+  need(c.nproc >= 0, "--nproc: expected a non-negative number");
+  need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
+  need(c.allreduce_split.empty() || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
+  for (size_t i = 0; i < c.allreduce_split.size(); ++i) {
+    need(c.allreduce_split[i] > 0 && (i == 0 || c.allreduce_split[i] > c.allreduce_split[i - 1]),
+         "--allreduce-split: expected ascending positive parameter indices");
+  }
+}
+
+std::string usage() {
+  std::ostringstream o;
+  o << "usage: wb-train [flags]\n"
+       "Trains ResNet-50 (torchvision v1.5) data-parallel, one process per device, recording everything\n"
+       "into a SQLite run file. Flags override --config; every setting is also a JSON key (flag without\n"
+       "the dashes, '-' -> '_').\n\n";
+  for (const Option& o2 : kOptions) {
+    std::string flag = std::string_view(o2.key) == "config_file" ? "--config" : flag_of(o2.key);
+    if (std::string_view(o2.key) == "profile") flag = "--no-profile";
+    o << "  " << flag;
+    for (size_t n = flag.size(); n < 22; ++n) o << ' ';
+    o << ' ' << o2.help << '\n';
+  }
+  o << "  --dump-ranks all        same as --dump-all-ranks\n";
+  return o.str();
+}
+
+}  // namespace wb::trainer

@@ -1,0 +1,85 @@
+// wb-train's configuration: defaults, then a --config JSON file, then command-line flags (each layer
+// overrides the one before). The resolved config is stored in the run file (meta.config_json), so the
+// PyTorch baseline and the app see exactly what ran.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace wb::trainer {
+
+// Bad flags, bad JSON, bad values: the message is one line naming the flag or file.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainConfig {
+  // data
+  std::string data = "synthetic";  // synthetic | cifar10 | fashion-mnist
+  std::string data_path;           // dataset folder; default depends on `data`
+  int data_workers = 2;
+  int prefetch = 4;
+  int64_t data_delay_us = 0;  // artificial per-sample delay in the workers (starvation experiments)
+  int64_t synthetic_samples = 2048;
+  // model
+  int num_classes = 10;
+  int image_size = 32;
+  int batch_size = 32;
+  // schedule
+  int64_t steps = 0;   // 0: use epochs
+  int64_t epochs = 1;  // used when steps == 0
+  // optimizer
+  double lr = 0.01;
+  std::string lr_schedule = "constant";  // constant | step | cosine
+  double lr_init = 0.0;                   // cosine: warmup start
+  double lr_end = 0.0;                    // cosine: final
+  double lr_max = 0.0;                    // cosine: peak (0: use lr)
+  int64_t warmup_steps = 0;
+  int64_t lr_step_size = 0;  // step schedule: decay every N steps
+  double lr_gamma = 0.1;
+  bool scale_lr = false;  // lr *= world size
+  double momentum = 0.9;
+  double weight_decay = 1e-4;
+  bool nesterov = false;
+  double label_smoothing = 0.1;
+  std::string loss_convention = "mindspore";  // mindspore (CrossEntropySmooth) | torch
+  // run
+  uint64_t seed = 1;
+  int threads = 0;  // 0: cores / ranks
+  std::string device = "cpu";  // cpu | cuda | auto
+  std::string precision = "fp32";
+  std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
+  bool profile = true;
+  int64_t dump_step = -1;  // -1: none
+  bool dump_all_ranks = false;
+  std::vector<int> allreduce_split;
+  double bucket_mb = 0.0;  // 0 with no split: default 25 MB buckets
+  int nproc = 0;           // >0: relaunch under mpirun with N ranks
+  bool eval = false;
+  std::filesystem::path save;
+  std::filesystem::path resume;
+  int log_every = 0;  // 0: automatic
+  std::string config_file;
+
+  nlohmann::json to_json() const;
+  // Total number of steps given the number of batches per epoch.
+  int64_t total_steps(int64_t steps_per_epoch) const {
+    return steps > 0 ? steps : epochs * steps_per_epoch;
+  }
+};
+
+// Applies a JSON object (keys as in to_json) onto cfg; unknown keys are errors naming the file.
+void apply_json(TrainConfig& cfg, const nlohmann::json& j, const std::string& origin);
+// Parses argv (after the program name). Throws ConfigError. Sets *help when --help was given.
+TrainConfig parse_args(const std::vector<std::string>& args, bool* help);
+// Checks ranges and combinations (batch > 0, image size 32..224, ...). Throws ConfigError.
+void validate(const TrainConfig& cfg);
+std::string usage();
+
+}  // namespace wb::trainer
