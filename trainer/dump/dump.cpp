@@ -1,0 +1,69 @@
+#include "trainer/dump/dump.hpp"
+
+#include <cstring>
+
+#include "store/writer.hpp"
+
+namespace wb::dump {
+
+void StepDump::add(std::string kind, std::string name, std::vector<std::int64_t> shape, const void* data,
+                   std::size_t bytes, std::string dtype) {
+  store::TensorRow row;
+  row.source = "run";
+  row.step = step_;
+  row.rank = rank_;
+  row.kind = std::move(kind);
+  row.name = std::move(name);
+  row.exec_order = order_++;
+  row.dtype = std::move(dtype);
+  row.shape = std::move(shape);
+  row.data.resize(bytes);
+  if (bytes) std::memcpy(row.data.data(), data, bytes);
+  writer_.add(std::move(row));
+}
+
+void StepDump::add_params(const model::ResNet50& model, const std::vector<float>& values, std::string_view kind,
+                          bool reverse) {
+  const auto& params = model.params();
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    const model::ParamInfo& p = params[reverse ? params.size() - 1 - k : k];
+    add_floats(std::string(kind), p.name, p.shape, values.data() + p.offset, p.numel);
+  }
+}
+
+void StepDump::add_buffers(model::ResNet50& model, std::string_view kind) {
+  std::vector<float> stats = model.running_stats_to_host();
+  auto counts = model.num_batches_tracked();
+  for (const model::BufferInfo& b : model.buffers()) {
+    if (b.dtype == backend::DType::i64) {
+      add(std::string(kind), b.name, b.shape, counts.data() + b.offset, b.numel * sizeof(std::int64_t), "I64");
+    } else {
+      add_floats(std::string(kind), b.name, b.shape, stats.data() + b.offset, b.numel);
+    }
+  }
+}
+
+void StepDump::before_step(const model::ResNet50& model, std::span<const float> images,
+                           std::span<const std::int32_t> labels) {
+  const auto& cfg = model.config();
+  add_floats("input", "input", {cfg.batch_size, 3, cfg.image_size, cfg.image_size}, images.data(), images.size());
+  add("label", "label", {static_cast<std::int64_t>(labels.size())}, labels.data(), labels.size_bytes(), "I32");
+  add_params(model, model.params_to_host(), "param", false);
+  add_buffers(const_cast<model::ResNet50&>(model), "buffer");
+}
+
+void StepDump::activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t) {
+  host_.resize(static_cast<std::size_t>(t.numel()));
+  backend.to_host(t, host_);
+  add_floats("act", std::string(name), t.shape().to_vector(), host_.data(), host_.size());
+}
+
+void StepDump::after_step(model::ResNet50& model, float loss) {
+  add_floats("loss", "loss", {}, &loss, 1);
+  add_params(model, model.grads_to_host(), "grad", true);
+  add_params(model, model.params_to_host(), "param_after", false);
+  add_buffers(model, "buffer_after");
+  add_params(model, model.momentum_to_host(), "momentum", false);
+}
+
+}  // namespace wb::dump

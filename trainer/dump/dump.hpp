@@ -1,0 +1,52 @@
+// Step dumps: every tensor of one training step, in execution order, into the run file's tensor table
+// (DESIGN.md's kinds and torchvision names). The order the rows get is the order the comparison walks:
+//   input, label, param.*, buffer.*, act.* (forward order), loss, grad.* (reverse layer order),
+//   param_after.*, buffer_after.*, momentum.*
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "store/rows.hpp"
+#include "trainer/backend/backend.hpp"
+#include "trainer/model/resnet50.hpp"
+
+namespace wb::store {
+class Writer;
+}
+
+namespace wb::dump {
+
+class StepDump {
+ public:
+  StepDump(store::Writer& writer, int step, int rank) : writer_(writer), step_(step), rank_(rank) {}
+
+  // Before forward: the preprocessed batch, and the state the step starts from.
+  void before_step(const model::ResNet50& model, std::span<const float> images, std::span<const std::int32_t> labels);
+  // One forward output (from ModelObserver::on_output), copied to the host.
+  void activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t);
+  // After the optimizer: loss, gradients (as the optimizer used them), and the state after the update.
+  void after_step(model::ResNet50& model, float loss);
+  int tensors() const { return order_; }
+
+ private:
+  void add(std::string kind, std::string name, std::vector<std::int64_t> shape, const void* data, std::size_t bytes,
+           std::string dtype);
+  void add_floats(std::string kind, std::string name, std::vector<std::int64_t> shape, const float* data,
+                  std::size_t n) {
+    add(std::move(kind), std::move(name), std::move(shape), data, n * sizeof(float), "F32");
+  }
+  void add_params(const model::ResNet50& model, const std::vector<float>& values, std::string_view kind,
+                  bool reverse);
+  void add_buffers(model::ResNet50& model, std::string_view kind);
+
+  store::Writer& writer_;
+  int step_;
+  int rank_;
+  int order_ = 0;
+  std::vector<float> host_;  // reused staging for activations
+};
+
+}  // namespace wb::dump

@@ -1,0 +1,70 @@
+// How wb-train watches itself: one ModelObserver that turns module begin/end into profiler ranges,
+// hands finished gradients to the allreduce buckets and copies forward outputs into a step dump; and
+// one data::Observer that records the batch queue's depth, the consumer's waits and each worker's
+// transforms.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "profiler/record/recorder.hpp"
+#include "trainer/data/observer.hpp"
+#include "trainer/dist/gradient_sync.hpp"
+#include "trainer/dump/dump.hpp"
+#include "trainer/model/observer.hpp"
+#include "trainer/model/resnet50.hpp"
+
+namespace wb::trainer {
+
+class StepObserver final : public model::ModelObserver {
+ public:
+  // `recorder` null: no ranges. `sync` null: single process, nothing to reduce.
+  StepObserver(profiler::Recorder* recorder, dist::GradientSync* sync, backend::Backend& backend);
+
+  void set_dump(dump::StepDump* dump) { dump_ = dump; }
+
+  void on_module_begin(int module_id, model::Phase phase) override;
+  void on_module_end(int module_id, model::Phase phase) override;
+  bool wants_outputs() const override { return dump_ != nullptr; }
+  void on_output(std::string_view dump_name, const backend::Tensor& output) override;
+  void on_grads_ready(int first_param, int last_param_exclusive) override;
+
+ private:
+  static constexpr int kMaxDepth = 16;
+  bool profiling_ = false;
+  std::vector<profiler::NameId> names_;  // module id -> interned name
+  std::array<std::optional<profiler::Range>, kMaxDepth> open_;
+  int depth_ = 0;
+  dist::GradientSync* sync_;
+  backend::Backend& backend_;
+  dump::StepDump* dump_ = nullptr;
+};
+
+class DataObserver final : public data::Observer {
+ public:
+  explicit DataObserver(profiler::Recorder* recorder);
+
+  void on_push(int64_t t_ns, int depth_after) override;
+  void on_pop(int64_t t_ns, int depth_after) override;
+  void on_wait(int64_t begin_ns, int64_t end_ns) override;
+  void on_transform(int worker, int transform_id, int64_t begin_ns, int64_t end_ns) override;
+  void on_batch(int worker, int64_t batch_index, int64_t begin_ns, int64_t end_ns) override;
+
+  // Consumer time blocked on the queue since the last call (the training loop's thread).
+  int64_t take_wait_ns() { return std::exchange(wait_ns_, 0); }
+
+ private:
+  void name_worker(int worker);
+  bool profiling_ = false;
+  profiler::CounterTrack queue_;
+  profiler::NameId wait_name_ = 0;
+  profiler::NameId batch_name_ = 0;
+  std::vector<profiler::NameId> transform_names_;
+  int64_t wait_ns_ = 0;
+};
+
+}  // namespace wb::trainer

@@ -1,0 +1,19 @@
+# wb_trainer: the training job (config, loop, observers, dumps, checkpoints) and the wb-train program.
+add_library(wb_trainer STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/config.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/train.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/observers.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/progress.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/checkpoint.cpp
+  ${CMAKE_CURRENT_SOURCE_DIR}/dump/dump.cpp)
+target_include_directories(wb_trainer PUBLIC ${CMAKE_SOURCE_DIR})
+target_link_libraries(wb_trainer PUBLIC wb_model wb_data wb_dist wb_profiler wb_store nlohmann_json::nlohmann_json
+                      PRIVATE wb_warnings)
+
+add_executable(wb-train ${CMAKE_CURRENT_SOURCE_DIR}/main.cpp)
+target_link_libraries(wb-train PRIVATE wb_trainer wb_warnings)
+
+# Tests of the whole trainer find the binaries through this.
+add_library(wb_trainer_test_support INTERFACE)
+add_dependencies(wb_trainer_test_support wb-train wb)
+target_compile_definitions(wb_trainer_test_support INTERFACE WB_TRAIN="$<TARGET_FILE:wb-train>" WB_CLI="$<TARGET_FILE:wb>")

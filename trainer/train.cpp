@@ -1,0 +1,404 @@
+// The training loop of wb-train, one rank. Read top to bottom:
+//   1. who am I (launcher), communicator, threads
+//   2. run file (Writer), profiler (Recorder) with the clock offset to rank 0
+//   3. data pipeline, model, optimizer, LR schedule; parameters broadcast from rank 0
+//   4. buckets and GradientSync (allreduce overlapped with backward)
+//   5. the steps: pop batch -> forward -> backward (buckets reduce as gradients finish) -> wait -> SGD
+//   6. eval, checkpoint, end-of-run clock offset, finish the run file, merge per-rank files on rank 0
+#include "trainer/train.hpp"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "profiler/record/clock_sync.hpp"
+#include "profiler/record/recorder.hpp"
+#include "store/merge.hpp"
+#include "store/writer.hpp"
+#include "trainer/checkpoint.hpp"
+#include "trainer/data/pipeline.hpp"
+#include "trainer/dist/buckets.hpp"
+#include "trainer/dist/communicator.hpp"
+#include "trainer/dist/gradient_sync.hpp"
+#include "trainer/dist/launch.hpp"
+#include "trainer/dump/dump.hpp"
+#include "trainer/model/resnet50.hpp"
+#include "trainer/observers.hpp"
+#include "trainer/optim/lr_schedule.hpp"
+#include "trainer/optim/sgd.hpp"
+#include "trainer/progress.hpp"
+#ifdef WB_DIST_MPI
+#include "trainer/dist/mpi_communicator.hpp"
+#endif
+
+namespace wb::trainer {
+namespace fs = std::filesystem;
+namespace {
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+std::unique_ptr<dist::Communicator> make_communicator(const dist::LaunchInfo& info) {
+  if (info.world_size == 1) return std::make_unique<dist::SelfCommunicator>();
+#ifdef WB_DIST_MPI
+  return std::make_unique<dist::MpiCommunicator>();
+#else
+  throw ConfigError("this wb-train was built without MPI (WB_MPI=OFF) and cannot run " +
+                    std::to_string(info.world_size) + " ranks");
+#endif
+}
+
+// The run file's path, agreed by every rank: --run, else runs/<UTC time>.sqlite from rank 0's clock.
+fs::path run_path(const TrainConfig& cfg, dist::Communicator& comm) {
+  if (!cfg.run.empty()) return cfg.run;
+  std::int64_t t = comm.allgather(static_cast<std::int64_t>(std::time(nullptr)))[0];
+  std::time_t tt = static_cast<std::time_t>(t);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::gmtime(&tt));
+  return fs::path("runs") / (std::string("run-") + buf + ".sqlite");
+}
+
+// Clock offset of this rank to rank 0 (0 for a single process).
+profiler::ClockSync measure_offset(dist::Communicator& comm) {
+  profiler::ClockSync sync;
+  sync.local_ns = profiler::now_ns();
+#ifdef WB_DIST_MPI
+  if (auto* mpi = dynamic_cast<dist::MpiCommunicator*>(&comm)) {
+    std::vector<dist::ClockOffset> all = dist::measure_clock_offsets(*mpi, 50);
+    const dist::ClockOffset& mine = all[static_cast<std::size_t>(comm.rank())];
+    // measure_clock_offsets: rank0_time = local - offset. The profiler adds offset_ns to local time.
+    sync.offset_ns = -mine.offset_ns;
+    sync.rtt_ns = mine.round_trip_ns;
+    sync.local_ns = profiler::now_ns();
+    sync.samples = 50;
+  }
+#endif
+  return sync;
+}
+
+data::Dataset load_data(const TrainConfig& cfg, data::Split split, const fs::path& run) {
+  data::DatasetKind kind = data::parse_dataset_kind(cfg.data);
+  fs::path path = cfg.data_path;
+  data::SyntheticOptions syn;
+  syn.seed = cfg.seed;
+  syn.train_images = cfg.synthetic_samples;
+  syn.test_images = std::max<int64_t>(cfg.batch_size, cfg.synthetic_samples / 5);
+  if (path.empty()) {
+    if (kind == data::DatasetKind::kFashionMnist) path = "/usr/share/datasets/fashion-mnist";
+    else if (kind == data::DatasetKind::kSynthetic) path = fs::path(run).replace_extension("") += "-synthetic-data";
+    else throw ConfigError("--data cifar10: give --data-path (the cifar-10-batches-bin folder)");
+  }
+  return data::load_dataset(kind, path, split, syn);
+}
+
+std::vector<float> eval_accuracy(const TrainConfig& cfg, model::ResNet50& model, dist::Communicator& comm,
+                                 const fs::path& run, int rank) {
+  data::Dataset test = load_data(cfg, data::Split::kTest, run);
+  data::PipelineConfig pc;
+  pc.batch_size = cfg.batch_size;
+  pc.workers = cfg.data_workers;
+  pc.prefetch = cfg.prefetch;
+  pc.num_shards = comm.size();
+  pc.shard_id = rank;
+  pc.seed = cfg.seed;
+  pc.shuffle = false;
+  pc.transform.image_size = cfg.image_size;
+  pc.transform.train = false;
+  pc.transform.norm = data::default_normalization(data::parse_dataset_kind(cfg.data));
+  pc.total_steps = data::ShardSampler(test.size(), comm.size(), rank, cfg.batch_size, cfg.seed, false).steps_per_epoch();
+  data::Pipeline eval_pipe(test, pc);
+  model.set_training(false);
+  model.set_observer(nullptr);
+  std::int64_t top1 = 0, top5 = 0, seen = 0;
+  const int k = cfg.num_classes;
+  while (data::BatchRef b = eval_pipe.pop()) {
+    model.forward(b->images, b->labels);
+    std::vector<float> logits = model.logits_to_host();
+    for (int i = 0; i < cfg.batch_size; ++i) {
+      const float* row = logits.data() + static_cast<std::size_t>(i) * k;
+      int label = b->labels[static_cast<std::size_t>(i)];
+      int higher = 0;
+      for (int c = 0; c < k; ++c) higher += row[c] > row[label];
+      top1 += higher == 0;
+      top5 += higher < 5;
+      ++seen;
+    }
+  }
+  model.set_training(true);
+  std::vector<std::int64_t> all = comm.allgather(std::vector<std::int64_t>{top1, top5, seen});
+  std::int64_t t1 = 0, t5 = 0, n = 0;
+  for (std::size_t r = 0; r < all.size(); r += 3) {
+    t1 += all[r];
+    t5 += all[r + 1];
+    n += all[r + 2];
+  }
+  return {n ? 100.0f * t1 / n : 0.0f, n ? 100.0f * t5 / n : 0.0f, static_cast<float>(n)};
+}
+
+}  // namespace
+
+int run_training(const TrainConfig& cfg_in) {
+  TrainConfig cfg = cfg_in;
+  // 1. who am I
+  dist::LaunchInfo info = dist::launch_info();
+  std::unique_ptr<dist::Communicator> comm = make_communicator(info);
+  const int rank = comm->rank();
+  const int world = comm->size();
+  if (cfg.threads == 0) cfg.threads = dist::default_threads(info, std::thread::hardware_concurrency());
+  if (cfg.device == "cuda") {
+    throw ConfigError("--device cuda: this wb-train has no CUDA backend built in (use --device cpu or auto)");
+  }
+  const std::string device = "cpu";
+
+  // 2. run file and profiler
+  fs::path run = run_path(cfg, *comm);
+  fs::path rank_file = run;
+  fs::path run_dir;
+  if (world > 1) {
+    run_dir = fs::path(run).replace_extension("");
+    rank_file = run_dir / ("rank-" + std::to_string(rank) + ".sqlite");
+  }
+  if (!rank_file.parent_path().empty()) fs::create_directories(rank_file.parent_path());
+  if (rank == 0 && world > 1 && fs::exists(run)) fs::remove(run);
+  store::WriterOptions wo;
+  wo.path = rank_file;
+  wo.rank = rank;
+  wo.overwrite = true;
+  store::Writer writer(wo);
+  writer.set_meta("config_json", cfg.to_json().dump());
+  writer.set_meta("world_size", std::to_string(world));
+  writer.set_meta("device", device);
+  writer.set_meta("created_utc", utc_now());
+  store::RankRow rank_row;
+  rank_row.rank = rank;
+  rank_row.host = hostname();
+  rank_row.device = device;
+  rank_row.pid = getpid();
+
+  profiler::ClockSync clock_start = measure_offset(*comm);
+  rank_row.clock_offset_ns = clock_start.offset_ns;
+  writer.set_rank(rank_row);
+
+  std::unique_ptr<profiler::Recorder> recorder;
+  if (cfg.profile) {
+    profiler::RecorderOptions ro;
+    ro.clock = profiler::ClockMap(clock_start);
+    recorder = std::make_unique<profiler::Recorder>(writer, ro);
+    profiler::set_thread_name("main");
+  }
+
+  // 3. data, model, optimizer
+  data::Dataset train_set = load_data(cfg, data::Split::kTrain, run);
+  if (train_set.num_classes > cfg.num_classes) {
+    throw ConfigError("--num-classes " + std::to_string(cfg.num_classes) + ": the data set has " +
+                      std::to_string(train_set.num_classes) + " classes");
+  }
+  data::PipelineConfig pc;
+  pc.batch_size = cfg.batch_size;
+  pc.workers = cfg.data_workers;
+  pc.prefetch = cfg.prefetch;
+  pc.num_shards = world;
+  pc.shard_id = rank;
+  pc.seed = cfg.seed;
+  pc.delay_us = cfg.data_delay_us;
+  pc.transform.image_size = cfg.image_size;
+  pc.transform.norm = data::default_normalization(train_set.kind);
+  int64_t steps_per_epoch = data::ShardSampler(train_set.size(), world, rank, cfg.batch_size, cfg.seed, true).steps_per_epoch();
+  const int64_t total_steps = cfg.total_steps(steps_per_epoch);
+  pc.total_steps = total_steps;
+
+  auto backend = backend::make_cpu_backend({cfg.threads});
+  model::ModelConfig mc;
+  mc.num_classes = cfg.num_classes;
+  mc.image_size = cfg.image_size;
+  mc.batch_size = cfg.batch_size;
+  mc.seed = cfg.seed;
+  mc.loss.convention = cfg.loss_convention == "torch" ? backend::LossConvention::torch : backend::LossConvention::mindspore;
+  mc.loss.smoothing = static_cast<float>(cfg.label_smoothing);
+  model::ResNet50 model(*backend, mc);
+  optim::Sgd sgd({static_cast<float>(cfg.momentum), static_cast<float>(cfg.weight_decay), cfg.nesterov});
+  if (!cfg.resume.empty()) load_checkpoint(cfg.resume, model, sgd);
+
+  optim::LrScheduleConfig lc;
+  lc.kind = optim::parse_lr_schedule_kind(cfg.lr_schedule);
+  lc.lr = cfg.lr_schedule == "cosine" && cfg.lr_max > 0 ? cfg.lr_max : cfg.lr;
+  lc.step_size = cfg.lr_step_size > 0 ? cfg.lr_step_size : std::max<int64_t>(1, total_steps);
+  lc.gamma = cfg.lr_gamma;
+  lc.lr_init = cfg.lr_init;
+  lc.lr_end = cfg.lr_end;
+  lc.total_steps = total_steps;
+  lc.warmup_steps = std::min(cfg.warmup_steps, total_steps);
+  lc.scale_by_world_size = cfg.scale_lr;
+  lc.world_size = world;
+  optim::LrSchedule schedule(lc);
+
+  // Parameters and BN buffers from rank 0 (MindSpore's parameter_broadcast).
+  if (world > 1) {
+    comm->broadcast(model.param_buffer().data_as<float>(), model.param_count(), 0);
+    comm->broadcast(model.running_stats().data_as<float>(), static_cast<std::size_t>(model.running_stats().numel()), 0);
+  }
+
+  // 4. buckets
+  std::vector<dist::ParamExtent> extents = dist::param_extents(model.params());
+  std::vector<dist::Bucket> buckets = dist::plan_buckets(extents, cfg.allreduce_split, cfg.bucket_mb);
+  std::vector<int> bucket_of = dist::bucket_of_params(buckets);
+  {
+    std::vector<std::string> names;
+    for (const auto& p : model.params()) names.push_back(p.name);
+    if (rank == 0) {
+      std::cout << "wb-train: " << world << " rank(s), " << cfg.threads << " thread(s) each, " << device << ", "
+                << cfg.data << " (" << train_set.size() << " images), batch " << cfg.batch_size << ", "
+                << cfg.image_size << "x" << cfg.image_size << ", " << total_steps << " steps\n"
+                << "wb-train: allreduce buckets (" << buckets.size() << "):\n"
+                << dist::format_buckets(buckets, names) << std::flush;
+    }
+    for (std::size_t i = 0; i < model.params().size(); ++i) {
+      const auto& p = model.params()[i];
+      writer.add(store::ParamRow{static_cast<int32_t>(i), p.name, p.shape, static_cast<int64_t>(p.numel),
+                                 bucket_of[i], p.decay});
+    }
+  }
+  std::unique_ptr<dist::GradientSync> sync;
+  if (world > 1) {
+    dist::SyncOptions so;
+    profiler::Recorder* rec = recorder.get();
+    so.on_span = [rec](const dist::BucketSpan& s) {
+      if (rec) rec->add(store::AllreduceRow{s.rank, s.step, s.bucket, s.first_param, s.last_param, s.bytes, s.ready_ns,
+                                            s.start_ns, s.end_ns});
+    };
+    sync = std::make_unique<dist::GradientSync>(*comm, buckets, model.grad_buffer().data_as<float>(), so);
+  }
+
+  StepObserver step_observer(recorder.get(), sync.get(), *backend);
+  model.set_observer(&step_observer);
+  DataObserver data_observer(recorder.get());
+  data::Pipeline pipe(train_set, pc, &data_observer);
+  profiler::NameId step_name = recorder ? recorder->intern("step") : 0;
+  profiler::NameId comm_wait_name = recorder ? recorder->intern("allreduce_wait") : 0;
+
+  // 5. the steps
+  Progress progress(rank == 0, total_steps, steps_per_epoch, cfg.batch_size * world, cfg.log_every);
+  int exit_code = 0;
+  int64_t step = 0;
+  for (; step < total_steps; ++step) {
+    if (store::Writer::stop_requested()) {
+      if (rank == 0) std::cerr << "wb-train: stopping on signal after step " << step << "; the run stays incomplete\n";
+      exit_code = 1;
+      break;
+    }
+    profiler::set_step(static_cast<int32_t>(step));
+    const int64_t t0 = profiler::now_ns();
+    double lr = schedule.lr_at(step);
+    float loss = 0.0f;
+    int64_t wait_ns = 0, comm_ns = 0;
+    {
+      profiler::Range step_range(step_name, store::Category::step);
+      data::BatchRef batch = pipe.pop();
+      if (!batch) throw std::runtime_error("the data pipeline ended before step " + std::to_string(step));
+      wait_ns = data_observer.take_wait_ns();
+
+      std::unique_ptr<dump::StepDump> dump;
+      if (step == cfg.dump_step && (rank == 0 || cfg.dump_all_ranks)) {
+        dump = std::make_unique<dump::StepDump>(writer, static_cast<int>(step), rank);
+        dump->before_step(model, batch->images, batch->labels);
+        step_observer.set_dump(dump.get());
+      }
+      if (sync) sync->begin_step(static_cast<int>(step));
+      loss = model.forward(batch->images, batch->labels);
+      step_observer.set_dump(nullptr);
+      batch.release();
+      model.backward();
+      if (sync) {
+        const int64_t c0 = profiler::now_ns();
+        sync->wait_all();
+        comm_ns = profiler::now_ns() - c0;
+        profiler::record_range(comm_wait_name, store::Category::comm, c0, c0 + comm_ns);
+      }
+      sgd.step(model, static_cast<float>(lr));
+      if (dump) dump->after_step(model, loss);
+    }
+    const int64_t t1 = profiler::now_ns();
+    if (!std::isfinite(loss)) {
+      std::cerr << "wb-train: rank " << rank << ": loss is " << loss << " at step " << step
+                << " (diverged: lower --lr?)\n";
+      exit_code = 1;
+    }
+    store::StepRow row{rank, static_cast<int32_t>(step), t0, t1, wait_ns, comm_ns, loss, lr, cfg.batch_size};
+    if (recorder) recorder->add(row);
+    else {
+      row.start_ns = profiler::ClockMap(clock_start).to_rank0(t0);
+      row.end_ns = profiler::ClockMap(clock_start).to_rank0(t1);
+      writer.add(row);
+    }
+    progress.step(step, loss, t1 - t0, wait_ns);
+    if (exit_code) {
+      ++step;
+      break;
+    }
+  }
+  pipe.stop();
+  progress.finish();
+
+  // 6. eval, checkpoint, clocks, finish
+  if (cfg.eval && exit_code == 0) {
+    std::vector<float> acc = eval_accuracy(cfg, model, *comm, run, rank);
+    if (rank == 0) {
+      std::printf("wb-train: eval on %lld test images: top-1 %.2f%%, top-5 %.2f%%\n", static_cast<long long>(acc[2]),
+                  acc[0], acc[1]);
+    }
+    writer.set_meta("eval_top1", std::to_string(acc[0]));
+    writer.set_meta("eval_top5", std::to_string(acc[1]));
+  }
+  if (!cfg.save.empty() && rank == 0) {
+    save_checkpoint(cfg.save, model, sgd);
+    std::cout << "wb-train: checkpoint saved to " << cfg.save.string() << "\n";
+  }
+  profiler::ClockSync clock_end = measure_offset(*comm);
+  rank_row.clock_offset_end_ns = clock_end.offset_ns;
+  if (recorder) {
+    recorder->stop();
+    rank_row.dropped_events = static_cast<int64_t>(recorder->dropped() + writer.dropped());
+  }
+  writer.set_rank(rank_row);
+  writer.set_meta("steps_done", std::to_string(step));
+  bool complete = exit_code == 0 ? writer.finish() : (writer.flush(), false);
+  if (rank == 0 && writer.dropped() > 0) std::cerr << "wb-train: " << writer.dropped() << " events were dropped\n";
+
+  if (world > 1) {
+    comm->barrier();
+    if (rank == 0) {
+      std::error_code ec;
+      if (fs::exists(run_dir / "rank-1.sqlite", ec)) {
+        writer.flush();
+        store::merge_run(run_dir, run);
+        std::cout << "wb-train: merged " << world << " rank files into " << run.string() << "\n";
+      } else {
+        std::cout << "wb-train: rank files are in " << run_dir.string() << "/ (merge them with: wb merge "
+                  << run_dir.string() << ")\n";
+      }
+    }
+  } else if (rank == 0) {
+    std::cout << "wb-train: run file " << run.string() << (complete ? "" : " (incomplete)") << "\n";
+  }
+  return exit_code;
+}
+
+}  // namespace wb::trainer
