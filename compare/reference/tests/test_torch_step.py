@@ -1,0 +1,209 @@
+"""torch_step.py against an independent computation of the same step.
+
+A run file with the store's real schema holds a seeded torchvision ResNet-50 (batch 4, 32x32, 10
+classes) before the step. torch_step.py replays it; this script recomputes the step without it:
+a hand-written forward (no hooks), the loss and its logit gradient in float64 numpy, backward from
+those logit gradients, the BN running-stat update in numpy, and SGD with the decay groups by hand.
+Cases cover both loss conventions, nesterov off/on, lr from the step table or the config, a decay
+flag the name rule would not give (the table wins), and a multi-rank dump (caveats recorded).
+
+Usage: test_torch_step.py [--tmp DIR]   (leaves DIR/torch_step_ref.safetensors for the C++ side)
+"""
+
+import json
+import sys
+import time
+
+import numpy as np
+import torch
+
+import fixtures
+from fixtures import check, rel_err
+import wbformat
+
+TOL_ACT = 1e-6      # same kernels in the same order: expected bit-exact, allow float32 noise
+TOL_LOSS = 1e-6     # float32 loss against float64 numpy
+TOL_GRAD = 1e-4     # backward seeded with float32-rounded float64 logit gradients
+TOL_STATS = 1e-5    # BN running stats: float32 batch moments against float64 numpy
+
+
+def preceding_act(bn_name):
+    """The act feeding a BN module: bn1 <- conv1, layerX.Y.bnK <- layerX.Y.convK, downsample.1 <- .0."""
+    if bn_name.endswith("downsample.1"):
+        return bn_name[:-1] + "0"
+    head, _, last = bn_name.rpartition(".")
+    conv = "conv" + last[2:]
+    return f"{head}.{conv}" if head else conv
+
+
+def expected_keys(model, has_momentum):
+    params = [n for n, _ in model.named_parameters()]
+    buffers = [n for n, _ in model.named_buffers()]
+    keys = ["input", "label"] + [f"param.{n}" for n in params] + [f"buffer.{n}" for n in buffers]
+    keys += [f"act.{n}" for n in fixtures.expected_act_names()] + ["loss"]
+    keys += [f"grad.{n}" for n in reversed(params)]
+    keys += [f"param_after.{n}" for n in params] + [f"buffer_after.{n}" for n in buffers]
+    if has_momentum:
+        keys += [f"momentum.{n}" for n in params]
+    return keys
+
+
+def run_case(tmp, case, keep_as=None):
+    seed = case["seed"]
+    model = fixtures.make_model(seed)
+    x, y = fixtures.make_batch(seed)
+    config = {"num_classes": 10, "image_size": 32, "batch_size": 4, "lr": case["config_lr"],
+              "momentum": case["momentum"], "weight_decay": case["wd"], "nesterov": case["nesterov"],
+              "label_smoothing": case["smoothing"], "loss_convention": case["convention"],
+              "lr_schedule": "constant", "seed": seed, "dump_step": case["step"]}
+    decay = case.get("decay", fixtures.decays)
+    run = tmp / f"run_{case['name']}.sqlite"
+    ref = keep_as or tmp / f"ref_{case['name']}.safetensors"
+    fixtures.write_run(run, model, x, y, config, step=case["step"], rank=case["rank"],
+                       world_size=case["world_size"], step_rows=case["step_rows"], decay=decay)
+    t0 = time.time()
+    rc, out, err = fixtures.run_torch_step(run, ref, "--threads", 2, "--rank", case["rank"])
+    seconds = time.time() - t0
+    check(rc == 0, f"torch_step.py exited {rc}: {err}")
+    tensors, meta = wbformat.read_safetensors(ref)
+    return model, x, y, config, decay, tensors, meta, err, seconds
+
+
+def verify_full(tmp, case, keep_as=None):
+    model, x, y, config, decay, t, meta, err, seconds = run_case(tmp, case, keep_as)
+    params = dict(model.named_parameters())
+    buffers = dict(model.named_buffers())
+
+    # Keys: exactly the contract's, in file order and in wb.exec_order.
+    keys = expected_keys(model, case["momentum"] != 0)
+    check(list(t) == keys, f"keys differ from the contract; first difference at "
+                           f"{next((i for i, (a, b) in enumerate(zip(t, keys)) if a != b), min(len(t), len(keys)))}")
+    order = json.loads(meta["wb.exec_order"])
+    check(order == {k: i for i, k in enumerate(keys)}, "wb.exec_order is not the key order")
+    acts = [k for k in keys if k.startswith("act.")]
+    check(len(acts) == 174, f"{len(acts)} activations, expected 174")
+    check(meta["wb.source"] == "torch_step.py" and meta["torch"] == torch.__version__, "source/torch metadata")
+    check(meta["step"] == str(case["step"]) and meta["rank"] == str(case["rank"]), "step/rank metadata")
+    lr = case["step_rows"][-1][1] if case["step_rows"] else case["config_lr"]
+    check(float(meta["wb.lr"]) == lr, f"lr {meta['wb.lr']}, expected {lr}")
+    check(json.loads(meta["wb.not_comparable"]) == [], "world size 1 first step: everything comparable")
+
+    # The state before the step is the run's, bit for bit.
+    check(np.array_equal(t["input"], x) and t["input"].dtype == np.float32, "input")
+    check(np.array_equal(t["label"], y) and t["label"].dtype == np.int32, "label")
+    for n, p in params.items():
+        check(np.array_equal(t[f"param.{n}"], p.detach().numpy()), f"param.{n}")
+    for n, b in buffers.items():
+        check(np.array_equal(t[f"buffer.{n}"], b.detach().numpy()), f"buffer.{n}")
+
+    # Forward, by hand on an identical model.
+    torch.set_num_threads(2)
+    twin = fixtures.make_model(case["seed"]).train()
+    mine = fixtures.manual_forward(twin, torch.from_numpy(x))
+    worst_act = max((rel_err(t[f"act.{n}"], a.detach().numpy()), n) for n, a in mine.items())
+    check(worst_act[0] <= TOL_ACT, f"act.{worst_act[1]} rel err {worst_act[0]:.3g} > {TOL_ACT}")
+    for stage, count in enumerate(fixtures.BLOCKS, start=1):
+        for b in range(count):
+            blk = f"layer{stage}.{b}"
+            check(np.array_equal(t[f"act.{blk}.relu.2"], t[f"act.{blk}"]), f"act.{blk}.relu.2 != act.{blk}")
+    check(t["act.avgpool"].shape == (4, 2048, 1, 1) and t["act.fc"].shape == (4, 10), "avgpool/fc shapes")
+
+    # Loss in float64 from the reference's own logits.
+    loss64, dlogits = fixtures.loss_and_dlogits(t["act.fc"], y, case["smoothing"], case["convention"])
+    loss_err = abs(float(t["loss"]) - loss64) / abs(loss64)
+    check(t["loss"].shape == () and loss_err <= TOL_LOSS, f"loss {float(t['loss'])} vs float64 {loss64}")
+
+    # Backward seeded with the numpy logit gradient.
+    mine["fc"].backward(torch.from_numpy(dlogits.astype(np.float32)))
+    worst_grad = max((rel_err(t[f"grad.{n}"], p.grad.numpy()), n) for n, p in twin.named_parameters())
+    check(worst_grad[0] <= TOL_GRAD, f"grad.{worst_grad[1]} rel err {worst_grad[0]:.3g} > {TOL_GRAD}")
+
+    # BN running statistics (momentum 0.1, unbiased variance) from the reference's conv outputs.
+    worst_stats = 0.0
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            a = t[f"act.{preceding_act(name)}"].astype(np.float64)
+            mean, var = a.mean(axis=(0, 2, 3)), a.var(axis=(0, 2, 3), ddof=1)
+            rm = 0.9 * t[f"buffer.{name}.running_mean"] + 0.1 * mean
+            rv = 0.9 * t[f"buffer.{name}.running_var"] + 0.1 * var
+            worst_stats = max(worst_stats, rel_err(t[f"buffer_after.{name}.running_mean"], rm),
+                              rel_err(t[f"buffer_after.{name}.running_var"], rv))
+            check(int(t[f"buffer_after.{name}.num_batches_tracked"]) == 8, f"{name}.num_batches_tracked")
+    check(worst_stats <= TOL_STATS, f"BN running stats rel err {worst_stats:.3g} > {TOL_STATS}")
+
+    # SGD, first step: buf = d = g + wd * p (wd only in the decay group), update = buf, or d + m * buf
+    # with nesterov; param_after = p - lr * update.
+    m, wd = case["momentum"], case["wd"]
+    worst_sgd, decisive = 0.0, []
+    for n, p in params.items():
+        p0 = t[f"param.{n}"].astype(np.float64)
+        g = t[f"grad.{n}"].astype(np.float64)
+        for flip in (False, True):
+            group_wd = wd if decay(n, list(p.shape)) != flip else 0.0
+            d = g + group_wd * p0
+            update = d + m * d if case["nesterov"] else d
+            want = p0 - lr * update
+            tol = 1e-6 * max(np.abs(p0).max(), lr * np.abs(update).max())
+            err = np.abs(t[f"param_after.{n}"] - want).max() / tol
+            if not flip:
+                worst_sgd = max(worst_sgd, err)
+                if m != 0:
+                    check(rel_err(t[f"momentum.{n}"], d) <= 1e-6, f"momentum.{n}")
+            elif err > 10.0:
+                decisive.append(n)
+    check(worst_sgd <= 1.0, f"param_after off the hand-written SGD by {worst_sgd:.3g} x tolerance")
+    # The check can fail: for most parameters, and in both groups, the other group's update misses by
+    # more than 10 x the tolerance (tiny parameters, where wd * p vanishes next to g, cannot tell).
+    check(len(decisive) >= 100 and any(decay(n, list(params[n].shape)) for n in decisive)
+          and not all(decay(n, list(params[n].shape)) for n in decisive),
+          f"decay groups tell apart only {len(decisive)} parameters")
+    for n in case.get("must_tell", ()):
+        check(n in decisive, f"the decay flag of {n} is not visible in param_after")
+
+    print(f"  {case['name']}: {seconds:.1f} s, {len(t)} tensors ({len(acts)} acts); loss {float(t['loss']):.7f} "
+          f"vs float64 {loss64:.7f} (rel {loss_err:.2g}); worst act rel err {worst_act[0]:.2g} ({worst_act[1]}); "
+          f"worst grad rel err {worst_grad[0]:.2g} ({worst_grad[1]}); BN stats rel err {worst_stats:.2g}; "
+          f"param_after within {worst_sgd:.2f} x tol; the other decay group would miss by > 10 x tol "
+          f"on {len(decisive)}/{len(params)} params")
+
+
+def verify_multi_rank(tmp, case):
+    _, _, _, _, _, t, meta, err, seconds = run_case(tmp, case)
+    check(json.loads(meta["wb.not_comparable"]) == ["grad", "param_after", "momentum"],
+          f"not_comparable {meta['wb.not_comparable']}")
+    caveats = json.loads(meta["wb.caveats"])
+    check(len(caveats) == 2 and "averaged over all ranks" in caveats[0] and "momentum" in caveats[1],
+          f"caveats {caveats}")
+    notes = [line for line in err.splitlines() if "NOTE:" in line]
+    check(len(notes) == 2 and "world size 2" in notes[0], f"stderr notes {notes}")
+    check(meta["rank"] == "1" and meta["step"] == "3" and float(meta["wb.lr"]) == 0.07, "rank/step/lr metadata")
+    check(len([k for k in t if k.startswith("act.")]) == 174, "acts of a multi-rank dump")
+    print(f"  {case['name']}: {seconds:.1f} s; not comparable {meta['wb.not_comparable']}; "
+          f"{len(notes)} NOTE lines on stderr")
+
+
+def main():
+    tmp = fixtures.tmp_dir_from_argv()
+    base = {"momentum": 0.9, "wd": 0.01, "rank": 0, "world_size": 1, "step": 1}
+    cases = [
+        dict(base, name="mindspore_plain", seed=11, convention="mindspore", smoothing=0.1, nesterov=False,
+             config_lr=0.05, step_rows=[(1, 0.1)]),
+        # The table, not the name rule, decides: fc.bias decays here.
+        dict(base, name="torch_nesterov", seed=12, convention="torch", smoothing=0.2, nesterov=True,
+             config_lr=0.1, step_rows=[], must_tell=["fc.bias"],
+             decay=lambda n, s: fixtures.decays(n, s) or n == "fc.bias"),
+    ]
+    verify_full(tmp, cases[0], keep_as=tmp / "torch_step_ref.safetensors")
+    verify_full(tmp, cases[1])
+    verify_multi_rank(tmp, dict(base, name="two_ranks", seed=13, convention="mindspore", smoothing=0.1,
+                                nesterov=False, config_lr=0.1, rank=1, world_size=2, step=3,
+                                step_rows=[(1, 0.05), (2, 0.06), (3, 0.07)]))
+    print("test_torch_step: all checks passed")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except fixtures.CheckFailed as e:
+        print(f"test_torch_step: FAILED: {e}", file=sys.stderr)
+        sys.exit(1)

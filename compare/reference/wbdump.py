@@ -1,0 +1,242 @@
+"""Dump one training step of your own PyTorch script in the workbench's format.
+
+Import this module into the training script whose numbers you trust and wrap one step:
+
+    import sys; sys.path.insert(0, "<workbench>/compare/reference")   # wbdump.py and wbformat.py
+    import wbdump
+    d = wbdump.StepDumper(model, optimizer, out="step1.safetensors")
+    d.begin(inputs, labels)         # input, label, parameters and buffers before the step; hooks on
+    loss = d.loss(criterion(model(inputs), labels))   # every module's forward output; the loss
+    loss.backward(); optimizer.step()
+    d.end()                         # gradients, parameters/buffers after, momentum; writes the file
+
+Call end() after optimizer.step() and before optimizer.zero_grad(). The file is a .safetensors with
+the keys `wb compare` understands, the same ones wb-train dumps into its run file:
+
+    input, label, loss                      the batch and the loss (several inputs: input.0, input.1, ...)
+    param.<name>, buffer.<name>             model.named_parameters() / named_buffers() before the step
+    act.<module>                            each module's forward output, in execution order
+    grad.<name>                             parameter gradients as the optimizer saw them (p.grad)
+    param_after.<name>, buffer_after.<name> the same after optimizer.step()
+    momentum.<name>                         optimizer.state[p]["momentum_buffer"] after the step
+
+Which modules are hooked: every leaf module, and every composite module that is not the model itself
+or a plain container (Sequential, ModuleList, ModuleDict); for torchvision's ResNet-50 that is each
+conv/bn/relu/pool/fc and each Bottleneck block (`act.layer1.0`), but not `layer1` or `downsample`.
+Pass `modules=` (a list of names or a predicate (name, module) -> bool) to choose others.
+A module called more than once in the step gets one key per call, suffixed in call order: torchvision's
+Bottleneck calls its single `relu` three times, giving `act.layer1.0.relu.0`, `.relu.1`, `.relu.2`;
+a module called once keeps its plain name (the stem's `act.relu`). A module returning a tuple, list
+or dict gets `act.<module>[i]` / `act.<module>[key]` per tensor.
+
+The `__metadata__` of the file holds "wb.source", "wb.exec_order" (a JSON object key -> position in
+the step: input, label, params, buffers, activations in forward order, loss, gradients in reverse
+layer order, param_after, buffer_after, momentum), "torch" (the version) and whatever `metadata=`
+adds. Tensors are copied to the host as they are produced (activations before any in-place op can
+overwrite them), so dumping a large batch needs host memory for every activation.
+
+A model wrapped in DataParallel or DistributedDataParallel is unwrapped, so names carry no "module."
+prefix. Under DistributedDataParallel the gradients are the ones averaged across ranks.
+"""
+
+import json
+
+import numpy as np
+import torch
+
+import wbformat
+
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
+
+
+def default_module_filter(name, module, root):
+    """Leaves, plus composites that are neither the model nor a plain container (see the module doc)."""
+    if module is root or isinstance(module, _CONTAINERS):
+        return False
+    return True
+
+
+def to_numpy(tensor):
+    """(numpy array, safetensors dtype) of a tensor on any device; BF16 travels as its uint16 bits."""
+    t = tensor.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.contiguous().view(torch.int16).numpy().view(np.uint16), "BF16"
+    array = t.contiguous().numpy()
+    return array, wbformat.dtype_name(array)
+
+
+def _host_copy(tensor):
+    # A copy, never a view: torchvision's ReLU(inplace=True) overwrites the batch-norm output the
+    # hook has just seen, and optimizer.step() overwrites parameters in place.
+    return tensor.detach().to("cpu", copy=True)
+
+
+class StepDumper:
+    """Records one training step of `model` (and `optimizer`, optional) and writes it to `out`."""
+
+    def __init__(self, model, optimizer=None, out="step.safetensors", *, modules=None, metadata=None,
+                 step=None, rank=None, source="wbdump.py"):
+        if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
+            model = model.module
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"StepDumper needs a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.optimizer = optimizer
+        self.out = str(out)
+        self.metadata = {"wb.source": source, "torch": torch.__version__}
+        if step is not None:
+            self.metadata["step"] = str(step)
+        if rank is not None:
+            self.metadata["rank"] = str(rank)
+        for key, value in (metadata or {}).items():
+            self.metadata[str(key)] = value if isinstance(value, str) else json.dumps(value)
+        if modules is None:
+            self._wanted = lambda name, m: default_module_filter(name, m, model)
+        elif callable(modules):
+            self._wanted = modules
+        else:
+            names = set(modules)
+            unknown = names - {n for n, _ in model.named_modules()}
+            if unknown:
+                raise ValueError(f"StepDumper modules: no submodule named {', '.join(sorted(unknown))}")
+            self._wanted = lambda name, m: name in names
+        self._entries = []      # (key, host tensor) in execution order
+        self._keys = set()
+        self._calls = []        # (module name, host output) in call order, named when the forward ends
+        self._hooks = []
+        self._state = "new"
+
+    # ---------------------------------------------------------------------------------------- the step
+
+    def begin(self, inputs, labels=None):
+        """Capture the batch, parameters and buffers, and start recording module outputs."""
+        if self._state != "new":
+            raise RuntimeError(f"StepDumper.begin() called twice (this dumper is {self._state}); "
+                               "make a new StepDumper per dumped step")
+        self._add_structure("input", inputs)
+        if labels is not None:
+            self._add_structure("label", labels)
+        for name, p in self.model.named_parameters():
+            self._add(f"param.{name}", p)
+        for name, b in self.model.named_buffers():
+            self._add(f"buffer.{name}", b)
+        for name, module in self.model.named_modules():
+            if name and self._wanted(name, module):
+                self._hooks.append(module.register_forward_hook(self._make_hook(name)))
+        self._state = "forward"
+
+    def loss(self, loss):
+        """Record the loss and stop recording module outputs; returns `loss` unchanged."""
+        if self._state != "forward":
+            raise RuntimeError(f"StepDumper.loss() needs begin() first (this dumper is {self._state})")
+        self._close_forward()
+        self._add("loss", loss)
+        return loss
+
+    def end(self):
+        """Capture gradients, parameters/buffers after the step and momentum; write the file."""
+        if self._state == "forward":
+            self._close_forward()
+        if self._state != "backward":
+            raise RuntimeError(f"StepDumper.end() needs begin() first (this dumper is {self._state})")
+        params = list(self.model.named_parameters())
+        # Reverse layer order: the order backward produces them, last layer first.
+        for name, p in reversed(params):
+            if p.grad is not None:
+                self._add(f"grad.{name}", p.grad)
+        for name, p in params:
+            self._add(f"param_after.{name}", p)
+        for name, b in self.model.named_buffers():
+            self._add(f"buffer_after.{name}", b)
+        if self.optimizer is not None:
+            for name, p in params:
+                buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    self._add(f"momentum.{name}", buf)
+        self.write()
+        self._state = "written"
+        return self.out
+
+    def remove_hooks(self):
+        """Stop recording (for a step abandoned half-way); end() and loss() do this themselves."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    # ---------------------------------------------------------------------------------------- output
+
+    def keys(self):
+        return [key for key, _ in self._entries]
+
+    def tensors(self):
+        """The recorded tensors, key -> host tensor, in execution order."""
+        return dict(self._entries)
+
+    def write(self, path=None):
+        path = str(path or self.out)
+        arrays, dtypes = {}, {}
+        for key, t in self._entries:
+            arrays[key], dtypes[key] = to_numpy(t)
+        metadata = dict(self.metadata)
+        metadata["wb.exec_order"] = json.dumps({key: i for i, (key, _) in enumerate(self._entries)})
+        wbformat.write_safetensors(path, arrays, metadata, dtypes)
+        return path
+
+    # ---------------------------------------------------------------------------------------- internals
+
+    def _add(self, key, tensor):
+        self._append(key, _host_copy(tensor))
+
+    def _append(self, key, host_tensor):
+        if key in self._keys:
+            raise ValueError(f"StepDumper: key '{key}' recorded twice")
+        self._keys.add(key)
+        self._entries.append((key, host_tensor))
+
+    def _add_structure(self, key, value):
+        if isinstance(value, torch.Tensor):
+            self._add(key, value)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                if isinstance(v, torch.Tensor):
+                    self._add(f"{key}.{k}", v)
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                if isinstance(v, torch.Tensor):
+                    self._add(f"{key}.{i}", v)
+        else:
+            raise TypeError(f"StepDumper: {key} must be a tensor, or a list/tuple/dict of tensors, "
+                            f"got {type(value).__name__}")
+
+    def _make_hook(self, name):
+        def hook(_module, _inputs, output):
+            self._calls.append((name, _flatten_output(output)))
+        return hook
+
+    def _close_forward(self):
+        self.remove_hooks()
+        counts = {}
+        for name, _ in self._calls:
+            counts[name] = counts.get(name, 0) + 1
+        seen = {}
+        for name, outputs in self._calls:
+            i = seen.get(name, 0)
+            seen[name] = i + 1
+            base = f"act.{name}.{i}" if counts[name] > 1 else f"act.{name}"
+            for suffix, t in outputs:
+                self._append(base + suffix, t)
+        self._calls = []
+        self._state = "backward"
+
+
+def _flatten_output(output):
+    """[(key suffix, host tensor)] of a module's output: '' for a tensor, '[i]' / '[key]' inside."""
+    if isinstance(output, torch.Tensor):
+        return [("", _host_copy(output))]
+    if isinstance(output, (list, tuple)):
+        items = enumerate(output)
+    elif isinstance(output, dict):
+        items = output.items()
+    else:
+        return []
+    return [(f"[{k}]", _host_copy(v)) for k, v in items if isinstance(v, torch.Tensor)]
