@@ -1,0 +1,30 @@
+// wb report RUN: the profile of a run as readable tables, warnings first (dropped events, input-bound
+// ranks, exposed communication, stragglers, incomplete runs).
+#include <iostream>
+
+#include "app/cli/cli.hpp"
+#include "profiler/analysis/report.hpp"
+#include "store/reader.hpp"
+
+namespace wb::cli {
+
+int cmd_report(int argc, char** argv) {
+  Args args(argc, argv,
+            "usage: wb report RUN [--top N] [--no-split]\n"
+            "Prints op statistics, the per-step breakdown (compute, data wait, exposed communication, other),\n"
+            "input starvation (input-bound %, empty-queue ratio, longest spells, workers needed), allreduce\n"
+            "buckets and overlap, the alpha-beta fit and split suggestions, with warnings first.\n"
+            "  --top N      ops listed by total time (default 25)\n"
+            "  --no-split   leave out the split suggestion table",
+            {{"--top", true}, {"--no-split", false}});
+  const auto& pos = args.positionals(1, 1);
+  analysis::ReportOptions options;
+  if (auto top = args.int_value("--top", 1, 1'000'000)) options.top_ops = static_cast<std::size_t>(*top);
+  options.split_table = !args.has("--no-split");
+  store::Reader reader(pos[0]);
+  analysis::RunData run = analysis::load_run(reader);
+  analysis::write_report(run, std::cout, options);
+  return 0;
+}
+
+}  // namespace wb::cli

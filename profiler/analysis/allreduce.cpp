@@ -1,0 +1,117 @@
+#include "profiler/analysis/allreduce.hpp"
+
+#include <algorithm>
+#include <map>
+
+namespace wb::analysis {
+
+std::vector<BucketStats> bucket_stats(std::span<const store::AllreduceRow> rows) {
+  std::map<int, BucketStats> acc;
+  for (const auto& r : rows) {
+    BucketStats& b = acc[r.bucket];
+    b.bucket = r.bucket;
+    b.first_param = r.first_param;
+    b.last_param = r.last_param;
+    b.bytes = r.bytes;
+    std::int64_t latency = r.start_ns - r.ready_ns;
+    std::int64_t duration = r.end_ns - r.start_ns;
+    b.mean_latency_ns += static_cast<double>(latency);
+    b.mean_duration_ns += static_cast<double>(duration);
+    b.max_latency_ns = b.samples == 0 ? latency : std::max(b.max_latency_ns, latency);
+    b.max_duration_ns = b.samples == 0 ? duration : std::max(b.max_duration_ns, duration);
+    ++b.samples;
+  }
+  std::vector<BucketStats> out;
+  for (auto& [id, b] : acc) {
+    b.mean_latency_ns /= b.samples;
+    b.mean_duration_ns /= b.samples;
+    out.push_back(b);
+  }
+  return out;
+}
+
+StepComm step_comm(std::span<const store::AllreduceRow> rows, std::int64_t compute_end_ns) {
+  if (rows.empty()) throw AnalysisError("step_comm: a step without allreduce rows");
+  StepComm s;
+  s.rank = rows[0].rank;
+  s.step = rows[0].step;
+  s.buckets = static_cast<int>(rows.size());
+  s.comm_start_ns = rows[0].start_ns;
+  s.comm_end_ns = rows[0].end_ns;
+  for (const auto& r : rows) {
+    s.comm_start_ns = std::min(s.comm_start_ns, r.start_ns);
+    s.comm_end_ns = std::max(s.comm_end_ns, r.end_ns);
+    s.bytes += r.bytes;
+  }
+  s.compute_end_ns = compute_end_ns;
+  s.comm_ns = s.comm_end_ns - s.comm_start_ns;
+  s.overlap_ns = std::clamp<std::int64_t>(compute_end_ns - s.comm_start_ns, 0, s.comm_ns);
+  s.exposed_ns = s.comm_ns - s.overlap_ns;
+  return s;
+}
+
+std::int64_t backward_end(const RunData& run, int rank, int step) {
+  std::int64_t end = -1;
+  std::uint32_t main = run.main_track(rank);
+  const store::StepRow* srow = nullptr;
+  for (const auto& s : run.steps)
+    if (s.rank == rank && s.step == step) srow = &s;
+  for (const auto& r : run.ranges_of(main)) {
+    if (r.category != static_cast<std::uint8_t>(store::Category::backward)) continue;
+    bool in_step = srow != nullptr ? (r.start_ns >= srow->start_ns && r.end_ns <= srow->end_ns) : r.step == step;
+    if (in_step) end = std::max(end, r.end_ns);
+  }
+  return end;
+}
+
+std::vector<StepComm> step_comms(const RunData& run) {
+  std::map<std::pair<int, int>, std::vector<store::AllreduceRow>> groups;
+  for (const auto& r : run.allreduces) groups[{r.rank, r.step}].push_back(r);
+  std::vector<StepComm> out;
+  for (const auto& [key, rows] : groups) {
+    std::int64_t end = backward_end(run, key.first, key.second);
+    if (end < 0) {
+      for (const auto& r : rows) end = std::max(end, r.ready_ns);
+    }
+    out.push_back(step_comm(rows, end));
+  }
+  return out;
+}
+
+AlphaBeta fit_alpha_beta(std::span<const std::pair<double, double>> xy) {
+  AlphaBeta fit;
+  fit.samples = static_cast<int>(xy.size());
+  if (xy.empty()) return fit;
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : xy) {
+    mx += x;
+    my += y;
+  }
+  mx /= static_cast<double>(xy.size());
+  my /= static_cast<double>(xy.size());
+  double sxx = 0, sxy = 0, syy = 0;
+  for (const auto& [x, y] : xy) {
+    sxx += (x - mx) * (x - mx);
+    sxy += (x - mx) * (y - my);
+    syy += (y - my) * (y - my);
+  }
+  if (sxx <= 0.0) {
+    // One size only: no slope can be told from the intercept. Keep the mean as a pure per-call cost.
+    fit.alpha_ns = my;
+    return fit;
+  }
+  fit.beta_ns_per_byte = sxy / sxx;
+  fit.alpha_ns = my - fit.beta_ns_per_byte * mx;
+  fit.r2 = syy > 0.0 ? (sxy * sxy) / (sxx * syy) : 1.0;
+  fit.valid = true;
+  return fit;
+}
+
+AlphaBeta fit_alpha_beta(std::span<const store::AllreduceRow> rows) {
+  std::vector<std::pair<double, double>> xy;
+  xy.reserve(rows.size());
+  for (const auto& r : rows) xy.emplace_back(static_cast<double>(r.bytes), static_cast<double>(r.end_ns - r.start_ns));
+  return fit_alpha_beta(xy);
+}
+
+}  // namespace wb::analysis

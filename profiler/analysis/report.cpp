@@ -1,0 +1,307 @@
+// Formatting of the analyses as readable tables. The numbers come from the analysis functions; this
+// file only decides what to show and flags what a user should look at first (run_warnings).
+#include "profiler/analysis/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/op_stats.hpp"
+#include "profiler/analysis/split_model.hpp"
+#include "profiler/analysis/steps.hpp"
+
+namespace wb::analysis {
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// A left-aligned first column and right-aligned numeric columns.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const {
+    std::vector<std::size_t> width;
+    for (const auto& r : rows_)
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        if (width.size() <= i) width.push_back(0);
+        width[i] = std::max(width[i], r[i].size());
+      }
+    for (std::size_t k = 0; k < rows_.size(); ++k) {
+      const auto& r = rows_[k];
+      std::string line = "  ";
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        std::string pad(width[i] - r[i].size(), ' ');
+        line += i == 0 ? r[i] + pad : pad + r[i];
+        if (i + 1 < r.size()) line += "  ";
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out << line << "\n";
+      if (k == 0) {
+        std::size_t total = 0;
+        for (auto w : width) total += w + 2;
+        out << "  " << std::string(total - 2, '-') << "\n";
+      }
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string pct(double part, double whole) { return whole > 0 ? fmt("%.1f%%", 100.0 * part / whole) : "-"; }
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::string format_ns(double ns) {
+  double a = std::fabs(ns);
+  if (a >= 1e9) return fmt("%.3f s", ns / 1e9);
+  if (a >= 1e6) return fmt("%.3f ms", ns / 1e6);
+  if (a >= 1e3) return fmt("%.1f us", ns / 1e3);
+  return fmt("%.0f ns", ns);
+}
+
+std::vector<Straggler> find_stragglers(const RunData& run) {
+  std::map<int, std::map<int, std::int64_t>> by_step;  // step -> rank -> duration
+  std::set<int> ranks;
+  for (const auto& s : run.steps) {
+    by_step[s.step][s.rank] = s.end_ns - s.start_ns;
+    ranks.insert(s.rank);
+  }
+  std::vector<Straggler> out;
+  if (ranks.size() < 2) return out;
+  std::map<int, int> slowest;
+  std::map<int, std::pair<double, int>> sums;
+  int shared = 0;
+  for (const auto& [step, per_rank] : by_step) {
+    if (per_rank.size() != ranks.size()) continue;
+    ++shared;
+    auto worst = std::max_element(per_rank.begin(), per_rank.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
+    ++slowest[worst->first];
+    for (const auto& [r, d] : per_rank) {
+      sums[r].first += static_cast<double>(d);
+      ++sums[r].second;
+    }
+  }
+  if (shared < 3) return out;
+  for (const auto& [r, n] : slowest) {
+    double frac = static_cast<double>(n) / shared;
+    if (frac < 0.75) continue;
+    double mean = sums[r].first / sums[r].second;
+    std::vector<double> others;
+    for (const auto& [o, s] : sums)
+      if (o != r) others.push_back(s.first / s.second);
+    double med = median(others);
+    if (med > 0 && mean >= 1.05 * med) out.push_back(Straggler{r, frac, mean, med});
+  }
+  return out;
+}
+
+std::vector<Warning> run_warnings(const RunData& run) {
+  std::vector<Warning> w;
+  for (const auto& r : run.ranks) {
+    if (r.dropped_events > 0) {
+      w.push_back({"dropped", concat("rank ", std::to_string(r.rank), " dropped ", std::to_string(r.dropped_events),
+                                     " events: its timings are incomplete (raise the recorder's pool or check the disk)")});
+    }
+  }
+  if (!run.complete()) w.push_back({"incomplete", "the run is incomplete (meta.complete != 1): it was killed or a write failed"});
+  Starvation st = starvation(run);
+  for (const auto& r : st.per_rank) {
+    if (r.level != InputBound::no) {
+      w.push_back({"input-bound", concat("rank ", std::to_string(r.rank), " is ", input_bound_name(r.level), ": ",
+                                         fmt("%.1f", r.percent),
+                                         "% of step time waits for input (TF Profiler: >5% moderate, >20% high)")});
+    }
+  }
+  for (const auto& q : st.queues) {
+    if (q.flagged) {
+      w.push_back({"empty-queue", concat("queue '", q.name, "' (rank ", std::to_string(q.rank), ") is empty in ",
+                                         fmt("%.1f", 100.0 * q.empty_ratio), "% of samples (MindInsight flags >30%)")});
+    }
+  }
+  std::map<int, std::pair<double, double>> comm;  // rank -> (exposed, step time)
+  auto comms = step_comms(run);
+  std::map<std::pair<int, int>, std::int64_t> step_len;
+  for (const auto& s : run.steps) step_len[{s.rank, s.step}] = s.end_ns - s.start_ns;
+  for (const auto& c : comms) {
+    auto it = step_len.find({c.rank, c.step});
+    if (it == step_len.end()) continue;
+    comm[c.rank].first += static_cast<double>(c.exposed_ns);
+    comm[c.rank].second += static_cast<double>(it->second);
+  }
+  for (const auto& [rank, v] : comm) {
+    if (v.second > 0 && v.first / v.second > kExposedCommWarning) {
+      w.push_back({"exposed-comm", concat("rank ", std::to_string(rank), ": exposed allreduce time is ", pct(v.first, v.second),
+                                          " of step time; try `wb suggest-split`")});
+    }
+  }
+  for (const auto& s : find_stragglers(run)) {
+    w.push_back({"straggler", concat("rank ", std::to_string(s.rank), " is the slowest in ", fmt("%.0f", 100.0 * s.slowest_fraction),
+                                     "% of steps: mean step ", format_ns(s.mean_step_ns), " vs ", format_ns(s.others_median_ns),
+                                     " for the others")});
+  }
+  return w;
+}
+
+void write_split_suggestions(const RunData& run, std::ostream& out) {
+  SplitModel m = build_split_model(run);
+  out << "Allreduce split suggestions (" << m.size() << " parameters, model over " << m.steps_used
+      << " rank-steps; alpha " << format_ns(m.alpha_ns) << ", beta " << fmt("%.4g", m.beta_ns_per_byte)
+      << " ns/B; backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
+  Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});
+  for (const auto& s : suggest_splits(m)) {
+    const auto& p = s.prediction;
+    std::string split = format_split(p.split);
+    if (split.size() > 48) split = split.substr(0, 45) + "...";
+    t.add({s.strategy, split, std::to_string(p.buckets.size()), format_ns(p.comm_end_ns), format_ns(p.exposed_ns),
+           m.measured_step_ns > 0 ? format_ns(p.step_ns) : "-"});
+  }
+  t.print(out);
+  out << "  measured: step " << format_ns(m.measured_step_ns) << ", exposed communication " << format_ns(m.measured_exposed_ns)
+      << "\n  Apply with: wb-train --allreduce-split <split>\n";
+}
+
+void write_report(const RunData& run, std::ostream& out, const ReportOptions& options) {
+  auto ranks = run.rank_ids();
+  out << "Run " << run.path.string() << "\n";
+  out << "  ranks " << ranks.size() << ", steps " << run.steps.size() << ", complete " << (run.complete() ? "yes" : "no")
+      << ", dropped events " << run.dropped_events() << ", kernels " << run.kernel_rows << "\n\n";
+
+  auto warnings = run_warnings(run);
+  out << "Warnings (" << warnings.size() << ")\n";
+  if (warnings.empty()) out << "  none\n";
+  for (const auto& w : warnings) out << "  [" << w.kind << "] " << w.message << "\n";
+  out << "\n";
+
+  OpStats ops = op_stats(run);
+  out << "Time by category\n";
+  {
+    Table t({"category", "count", "total", "self", "mean", "p50", "p95", "max"});
+    for (const auto& s : ops.by_category)
+      t.add({s.name, std::to_string(s.count), format_ns(static_cast<double>(s.total_ns)), format_ns(static_cast<double>(s.self_ns)),
+             format_ns(s.mean_ns), format_ns(static_cast<double>(s.p50_ns)), format_ns(static_cast<double>(s.p95_ns)),
+             format_ns(static_cast<double>(s.max_ns))});
+    t.print(out);
+  }
+  out << "\nTop ops by total time\n";
+  {
+    Table t({"op", "category", "count", "total", "self", "mean", "p50", "p95", "max"});
+    for (std::size_t i = 0; i < ops.by_name.size() && i < options.top_ops; ++i) {
+      const auto& s = ops.by_name[i];
+      t.add({s.name, std::string(store::category_name(s.category)), std::to_string(s.count), format_ns(static_cast<double>(s.total_ns)),
+             format_ns(static_cast<double>(s.self_ns)), format_ns(s.mean_ns), format_ns(static_cast<double>(s.p50_ns)),
+             format_ns(static_cast<double>(s.p95_ns)), format_ns(static_cast<double>(s.max_ns))});
+    }
+    t.print(out);
+  }
+
+  auto steps = step_breakdown(run);
+  out << "\nStep breakdown (mean per rank)\n";
+  {
+    Table t({"rank", "steps", "step", "compute", "data wait", "exposed comm", "other"});
+    std::map<int, std::vector<const StepBreakdown*>> per_rank;
+    for (const auto& b : steps) per_rank[b.rank].push_back(&b);
+    for (const auto& [rank, v] : per_rank) {
+      double n = static_cast<double>(v.size()), total = 0, compute = 0, data = 0, comm = 0, other = 0;
+      for (const auto* b : v) {
+        total += static_cast<double>(b->total_ns);
+        compute += static_cast<double>(b->compute_ns);
+        data += static_cast<double>(b->data_wait_ns);
+        comm += static_cast<double>(b->comm_exposed_ns);
+        other += static_cast<double>(b->other_ns);
+      }
+      t.add({std::to_string(rank), std::to_string(v.size()), format_ns(total / n), format_ns(compute / n) + " " + pct(compute, total),
+             format_ns(data / n) + " " + pct(data, total), format_ns(comm / n) + " " + pct(comm, total),
+             format_ns(other / n) + " " + pct(other, total)});
+    }
+    t.print(out);
+  }
+
+  Starvation st = starvation(run);
+  out << "\nInput pipeline\n";
+  {
+    Table t({"rank", "steps", "input wait", "input-bound", "verdict"});
+    for (const auto& r : st.per_rank)
+      t.add({std::to_string(r.rank), std::to_string(r.steps), format_ns(static_cast<double>(r.wait_ns)), fmt("%.1f%%", r.percent),
+             input_bound_name(r.level)});
+    t.add({"all", std::to_string(st.overall.steps), format_ns(static_cast<double>(st.overall.wait_ns)), fmt("%.1f%%", st.overall.percent),
+           input_bound_name(st.overall.level)});
+    t.print(out);
+  }
+  if (!st.queues.empty()) {
+    Table t({"queue", "rank", "samples", "empty", "empty ratio", "push/s", "pop/s"});
+    for (const auto& q : st.queues)
+      t.add({q.name, std::to_string(q.rank), std::to_string(q.samples), std::to_string(q.empty_samples),
+             fmt("%.1f%%", 100.0 * q.empty_ratio) + (q.flagged ? " (!)" : ""), fmt("%.1f", q.producer_per_s), fmt("%.1f", q.consumer_per_s)});
+    t.print(out);
+  }
+  if (!st.longest_spells.empty()) {
+    out << "  longest empty-queue spells:";
+    for (const auto& s : st.longest_spells)
+      out << " " << format_ns(static_cast<double>(s.duration_ns())) << " (rank " << s.rank << ", step " << s.step << ")";
+    out << "\n";
+  }
+  if (st.demand_per_s > 0) {
+    out << "  consumer demand " << fmt("%.1f", st.demand_per_s) << " batches/s";
+    if (st.per_worker_per_s > 0) out << ", one worker makes " << fmt("%.1f", st.per_worker_per_s) << " batches/s";
+    if (st.workers > 0) out << ", workers " << st.workers;
+    if (st.workers_needed > 0) out << "; workers to keep the queue non-empty: " << st.workers_needed;
+    out << "\n";
+  }
+
+  if (!run.allreduces.empty()) {
+    out << "\nAllreduce buckets\n";
+    {
+      Table t({"bucket", "params", "bytes", "ready->start", "max", "duration", "max"});
+      for (const auto& b : bucket_stats(run.allreduces))
+        t.add({std::to_string(b.bucket), concat("[", std::to_string(b.first_param), ",", std::to_string(b.last_param), "]"),
+               std::to_string(b.bytes), format_ns(b.mean_latency_ns), format_ns(static_cast<double>(b.max_latency_ns)),
+               format_ns(b.mean_duration_ns), format_ns(static_cast<double>(b.max_duration_ns))});
+      t.print(out);
+    }
+    auto comms = step_comms(run);
+    double comm = 0, overlap = 0, exposed = 0;
+    for (const auto& c : comms) {
+      comm += static_cast<double>(c.comm_ns);
+      overlap += static_cast<double>(c.overlap_ns);
+      exposed += static_cast<double>(c.exposed_ns);
+    }
+    double n = static_cast<double>(std::max<std::size_t>(1, comms.size()));
+    out << "  per step (DDP logger): communication " << format_ns(comm / n) << ", overlapped with backward "
+        << format_ns(overlap / n) << ", exposed " << format_ns(exposed / n) << "\n";
+    AlphaBeta ab = fit_alpha_beta(run.allreduces);
+    if (ab.valid) {
+      out << "  alpha-beta fit over " << ab.samples << " spans: t = " << format_ns(ab.alpha_ns) << " + "
+          << fmt("%.4g", ab.beta_ns_per_byte) << " ns/B * bytes (" << fmt("%.2f", 1.0 / std::max(ab.beta_ns_per_byte, 1e-12))
+          << " GB/s), r^2 " << fmt("%.3f", ab.r2) << "\n";
+    } else {
+      out << "  alpha-beta fit: needs spans of at least two sizes\n";
+    }
+    if (options.split_table && !run.params.empty()) {
+      out << "\n";
+      try {
+        write_split_suggestions(run, out);
+      } catch (const AnalysisError& e) {
+        out << "  split suggestions unavailable: " << e.what() << "\n";
+      }
+    }
+  }
+}
+
+}  // namespace wb::analysis

@@ -1,0 +1,84 @@
+// GPU activity for the profiler through CUPTI's Activity API: concurrent kernels (NCCL's included),
+// memcpy and memset, with timestamps on the host's now_ns() clock and each activity linked to the host
+// range that launched it (an external correlation id pushed for every Range). Optionally NVTX ranges
+// with the same names, so Nsight Systems shows our op names (--nvtx). CUDA builds only.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "profiler/record/recorder.hpp"
+#include "store/rows.hpp"
+
+namespace wb::profiler::cuda {
+
+// Reports a failed CUPTI call with its statement, file:line and CUPTI's message (WB_CUPTI_CHECK).
+void cupti_check(int result, const char* what, const char* file, int line);
+#define WB_CUPTI_CHECK(call) ::wb::profiler::cuda::cupti_check(static_cast<int>(call), #call, __FILE__, __LINE__)
+
+// True when the CUDA runtime sees at least one device (false when no driver is installed).
+bool device_present();
+
+// Turns CUPTI activity records into kernel rows. Kept apart from the tracer so the conversion can be
+// checked on hand-built records without a GPU. Kernels whose launch carried an external correlation id
+// get it as corr_id (the launching Range's id); records may arrive before their correlation record, so
+// those wait (take_rows(false)) until it shows up or until the end (take_rows(true): corr_id 0).
+class ActivityConverter {
+ public:
+  using InternFn = std::function<std::uint32_t(std::string_view)>;
+  using StreamTrackFn = std::function<std::uint32_t(std::uint32_t device, std::uint32_t stream)>;
+
+  ActivityConverter(InternFn intern, StreamTrackFn stream_track);
+
+  // record points to one CUpti_Activity (a typedef of an unnamed struct, so it cannot be declared here).
+  void add(const void* record);
+  // Rows ready to write; with final = true, also those still waiting for their correlation.
+  std::vector<store::KernelRow> take_rows(bool final);
+  std::size_t waiting() const { return waiting_.size(); }
+
+ private:
+  struct Waiting {
+    std::uint32_t correlation;
+    store::KernelRow row;
+  };
+  void emit(std::uint32_t correlation, store::KernelRow row);
+
+  InternFn intern_;
+  StreamTrackFn stream_track_;
+  std::map<std::uint32_t, std::uint64_t> external_;  // CUPTI correlation id -> our range's id
+  std::vector<Waiting> waiting_;
+  std::vector<store::KernelRow> ready_;
+  std::uint32_t max_correlation_ = 0;
+};
+
+struct CuptiOptions {
+  std::size_t buffer_bytes = std::size_t{4} << 20;  // CUPTI recommends 1-10 MB per buffer
+  bool nvtx = false;                                 // also push NVTX ranges with the op names
+};
+
+// Traces GPU activity into the running Recorder's Writer until destroyed. One per process.
+class CuptiTracer {
+ public:
+  explicit CuptiTracer(Recorder& recorder, CuptiOptions options = {});
+  ~CuptiTracer();
+  CuptiTracer(const CuptiTracer&) = delete;
+  CuptiTracer& operator=(const CuptiTracer&) = delete;
+
+  // Forces CUPTI to hand over every buffer and writes the rows.
+  void flush();
+  // Activity records CUPTI reported as dropped so far.
+  std::uint64_t dropped() const;
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace wb::profiler::cuda

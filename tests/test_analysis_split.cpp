@@ -1,0 +1,201 @@
+// The split-point model: predicted timelines, the DP optimum against brute force, MG-WFBP and DDP on
+// hand cases, and a model built from a recorded run.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "profiler/analysis/split_model.hpp"
+#include "store/writer.hpp"
+
+namespace fs = std::filesystem;
+using namespace wb;
+using analysis::SplitModel;
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
+
+namespace {
+
+SplitModel model(std::vector<double> ready, std::vector<double> bytes, double alpha, double beta, double compute_end) {
+  SplitModel m;
+  m.ready_ns = std::move(ready);
+  m.bytes = std::move(bytes);
+  m.alpha_ns = alpha;
+  m.beta_ns_per_byte = beta;
+  m.compute_end_ns = compute_end;
+  for (std::size_t i = 0; i < m.ready_ns.size(); ++i) m.names.push_back(analysis::concat("p", std::to_string(i)));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("predict runs buckets last-first on one stream", "[analysis]") {
+  // Forward order: parameter 2 is ready first (backward runs in reverse).
+  auto m = model({30, 20, 10}, {100, 100, 100}, 5, 0.1, 30);
+  m.measured_step_ns = 1000;
+  m.measured_exposed_ns = 40;
+
+  auto one = analysis::predict(m, std::vector<int>{});
+  REQUIRE(one.buckets.size() == 1);
+  CHECK_THAT(one.buckets[0].start_ns, WithinAbs(30, 1e-9));
+  CHECK_THAT(one.comm_end_ns, WithinAbs(30 + 5 + 30, 1e-9));
+  CHECK_THAT(one.exposed_ns, WithinAbs(35, 1e-9));
+  CHECK_THAT(one.step_ns, WithinAbs(1000 - 40 + 35, 1e-9));
+
+  std::vector<int> split{1, 2};
+  auto three = analysis::predict(m, split);
+  REQUIRE(three.buckets.size() == 3);
+  CHECK(three.buckets[0].first == 2);  // the last bucket runs first
+  CHECK_THAT(three.buckets[0].end_ns, WithinAbs(25, 1e-9));
+  CHECK_THAT(three.buckets[1].start_ns, WithinAbs(25, 1e-9));  // waits for the stream, not for readiness
+  CHECK_THAT(three.buckets[1].end_ns, WithinAbs(40, 1e-9));
+  CHECK_THAT(three.buckets[2].start_ns, WithinAbs(40, 1e-9));
+  CHECK_THAT(three.comm_end_ns, WithinAbs(55, 1e-9));
+  CHECK_THAT(three.exposed_ns, WithinAbs(25, 1e-9));
+}
+
+TEST_CASE("invalid splits are rejected with a clear error", "[analysis]") {
+  auto m = model({3, 2, 1, 0}, {1, 1, 1, 1}, 1, 1, 3);
+  REQUIRE_THROWS_AS(analysis::predict(m, std::vector<int>{0}), analysis::AnalysisError);
+  REQUIRE_THROWS_AS(analysis::predict(m, std::vector<int>{2, 1}), analysis::AnalysisError);
+  REQUIRE_THROWS_AS(analysis::predict(m, std::vector<int>{2, 2}), analysis::AnalysisError);
+  REQUIRE_THROWS_AS(analysis::predict(m, std::vector<int>{4}), analysis::AnalysisError);
+  REQUIRE_THROWS_AS(analysis::optimal_split(SplitModel{}), analysis::AnalysisError);
+  REQUIRE_NOTHROW(analysis::predict(m, std::vector<int>{1, 3}));
+}
+
+TEST_CASE("the DP split is as good as brute force over every split set", "[analysis]") {
+  std::mt19937_64 rng(42);
+  for (int trial = 0; trial < 300; ++trial) {
+    int p = 1 + static_cast<int>(rng() % 10);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    std::vector<double> ready(static_cast<std::size_t>(p)), bytes(static_cast<std::size_t>(p));
+    // Mostly increasing in backward order, with some out-of-order readiness.
+    double t = 0;
+    for (int k = p - 1; k >= 0; --k) {
+      t += 1000 * u(rng);
+      ready[static_cast<std::size_t>(k)] = trial % 3 == 0 ? 5000 * u(rng) : t;
+      bytes[static_cast<std::size_t>(k)] = 1 + std::floor(1e6 * u(rng));
+    }
+    double alpha = 2000 * u(rng);
+    double beta = 0.002 * u(rng);
+    auto m = model(ready, bytes, alpha, beta, *std::max_element(ready.begin(), ready.end()));
+
+    double best = std::numeric_limits<double>::infinity();
+    for (std::uint32_t mask = 0; mask < (1u << (p - 1)); ++mask) {
+      std::vector<int> split;
+      for (int i = 1; i < p; ++i)
+        if (mask & (1u << (i - 1))) split.push_back(i);
+      best = std::min(best, analysis::predict(m, split).comm_end_ns);
+    }
+    auto dp = analysis::optimal_split(m);
+    CAPTURE(trial, p, analysis::format_split(dp));
+    CHECK_THAT(analysis::predict(m, dp).comm_end_ns, WithinRel(best, 1e-12));
+    // Neither heuristic beats the optimum.
+    CHECK(analysis::predict(m, analysis::mgwfbp_split(m)).comm_end_ns >= best * (1 - 1e-12));
+    CHECK(analysis::predict(m, analysis::ddp_split(m, 2e6, 5e5)).comm_end_ns >= best * (1 - 1e-12));
+  }
+}
+
+TEST_CASE("MG-WFBP merges as its greedy rule says", "[analysis]") {
+  SECTION("a short wait (less than alpha) is worth a merge") {
+    // alpha 10, beta 1: tc = 20 each. Parameter 1 is ready 5 ns after 2 starts communicating (< alpha):
+    // merge; parameter 0 is ready at 50, long after the merged bucket ends at 35: its own bucket.
+    auto m = model({50, 5, 0}, {10, 10, 10}, 10, 1, 50);
+    CHECK(analysis::mgwfbp_split(m) == std::vector<int>{1});
+  }
+  SECTION("a bucket that has not started yet merges for free") {
+    // Parameter 2 runs 0-20 alone (1 is ready at 10, waiting 10 is not < alpha). Parameter 1 would start
+    // at 20, after 0 is ready at 15: merge 1 into 0.
+    auto m = model({15, 10, 0}, {10, 10, 10}, 10, 1, 15);
+    CHECK(analysis::mgwfbp_split(m) == std::vector<int>{2});
+    CHECK_THAT(analysis::predict(m, std::vector<int>{2}).comm_end_ns, WithinAbs(50, 1e-9));
+    CHECK_THAT(analysis::predict(m, std::vector<int>{1, 2}).comm_end_ns, WithinAbs(60, 1e-9));
+  }
+}
+
+TEST_CASE("DDP buckets: 1 MiB first, then 25 MiB, filled in reverse order", "[analysis]") {
+  const double mib = 1024.0 * 1024.0;
+  auto m = model({0, 0, 0, 0, 0, 0}, {10 * mib, 10 * mib, 10 * mib, 10 * mib, 0.5 * mib, 0.6 * mib}, 1, 1, 0);
+  // Reverse: 0.6 (<1), +0.5 = 1.1 closes at 4; 10, 20, 30 >= 25 closes at 1; 10 remains.
+  CHECK(analysis::ddp_split(m) == std::vector<int>{1, 4});
+}
+
+TEST_CASE("MindSpore's [85,160] applies to models with more than 160 parameters", "[analysis]") {
+  auto small = model(std::vector<double>(100, 0.0), std::vector<double>(100, 1.0), 1, 1, 0);
+  CHECK(analysis::mindspore_split(small).empty());
+  auto resnet = model(std::vector<double>(161, 0.0), std::vector<double>(161, 1.0), 1, 1, 0);
+  CHECK(analysis::mindspore_split(resnet) == std::vector<int>{85, 160});
+  auto s = analysis::suggest_splits(resnet);
+  CHECK(std::any_of(s.begin(), s.end(), [](const auto& x) { return x.strategy == "MindSpore [85,160]"; }));
+}
+
+TEST_CASE("a split model built from a recorded run", "[analysis]") {
+  fs::path dir = fs::temp_directory_path() / analysis::concat("wb_test_analysis_split_", std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::path file = dir / "run.sqlite";
+  // Parameters 0,1 of 200 floats and 2,3 of 100; backward of module m3 ends 100 ns after backward starts, m2 at 200,
+  // m1 at 300, m0 at 400 (in both steps). Buckets [0,2) and [2,4); bucket sizes 800 B each; spans of
+  // two sizes so the fit is determined: 1000 + 1 ns/B. Buckets [0,2) = 1600 B and [2,4) = 800 B.
+  {
+    store::WriterOptions o;
+    o.path = file;
+    o.handle_signals = false;
+    store::Writer w(o);
+    std::uint32_t main = w.add_track(store::TrackKind::thread, "main");
+    for (int i = 0; i < 4; ++i) w.add(store::ParamRow{i, analysis::concat("m", std::to_string(i), ".weight"), {i < 2 ? 200 : 100}, i < 2 ? 200 : 100, i < 2 ? 1 : 0, true});
+    for (int s = 0; s < 2; ++s) {
+      std::int64_t t = 1'000'000 * (s + 1);
+      w.add(store::RangeRow{main, w.intern("step"), t, t + 10'000, 7, 0, s, 0});
+      for (int k = 0; k < 4; ++k) {
+        int module = 3 - k;
+        w.add(store::RangeRow{main, w.intern(analysis::concat("m", std::to_string(module))), t + 100 * k, t + 100 * (k + 1), 1, 1, s, 0});
+      }
+      w.add(store::StepRow{0, s, t, t + 10'000, 0, 0, 1.0, 0.1, 8});
+      // Bucket 0 = params [2,3] ready at +200, bucket 1 = [0,1] ready at +400.
+      w.add(store::AllreduceRow{0, s, 0, 2, 3, 800, t + 200, t + 200, t + 200 + 1000 + 800});
+      w.add(store::AllreduceRow{0, s, 1, 0, 1, 1600, t + 400, t + 2000, t + 2000 + 1000 + 1600});
+    }
+    w.finish();
+  }
+  auto run = analysis::load_run(file);
+  auto m = analysis::build_split_model(run);
+  REQUIRE(m.size() == 4);
+  CHECK(m.steps_used == 2);
+  CHECK_THAT(m.ready_ns[3], WithinAbs(100, 1e-9));
+  CHECK_THAT(m.ready_ns[2], WithinAbs(200, 1e-9));
+  CHECK_THAT(m.ready_ns[1], WithinAbs(300, 1e-9));
+  CHECK_THAT(m.ready_ns[0], WithinAbs(400, 1e-9));
+  CHECK_THAT(m.compute_end_ns, WithinAbs(400, 1e-9));
+  CHECK_THAT(m.alpha_ns, WithinAbs(1000, 1e-6));
+  CHECK_THAT(m.beta_ns_per_byte, WithinRel(1.0, 1e-9));
+  // 2400 bytes over 600 elements in a step: 4 bytes per element.
+  CHECK_THAT(m.bytes[0], WithinAbs(800, 1e-9));
+  CHECK_THAT(m.bytes[3], WithinAbs(400, 1e-9));
+  CHECK(m.current_split == std::vector<int>{2});
+  CHECK_THAT(m.measured_step_ns, WithinAbs(10'000, 1e-9));
+  // Measured exposed: comm ends at +4600, backward at +400.
+  CHECK_THAT(m.measured_exposed_ns, WithinAbs(4200, 1e-9));
+  auto current = analysis::predict(m, m.current_split);
+  // The model replays the run: [2,4) 200-2000, then [0,2) waits for the stream: 2000-4600.
+  CHECK_THAT(current.comm_end_ns, WithinAbs(4600, 1e-9));
+  CHECK_THAT(current.exposed_ns, WithinAbs(m.measured_exposed_ns, 1e-9));
+  // The optimum is never worse than the run's own split.
+  CHECK(analysis::predict(m, analysis::optimal_split(m)).comm_end_ns <= current.comm_end_ns);
+
+  fs::path empty = dir / "empty.sqlite";
+  {
+    store::WriterOptions o;
+    o.path = empty;
+    o.handle_signals = false;
+    store::Writer w(o);
+    w.finish();
+  }
+  REQUIRE_THROWS_AS(analysis::build_split_model(analysis::load_run(empty)), analysis::AnalysisError);
+  fs::remove_all(dir);
+}

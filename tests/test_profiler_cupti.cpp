@@ -1,0 +1,178 @@
+// CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU, a traced
+// memset linked to the host range that issued it. CUDA builds only.
+#include <catch2/catch.hpp>
+
+#ifdef WB_PROFILER_CUPTI
+
+#include <cuda_runtime_api.h>
+#include <cupti.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "profiler/record/cuda/cupti_tracer.hpp"
+#include "store/reader.hpp"
+#include "store/writer.hpp"
+
+namespace fs = std::filesystem;
+using namespace wb;
+using profiler::cuda::ActivityConverter;
+
+namespace {
+
+#if CUPTI_API_VERSION >= 130000
+using KernelRecord = CUpti_ActivityKernel10;
+using MemcpyRecord = CUpti_ActivityMemcpy6;
+#else
+using KernelRecord = CUpti_ActivityKernel9;
+using MemcpyRecord = CUpti_ActivityMemcpy5;
+#endif
+
+struct Names {
+  std::map<std::string, std::uint32_t> ids;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::uint32_t> streams;
+  ActivityConverter converter{[this](std::string_view s) { return ids.emplace(std::string(s), static_cast<std::uint32_t>(ids.size() + 1)).first->second; },
+                              [this](std::uint32_t d, std::uint32_t s) {
+                                return streams.emplace(std::make_pair(d, s), static_cast<std::uint32_t>(100 + streams.size())).first->second;
+                              }};
+};
+
+CUpti_ActivityExternalCorrelation external(std::uint32_t correlation, std::uint64_t id) {
+  CUpti_ActivityExternalCorrelation e{};
+  e.kind = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION;
+  e.externalKind = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0;
+  e.externalId = id;
+  e.correlationId = correlation;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[profiler][cuda]") {
+  Names n;
+  KernelRecord k{};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.start = 1000;
+  k.end = 1500;
+  k.deviceId = 0;
+  k.streamId = 7;
+  k.correlationId = 42;
+  k.gridX = 128;
+  k.gridY = 2;
+  k.gridZ = 1;
+  k.blockX = 256;
+  k.blockY = 1;
+  k.blockZ = 1;
+  k.name = "ncclDevKernel_AllReduce_Sum_f32_RING_LL";
+  n.converter.add(&k);
+  // The kernel arrived before its correlation record: it waits.
+  CHECK(n.converter.waiting() == 1);
+  CHECK(n.converter.take_rows(false).empty());
+
+  auto e = external(42, 9);
+  n.converter.add(&e);
+  auto rows = n.converter.take_rows(false);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].corr_id == 9);
+  CHECK(rows[0].start_ns == 1000);
+  CHECK(rows[0].end_ns == 1500);
+  CHECK(rows[0].kind == static_cast<std::uint8_t>(store::KernelKind::kernel));
+  CHECK(rows[0].grid[0] == 128);
+  CHECK(rows[0].grid[1] == 2);
+  CHECK(rows[0].block[0] == 256);
+  CHECK(rows[0].name == n.ids.at("ncclDevKernel_AllReduce_Sum_f32_RING_LL"));
+  CHECK(rows[0].track == n.streams.at({0, 7}));
+
+  // Correlation first, then the copy: ready at once.
+  auto e2 = external(43, 10);
+  n.converter.add(&e2);
+  MemcpyRecord m{};
+  m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  m.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+  m.bytes = 4096;
+  m.start = 2000;
+  m.end = 2100;
+  m.streamId = 8;
+  m.correlationId = 43;
+  n.converter.add(&m);
+  rows = n.converter.take_rows(false);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].corr_id == 10);
+  CHECK(rows[0].bytes == 4096);
+  CHECK(rows[0].kind == static_cast<std::uint8_t>(store::KernelKind::memcpy));
+  CHECK(rows[0].name == n.ids.at("memcpy HtoD"));
+  CHECK(rows[0].track == n.streams.at({0, 8}));
+
+  // A memset launched outside every range never gets a correlation; the final take keeps it (corr 0).
+  CUpti_ActivityMemset4 s{};
+  s.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  s.bytes = 64;
+  s.start = 3000;
+  s.end = 3010;
+  s.correlationId = 44;
+  n.converter.add(&s);
+  CHECK(n.converter.take_rows(false).empty());
+  rows = n.converter.take_rows(true);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].corr_id == 0);
+  CHECK(rows[0].kind == static_cast<std::uint8_t>(store::KernelKind::memset));
+  CHECK(n.converter.waiting() == 0);
+
+  // Launches far behind the newest correlation are released rather than held forever.
+  KernelRecord old = k;
+  old.correlationId = 1;
+  n.converter.add(&old);
+  auto late = external(500'000, 77);
+  n.converter.add(&late);
+  rows = n.converter.take_rows(false);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].corr_id == 0);
+}
+
+TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profiler][cuda]") {
+  if (!profiler::cuda::device_present()) {
+    WARN("no CUDA device: the GPU part of this test is skipped");
+    return;
+  }
+  fs::path dir = fs::temp_directory_path() / ("wb_test_profiler_cupti_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    store::WriterOptions wo;
+    wo.path = dir / "run.sqlite";
+    wo.handle_signals = false;
+    store::Writer writer(wo);
+    profiler::Recorder rec(writer);
+    profiler::NameId op = rec.intern("zero_grad");
+    profiler::set_thread_name("main");
+    void* ptr = nullptr;
+    REQUIRE(cudaMalloc(&ptr, 1 << 20) == cudaSuccess);
+    {
+      profiler::cuda::CuptiTracer tracer(rec);
+      {
+        profiler::Range r(op, profiler::Category::optimizer);
+        REQUIRE(cudaMemset(ptr, 0, 1 << 20) == cudaSuccess);
+      }
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      tracer.flush();
+    }
+    cudaFree(ptr);
+    rec.stop();
+    writer.finish();
+  }
+  store::Reader reader(dir / "run.sqlite");
+  std::uint64_t corr = 0;
+  for (const auto& t : reader.tracks())
+    if (t.kind == store::TrackKind::thread)
+      for (const auto& r : reader.ranges(t.id)) corr = r.corr_id;
+  REQUIRE(corr != 0);
+  auto kernels = reader.kernels_by_corr(corr);
+  REQUIRE(kernels.size() >= 1);
+  CHECK(kernels[0].kind == static_cast<std::uint8_t>(store::KernelKind::memset));
+  CHECK(kernels[0].bytes == (1 << 20));
+  fs::remove_all(dir);
+}
+
+#endif  // WB_PROFILER_CUPTI
