@@ -162,6 +162,12 @@ int run_training(const TrainConfig& cfg_in) {
   std::unique_ptr<dist::Communicator> comm = make_communicator(info);
   const int rank = comm->rank();
   const int world = comm->size();
+  // The data shard: this rank's, or the one --shard names for a single process.
+  Shard shard{rank, world};
+  if (!cfg.shard.empty()) {
+    if (world > 1) throw ConfigError("--shard: a single-process aid, but this job has " + std::to_string(world) + " ranks");
+    shard = parse_shard(cfg.shard);
+  }
   if (cfg.threads == 0) cfg.threads = dist::default_threads(info, std::thread::hardware_concurrency());
   if (cfg.device == "cuda") {
     throw ConfigError("--device cuda: this wb-train has no CUDA backend built in (use --device cpu or auto)");
@@ -182,6 +188,7 @@ int run_training(const TrainConfig& cfg_in) {
   wo.path = rank_file;
   wo.rank = rank;
   wo.overwrite = true;
+  wo.build_indexes = world == 1;  // per-rank files get their indexes when merged
   store::Writer writer(wo);
   writer.set_meta("config_json", cfg.to_json().dump());
   writer.set_meta("world_size", std::to_string(world));
@@ -201,6 +208,7 @@ int run_training(const TrainConfig& cfg_in) {
   if (cfg.profile) {
     profiler::RecorderOptions ro;
     ro.clock = profiler::ClockMap(clock_start);
+    ro = cap_recorder_pool(ro, cfg.profile_buffer_events);
     recorder = std::make_unique<profiler::Recorder>(writer, ro);
     profiler::set_thread_name("main");
   }
@@ -215,13 +223,14 @@ int run_training(const TrainConfig& cfg_in) {
   pc.batch_size = cfg.batch_size;
   pc.workers = cfg.data_workers;
   pc.prefetch = cfg.prefetch;
-  pc.num_shards = world;
-  pc.shard_id = rank;
+  pc.num_shards = shard.count;
+  pc.shard_id = shard.rank;
   pc.seed = cfg.seed;
   pc.delay_us = cfg.data_delay_us;
   pc.transform.image_size = cfg.image_size;
   pc.transform.norm = data::default_normalization(train_set.kind);
-  int64_t steps_per_epoch = data::ShardSampler(train_set.size(), world, rank, cfg.batch_size, cfg.seed, true).steps_per_epoch();
+  int64_t steps_per_epoch =
+      data::ShardSampler(train_set.size(), shard.count, shard.rank, cfg.batch_size, cfg.seed, true).steps_per_epoch();
   const int64_t total_steps = cfg.total_steps(steps_per_epoch);
   pc.total_steps = total_steps;
 
@@ -235,7 +244,18 @@ int run_training(const TrainConfig& cfg_in) {
   mc.loss.smoothing = static_cast<float>(cfg.label_smoothing);
   model::ResNet50 model(*backend, mc);
   optim::Sgd sgd({static_cast<float>(cfg.momentum), static_cast<float>(cfg.weight_decay), cfg.nesterov});
-  if (!cfg.resume.empty()) load_checkpoint(cfg.resume, model, sgd);
+  // A checkpoint carries the number of steps behind it; --steps/--epochs remain the schedule's total,
+  // so the LR schedule and the data order go on exactly where the saved run stopped.
+  int64_t start_step = 0;
+  if (!cfg.resume.empty()) {
+    load_checkpoint(cfg.resume, model, sgd);
+    start_step = sgd.steps();
+    if (start_step >= total_steps) {
+      throw ConfigError("--resume " + cfg.resume.string() + ": the checkpoint is at step " + std::to_string(start_step) +
+                        ", so " + std::to_string(total_steps) +
+                        " total steps leave nothing to train (--steps counts from the start of training)");
+    }
+  }
 
   optim::LrScheduleConfig lc;
   lc.kind = optim::parse_lr_schedule_kind(cfg.lr_schedule);
@@ -291,13 +311,18 @@ int run_training(const TrainConfig& cfg_in) {
   model.set_observer(&step_observer);
   DataObserver data_observer(recorder.get());
   data::Pipeline pipe(train_set, pc, &data_observer);
+  // The pipeline always starts at batch 0; a resumed run passes over the batches already trained on
+  // so batch k still meets step k (augmentation is keyed by epoch and sample, not by time).
+  for (int64_t skipped = 0; skipped < start_step; ++skipped) {
+    if (!pipe.pop()) throw std::runtime_error("the data pipeline ended while skipping to step " + std::to_string(start_step));
+  }
   profiler::NameId step_name = recorder ? recorder->intern("step") : 0;
   profiler::NameId comm_wait_name = recorder ? recorder->intern("allreduce_wait") : 0;
 
   // 5. the steps
   Progress progress(rank == 0, total_steps, steps_per_epoch, cfg.batch_size * world, cfg.log_every);
   int exit_code = 0;
-  int64_t step = 0;
+  int64_t step = start_step;
   for (; step < total_steps; ++step) {
     if (store::Writer::stop_requested()) {
       if (rank == 0) std::cerr << "wb-train: stopping on signal after step " << step << "; the run stays incomplete\n";
@@ -336,6 +361,16 @@ int run_training(const TrainConfig& cfg_in) {
       if (dump) dump->after_step(model, loss);
     }
     const int64_t t1 = profiler::now_ns();
+    // Data parallelism's invariant: every rank holds the same parameters after every step (BN running
+    // statistics are per rank by design and not checked). Outside the timed step, a collective on all ranks.
+    if (cfg.check_sync && world > 1) {
+      const std::vector<float> params = model.params_to_host();  // host copy: the buffer may live on a GPU
+      if (!dist::identical_across_ranks(*comm, params.data(), params.size())) {
+        std::cerr << "wb-train: rank " << rank << ": --check-sync: parameters differ across ranks after step " << step
+                  << " (this rank's fingerprint " << dist::fingerprint(params.data(), params.size()) << ")\n";
+        exit_code = 1;
+      }
+    }
     if (!std::isfinite(loss)) {
       std::cerr << "wb-train: rank " << rank << ": loss is " << loss << " at step " << step
                 << " (diverged: lower --lr?)\n";

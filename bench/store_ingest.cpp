@@ -1,0 +1,124 @@
+// Store throughput: range rows per second into one run file from 2 producer threads, and the time to load
+// one track's ranges back into memory through Reader. Goals: >= 2M rows/s ingest, < 2 s for 5M ranges.
+//
+// usage: store_ingest [TOTAL_ROWS (default 10000000)] [DIR (default /tmp)]
+#include <unistd.h>
+
+#include <time.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "store/reader.hpp"
+#include "store/writer.hpp"
+
+using namespace wb::store;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  long long total = argc > 1 ? std::atoll(argv[1]) : 10'000'000LL;
+  std::filesystem::path dir = argc > 2 ? argv[2] : std::filesystem::temp_directory_path();
+  if (total <= 0) {
+    std::fprintf(stderr, "store_ingest: TOTAL_ROWS must be positive, got '%s'\n", argv[1]);
+    return 2;
+  }
+  auto path = dir / ("wb-store-ingest-" + std::to_string(::getpid()) + ".sqlite");
+  constexpr int kProducers = 2;
+  const long long per_thread = total / kProducers;
+
+  std::uint32_t first_track = 0;
+  std::uint64_t dropped = 0;
+  double cpu0 = cpu_seconds();
+  auto t0 = Clock::now();
+  Clock::time_point t_committed;
+  WriterStats stats;
+  {
+    WriterOptions o;
+    o.path = path;
+    o.handle_signals = false;
+    // Producers here emit as fast as they can, far above a trainer's event rate; a queue that holds
+    // everything measures what the store sustains instead of how much the overflow guard drops.
+    o.max_pending_rows = static_cast<std::size_t>(total) + 1;
+    Writer w(o);
+    std::vector<std::uint32_t> tracks;
+    for (int p = 0; p < kProducers; ++p) tracks.push_back(w.add_track(TrackKind::thread, "producer-" + std::to_string(p)));
+    first_track = tracks[0];
+    std::vector<std::uint32_t> names;
+    for (int i = 0; i < 200; ++i) names.push_back(w.intern("layer" + std::to_string(i / 20) + ".op" + std::to_string(i)));
+
+    // Producers emit like an instrumented trainer: short nested ranges, handed over in small batches.
+    std::vector<std::thread> producers;
+    for (int p = 0; p < kProducers; ++p) {
+      producers.emplace_back([&, p] {
+        std::vector<RangeRow> batch;
+        batch.reserve(256);
+        std::int64_t t = 1'000'000'000;
+        for (long long i = 0; i < per_thread; ++i) {
+          t += 700;
+          batch.push_back(RangeRow{tracks[static_cast<std::size_t>(p)], names[static_cast<std::size_t>(i % 200)], t,
+                                   t + 500, static_cast<std::uint8_t>(i % 8), static_cast<std::uint8_t>(i % 3),
+                                   static_cast<std::int32_t>(i / 50'000), static_cast<std::uint64_t>(i)});
+          if (batch.size() == 256) {
+            w.add(std::span<const RangeRow>(batch));
+            batch.clear();
+          }
+        }
+        w.add(std::span<const RangeRow>(batch));
+      });
+    }
+    for (auto& t : producers) t.join();
+    w.finish();
+    dropped = w.dropped();
+    stats = w.stats();
+    t_committed = Clock::now();
+  }
+  auto t_closed = Clock::now();
+  double cpu_s = cpu_seconds() - cpu0;
+  double commit_s = std::chrono::duration<double>(t_committed - t0).count();
+  double close_s = std::chrono::duration<double>(t_closed - t_committed).count();
+  double rows = static_cast<double>(per_thread * kProducers);
+  double rows_per_s = rows / commit_s;
+  std::printf("ingest: %lld range rows from %d threads committed in %.2f s = %.2fM rows/s (dropped %llu)\n",
+              per_thread * kProducers, kProducers, commit_s, rows_per_s / 1e6, static_cast<unsigned long long>(dropped));
+  // Wall time depends on what else the machine runs; the writer thread's CPU time per row does not (much).
+  double capacity = static_cast<double>(stats.rows_committed) / stats.commit_cpu_s;
+  std::printf("writer thread: %llu rows in %llu commits, %.2f s CPU = %.2fM rows per CPU-second\n",
+              static_cast<unsigned long long>(stats.rows_committed), static_cast<unsigned long long>(stats.commits),
+              stats.commit_cpu_s, capacity / 1e6);
+  std::printf("close: index build and WAL fold %.2f s; end to end %.2fM rows/s; process CPU %.2f s; file %.0f MB\n",
+              close_s, rows / (commit_s + close_s) / 1e6, cpu_s,
+              static_cast<double>(std::filesystem::file_size(path)) / 1e6);
+
+  double load_cpu0 = cpu_seconds();  // only this thread runs now
+  auto t1 = Clock::now();
+  std::size_t loaded = 0;
+  {
+    Reader r(path);
+    loaded = r.ranges(first_track).size();
+  }
+  double load_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  double load_cpu_s = cpu_seconds() - load_cpu0;
+  std::printf("load: %zu ranges of one track in %.2f s (%.2f s CPU) = %.2fM rows/s\n", loaded, load_s, load_cpu_s,
+              static_cast<double>(loaded) / load_s / 1e6);
+
+  std::filesystem::remove(path);
+  bool ok = dropped == 0 && loaded == static_cast<std::size_t>(per_thread);
+  std::printf("goals: ingest %.2fM rows/s wall (%.2fM per writer CPU-second) vs >= 2M = %.2fx (%.2fx); "
+              "load of %zu ranges %.2f s wall (%.2f s CPU) vs < 2 s = %.2fx (%.2fx)%s\n",
+              rows_per_s / 1e6, capacity / 1e6, rows_per_s / 2e6, capacity / 2e6, loaded, load_s, load_cpu_s,
+              2.0 / load_s, 2.0 / load_cpu_s, ok ? "" : " [rows lost]");
+  return ok ? 0 : 1;
+}

@@ -1,0 +1,171 @@
+// merge_run: per-rank files -> one run file. Each rank file is ATTACHed and copied with INSERT ... SELECT;
+// string ids are remapped through a temporary (old id -> new id) table joined on the text, track ids are
+// shifted past the tracks already merged, and nonzero correlation ids get the rank in their high bits
+// (CUPTI's ids are 32-bit and per process, so ranks would collide otherwise).
+#include "store/merge.hpp"
+
+#include <algorithm>
+#include <map>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "store/db.hpp"
+
+namespace wb::store {
+namespace {
+
+constexpr int kCorrRankShift = 40;
+
+struct RankFile {
+  int rank = 0;
+  std::filesystem::path path;
+  std::map<std::string, std::string> meta;
+};
+
+std::map<std::string, std::string> read_meta(Db& db) {
+  std::map<std::string, std::string> out;
+  auto& st = db.prepare("SELECT key, value FROM meta");
+  while (st.step()) out.emplace(st.column_text(0), st.column_text(1));
+  st.reset();
+  return out;
+}
+
+std::int64_t meta_int(const RankFile& f, const std::string& key, std::int64_t fallback) {
+  auto it = f.meta.find(key);
+  if (it == f.meta.end()) return fallback;
+  try {
+    return std::stoll(it->second);
+  } catch (const std::exception&) {
+    throw StoreError(f.path.string() + ": meta." + key + " is '" + it->second + "', expected an integer");
+  }
+}
+
+std::string quoted(const std::filesystem::path& p) {
+  std::string s = p.string();
+  std::string out = "'";
+  for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
+  return out + "'";
+}
+
+}  // namespace
+
+std::filesystem::path default_merge_output(const std::filesystem::path& run_dir) {
+  auto dir = run_dir;
+  while (!dir.empty() && !dir.has_filename() && dir.has_parent_path() && dir != dir.root_path()) dir = dir.parent_path();
+  auto out = dir;
+  out += ".sqlite";
+  return out;
+}
+
+MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::path out, bool overwrite) {
+  if (!std::filesystem::is_directory(run_dir))
+    throw StoreError(run_dir.string() + ": not a directory (expected a run directory holding rank-<r>.sqlite files)");
+
+  // Find and validate the rank files.
+  static const std::regex kRankName(R"(rank-(\d+)\.sqlite)");
+  std::vector<RankFile> files;
+  for (const auto& entry : std::filesystem::directory_iterator(run_dir)) {
+    std::smatch m;
+    std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && std::regex_match(name, m, kRankName))
+      files.push_back(RankFile{std::stoi(m[1].str()), entry.path(), {}});
+  }
+  if (files.empty()) throw StoreError(run_dir.string() + ": no rank-<r>.sqlite files to merge");
+  std::sort(files.begin(), files.end(), [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
+  for (auto& f : files) {
+    Db db = open_run(f.path, OpenMode::read_only);
+    f.meta = read_meta(db);
+    auto recorded = meta_int(f, "rank", f.rank);
+    if (recorded != f.rank)
+      throw StoreError(f.path.string() + ": holds rank " + std::to_string(recorded) + ", but its name says rank " +
+                       std::to_string(f.rank));
+  }
+  int world_size = std::max(files.front().rank == 0 ? static_cast<int>(meta_int(files.front(), "world_size", 1)) : 1,
+                            files.back().rank + 1);
+  std::string missing;
+  for (int r = 0, i = 0; r < world_size; ++r) {
+    if (i < static_cast<int>(files.size()) && files[static_cast<std::size_t>(i)].rank == r) {
+      ++i;
+      continue;
+    }
+    missing += (missing.empty() ? "" : ", ") + ("rank-" + std::to_string(r) + ".sqlite");
+  }
+  if (!missing.empty())
+    throw StoreError(run_dir.string() + ": missing rank files for world_size " + std::to_string(world_size) + ": " + missing);
+
+  if (out.empty()) out = default_merge_output(run_dir);
+  if (std::filesystem::exists(out) && !overwrite)
+    throw StoreError(out.string() + ": already exists (refusing to overwrite; pass overwrite to replace it)");
+
+  // Build into a temporary file and rename, so a failed merge never leaves a half-written run file.
+  auto tmp = out;
+  tmp += ".partial";
+  std::filesystem::remove(tmp);
+  bool complete = true;
+  std::int64_t dropped = 0;
+  try {
+    Db db(tmp, OpenMode::create);
+    db.exec("PRAGMA page_size = 16384; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -131072");
+    apply_schema(db, /*indexes=*/false);  // bulk inserts first, indexes once at the end
+
+    for (const RankFile& f : files) {
+      db.exec("ATTACH DATABASE " + quoted(f.path) + " AS src");
+      {
+        Transaction tx(db);
+        std::string track_offset = std::to_string(db.query_int64("SELECT coalesce(max(id), 0) FROM main.track"));
+        std::string r = std::to_string(f.rank);
+        std::string corr = "(CASE WHEN x.corr_id = 0 THEN 0 ELSE x.corr_id + (" + r + " << " +
+                           std::to_string(kCorrRankShift) + ") END)";
+        db.exec(
+            "INSERT OR IGNORE INTO main.string(text) SELECT text FROM src.string ORDER BY id;"
+            "CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
+            "INSERT INTO smap SELECT s.id, m.id FROM src.string s JOIN main.string m ON m.text = s.text;");
+        db.exec("INSERT INTO main.track(id, rank, kind, name_id) SELECT x.id + " + track_offset + ", " + r +
+                ", x.kind, smap.new FROM src.track x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.id");
+        db.exec("INSERT INTO main.range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) "
+                "SELECT x.track_id + " + track_offset + ", x.start_ns, x.end_ns, smap.new, x.category, x.depth, x.step, " +
+                corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
+        db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
+                "block_x, block_y, block_z, bytes) SELECT x.track_id + " + track_offset +
+                ", x.start_ns, x.end_ns, smap.new, " + corr +
+                ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes "
+                "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
+        db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT track_id + " + track_offset +
+                ", t_ns, value FROM src.counter ORDER BY rowid");
+        db.exec("INSERT INTO main.allreduce SELECT * FROM src.allreduce ORDER BY rowid;"
+                "INSERT INTO main.step SELECT * FROM src.step ORDER BY rowid;"
+                "INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
+                "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
+                "DROP TABLE temp.smap;");
+        if (f.rank == 0) {
+          // Parameters and saved comparisons are the same job-wide; rank 0's copy is the one kept.
+          db.exec("INSERT INTO main.param SELECT * FROM src.param;"
+                  "INSERT INTO main.comparison SELECT * FROM src.comparison;"
+                  "INSERT INTO main.comparison_row SELECT * FROM src.comparison_row;"
+                  "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
+                  "WHERE key NOT IN ('rank', 'schema_version');");
+        }
+        tx.commit();
+      }
+      db.exec("DETACH DATABASE src");
+      complete = complete && f.meta.count("complete") > 0 && f.meta.at("complete") == "1";
+      dropped += meta_int(f, "dropped_events", 0);
+    }
+
+    create_indexes(db);
+    Transaction tx(db);
+    auto& set = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    set.bind(1, "world_size").bind(2, std::to_string(world_size)).run();
+    set.bind(1, "complete").bind(2, complete ? "1" : "0").run();
+    set.bind(1, "dropped_events").bind(2, std::to_string(dropped)).run();
+    tx.commit();
+  } catch (...) {
+    std::filesystem::remove(tmp);
+    throw;
+  }
+  std::filesystem::rename(tmp, out);
+  return MergeResult{out, world_size, complete};
+}
+
+}  // namespace wb::store

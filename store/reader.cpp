@@ -1,0 +1,394 @@
+// Reader: the queries the app, the CLI and compare run on a run file. Bulk loads (all ranges of a track)
+// read rows with the raw SQLite API and choose between an index walk and a table scan by the track's
+// share of the table, since a scan costs about half as much per row as an index walk.
+#include "store/reader.hpp"
+
+#include <sqlite3.h>
+
+#include <algorithm>
+
+#include "store/db.hpp"
+
+namespace wb::store {
+namespace {
+
+constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
+constexpr const char* kKernelColumns =
+    "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes";
+
+// Reads the current row with the raw API: loading millions of ranges is the hot path of the app.
+RangeRow range_from(sqlite3_stmt* h) {
+  RangeRow r;
+  r.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
+  r.start_ns = sqlite3_column_int64(h, 1);
+  r.end_ns = sqlite3_column_int64(h, 2);
+  r.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
+  r.category = static_cast<std::uint8_t>(sqlite3_column_int(h, 4));
+  r.depth = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
+  r.step = sqlite3_column_int(h, 6);
+  r.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 7));
+  return r;
+}
+
+KernelRow kernel_from(sqlite3_stmt* h) {
+  KernelRow k;
+  k.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
+  k.start_ns = sqlite3_column_int64(h, 1);
+  k.end_ns = sqlite3_column_int64(h, 2);
+  k.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
+  k.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 4));
+  k.kind = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
+  for (int i = 0; i < 3; ++i) {
+    k.grid[i] = sqlite3_column_int(h, 6 + i);
+    k.block[i] = sqlite3_column_int(h, 9 + i);
+  }
+  k.bytes = sqlite3_column_int64(h, 12);
+  return k;
+}
+
+template <typename Row, typename Decode>
+std::vector<Row> collect(Statement& st, Decode decode, const ProgressFn& progress = {}, std::uint64_t total = 0) {
+  std::vector<Row> out;
+  if (total > 0) out.reserve(total);
+  while (st.step()) {
+    out.push_back(decode(st.handle()));
+    if (progress && (out.size() & 0xFFFFF) == 0) progress(out.size(), total);
+  }
+  st.reset();
+  if (progress) progress(out.size(), total);
+  return out;
+}
+
+std::vector<std::int64_t> parse_shape(Db& db, std::string_view text) {
+  try {
+    return shape_from_json(text);
+  } catch (const std::invalid_argument& e) {
+    throw StoreError(db.path().string() + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+Reader::Reader(const std::filesystem::path& path)
+    : db_(std::make_unique<Db>(open_run(path, OpenMode::read_only))) {}
+Reader::~Reader() = default;
+Reader::Reader(Reader&&) noexcept = default;
+Reader& Reader::operator=(Reader&&) noexcept = default;
+
+const std::filesystem::path& Reader::path() const { return db_->path(); }
+Db& Reader::db() { return *db_; }
+
+std::map<std::string, std::string> Reader::meta() {
+  std::map<std::string, std::string> out;
+  auto& st = db_->prepare("SELECT key, value FROM meta");
+  while (st.step()) out.emplace(st.column_text(0), st.column_text(1));
+  st.reset();
+  return out;
+}
+
+nlohmann::json Reader::config() {
+  auto m = meta();
+  auto it = m.find("config_json");
+  if (it == m.end() || it->second.empty()) return nlohmann::json::object();
+  try {
+    return nlohmann::json::parse(it->second);
+  } catch (const nlohmann::json::exception& e) {
+    throw StoreError(path().string() + ": meta.config_json is not valid JSON (" + e.what() + ")");
+  }
+}
+
+bool Reader::complete() {
+  auto m = meta();
+  auto it = m.find("complete");
+  return it != m.end() && it->second == "1";
+}
+
+int Reader::world_size() {
+  auto m = meta();
+  auto it = m.find("world_size");
+  if (it == m.end()) return 1;
+  try {
+    return std::stoi(it->second);
+  } catch (const std::exception&) {
+    throw StoreError(path().string() + ": meta.world_size is '" + it->second + "', expected an integer");
+  }
+}
+
+std::vector<RankRow> Reader::ranks() {
+  std::vector<RankRow> out;
+  auto& st = db_->prepare(
+      "SELECT rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events FROM rank ORDER BY rank");
+  while (st.step())
+    out.push_back(RankRow{static_cast<std::int32_t>(st.column_int64(0)), st.column_text(1), st.column_text(2),
+                          st.column_int64(3), st.column_int64(4), st.column_int64(5), st.column_int64(6)});
+  st.reset();
+  return out;
+}
+
+std::vector<TrackRow> Reader::tracks() {
+  std::vector<TrackRow> out;
+  auto& st = db_->prepare("SELECT id, rank, kind, name_id FROM track ORDER BY id");
+  while (st.step()) {
+    TrackRow t;
+    t.id = static_cast<std::uint32_t>(st.column_int64(0));
+    t.rank = static_cast<std::int32_t>(st.column_int64(1));
+    try {
+      t.kind = track_kind_from_name(st.column_text_view(2));
+    } catch (const std::invalid_argument& e) {
+      st.reset();
+      throw StoreError(path().string() + ": track " + std::to_string(t.id) + ": " + e.what());
+    }
+    t.name = static_cast<std::uint32_t>(st.column_int64(3));
+    out.push_back(t);
+  }
+  st.reset();
+  return out;
+}
+
+const std::vector<std::string>& Reader::strings() {
+  if (!strings_) {
+    std::vector<std::string> out(static_cast<std::size_t>(db_->query_int64("SELECT coalesce(max(id), 0) + 1 FROM string")));
+    auto& st = db_->prepare("SELECT id, text FROM string");
+    while (st.step()) out[static_cast<std::size_t>(st.column_int64(0))] = st.column_text(1);
+    st.reset();
+    strings_ = std::move(out);
+  }
+  return *strings_;
+}
+
+const std::string& Reader::string_at(std::uint32_t id) {
+  const auto& s = strings();
+  if (id == 0 || id >= s.size())
+    throw StoreError(path().string() + ": no string with id " + std::to_string(id));
+  return s[id];
+}
+
+std::vector<RangeRow> Reader::ranges(std::uint32_t track, const ProgressFn& progress) {
+  auto& c = db_->prepare("SELECT count(*) FROM range WHERE track_id = ?");
+  c.bind(1, track);
+  auto in_track = c.step() ? static_cast<std::uint64_t>(c.column_int64(0)) : 0;
+  c.reset();
+  auto in_table = static_cast<std::uint64_t>(db_->query_int64("SELECT coalesce(max(rowid), 0) FROM range"));
+  // Through the index every row costs a b-tree lookup of its table row; a plain scan reads rows where
+  // they lie, at about half the cost per row. So when the track is a large share of the table, scanning
+  // the whole table is faster, and rows come in recording order, which is nearly start order.
+  bool scan = in_track * 3 >= in_table;
+  // track_id is known, so it is bound rather than read from every row (each column read costs at
+  // millions of rows); "? AS track" keeps range_from's column positions.
+  constexpr const char* kCols = "SELECT ? AS track, start_ns, end_ns, name_id, category, depth, step, corr_id FROM range ";
+  auto& st = scan ? db_->prepare(std::string(kCols) + "NOT INDEXED WHERE track_id = ?2")
+                  : db_->prepare(std::string(kCols) + "WHERE track_id = ?2 ORDER BY start_ns");
+  st.bind(1, track).bind(2, track);
+  auto rows = collect<RangeRow>(st, range_from, progress, in_track);
+  // One order for both paths: by start, an enclosing range before the ranges it contains.
+  auto before = [](const RangeRow& a, const RangeRow& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+  };
+  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
+  return rows;
+}
+
+std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns) {
+  // The index orders by start; a range that overlaps [t0, t1] starts at most its track's longest
+  // duration before t0, which bounds the index scan.
+  auto it = max_range_ns_.find(track);
+  if (it == max_range_ns_.end()) {
+    auto& m = db_->prepare("SELECT coalesce(max(end_ns - start_ns), 0) FROM range WHERE track_id = ?");
+    m.bind(1, track);
+    std::int64_t longest = m.step() ? m.column_int64(0) : 0;
+    m.reset();
+    it = max_range_ns_.emplace(track, longest).first;
+  }
+  auto& st = db_->prepare(std::string("SELECT ") + kRangeColumns +
+                          " FROM range WHERE track_id = ? AND start_ns >= ? AND start_ns <= ? AND end_ns >= ? "
+                          "ORDER BY start_ns");
+  st.bind(1, track).bind(2, t0_ns - it->second).bind(3, t1_ns).bind(4, t0_ns);
+  auto rows = collect<RangeRow>(st, range_from);
+  auto before = [](const RangeRow& a, const RangeRow& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+  };
+  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
+  return rows;
+}
+
+std::vector<KernelRow> Reader::kernels(std::uint32_t track, const ProgressFn& progress) {
+  auto& st = db_->prepare(std::string("SELECT ") + kKernelColumns + " FROM kernel WHERE track_id = ? ORDER BY start_ns");
+  st.bind(1, track);
+  return collect<KernelRow>(st, kernel_from, progress);
+}
+
+std::vector<KernelRow> Reader::kernels(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns) {
+  auto it = max_kernel_ns_.find(track);
+  if (it == max_kernel_ns_.end()) {
+    auto& m = db_->prepare("SELECT coalesce(max(end_ns - start_ns), 0) FROM kernel WHERE track_id = ?");
+    m.bind(1, track);
+    std::int64_t longest = m.step() ? m.column_int64(0) : 0;
+    m.reset();
+    it = max_kernel_ns_.emplace(track, longest).first;
+  }
+  auto& st = db_->prepare(std::string("SELECT ") + kKernelColumns +
+                          " FROM kernel WHERE track_id = ? AND start_ns >= ? AND start_ns <= ? AND end_ns >= ? "
+                          "ORDER BY start_ns");
+  st.bind(1, track).bind(2, t0_ns - it->second).bind(3, t1_ns).bind(4, t0_ns);
+  return collect<KernelRow>(st, kernel_from);
+}
+
+std::vector<KernelRow> Reader::kernels_by_corr(std::uint64_t corr_id) {
+  auto& st = db_->prepare(std::string("SELECT ") + kKernelColumns + " FROM kernel WHERE corr_id = ? ORDER BY start_ns");
+  st.bind(1, static_cast<std::int64_t>(corr_id));
+  return collect<KernelRow>(st, kernel_from);
+}
+
+std::vector<CounterRow> Reader::counters(std::uint32_t track) {
+  auto& st = db_->prepare("SELECT track_id, t_ns, value FROM counter WHERE track_id = ? ORDER BY t_ns");
+  st.bind(1, track);
+  return collect<CounterRow>(st, [](sqlite3_stmt* h) {
+    return CounterRow{static_cast<std::uint32_t>(sqlite3_column_int64(h, 0)), sqlite3_column_int64(h, 1),
+                      sqlite3_column_double(h, 2)};
+  });
+}
+
+std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
+  constexpr const char* kCols = "SELECT rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images FROM step";
+  auto& st = rank ? db_->prepare(std::string(kCols) + " WHERE rank = ? ORDER BY rank, step")
+                  : db_->prepare(std::string(kCols) + " ORDER BY rank, step");
+  if (rank) st.bind(1, *rank);
+  return collect<StepRow>(st, [](sqlite3_stmt* h) {
+    return StepRow{sqlite3_column_int(h, 0),    sqlite3_column_int(h, 1),    sqlite3_column_int64(h, 2),
+                   sqlite3_column_int64(h, 3),  sqlite3_column_int64(h, 4),  sqlite3_column_int64(h, 5),
+                   sqlite3_column_double(h, 6), sqlite3_column_double(h, 7), sqlite3_column_int64(h, 8)};
+  });
+}
+
+std::vector<AllreduceRow> Reader::allreduces(std::optional<std::int32_t> rank) {
+  constexpr const char* kCols =
+      "SELECT rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns FROM allreduce";
+  auto& st = rank ? db_->prepare(std::string(kCols) + " WHERE rank = ? ORDER BY rank, step, start_ns, bucket")
+                  : db_->prepare(std::string(kCols) + " ORDER BY rank, step, start_ns, bucket");
+  if (rank) st.bind(1, *rank);
+  return collect<AllreduceRow>(st, [](sqlite3_stmt* h) {
+    return AllreduceRow{sqlite3_column_int(h, 0),   sqlite3_column_int(h, 1),   sqlite3_column_int(h, 2),
+                        sqlite3_column_int(h, 3),   sqlite3_column_int(h, 4),   sqlite3_column_int64(h, 5),
+                        sqlite3_column_int64(h, 6), sqlite3_column_int64(h, 7), sqlite3_column_int64(h, 8)};
+  });
+}
+
+std::vector<ParamRow> Reader::params() {
+  std::vector<ParamRow> out;
+  auto& st = db_->prepare("SELECT idx, name, shape, numel, bucket, decay FROM param ORDER BY idx");
+  while (st.step()) {
+    ParamRow p;
+    p.idx = static_cast<std::int32_t>(st.column_int64(0));
+    p.name = st.column_text(1);
+    p.shape = parse_shape(*db_, st.column_text_view(2));
+    p.numel = st.column_int64(3);
+    p.bucket = static_cast<std::int32_t>(st.column_int64(4));
+    p.decay = st.column_int64(5) != 0;
+    out.push_back(std::move(p));
+  }
+  st.reset();
+  return out;
+}
+
+std::vector<TensorInfo> Reader::tensors(std::optional<std::string_view> source) {
+  constexpr const char* kCols = "SELECT source, step, rank, kind, name, exec_order, dtype, shape, length(data) FROM tensor";
+  auto& st = source ? db_->prepare(std::string(kCols) + " WHERE source = ? ORDER BY source, step, rank, exec_order")
+                    : db_->prepare(std::string(kCols) + " ORDER BY source, step, rank, exec_order");
+  if (source) st.bind(1, *source);
+  std::vector<TensorInfo> out;
+  while (st.step()) {
+    TensorInfo t;
+    t.source = st.column_text(0);
+    t.step = static_cast<std::int32_t>(st.column_int64(1));
+    t.rank = static_cast<std::int32_t>(st.column_int64(2));
+    t.kind = st.column_text(3);
+    t.name = st.column_text(4);
+    t.exec_order = static_cast<std::int32_t>(st.column_int64(5));
+    t.dtype = st.column_text(6);
+    t.shape = parse_shape(*db_, st.column_text_view(7));
+    t.bytes = st.column_int64(8);
+    out.push_back(std::move(t));
+  }
+  st.reset();
+  return out;
+}
+
+TensorRow Reader::tensor(std::string_view source, std::string_view kind, std::string_view name, std::int32_t step,
+                         std::int32_t rank) {
+  auto& st = db_->prepare(
+      "SELECT source, step, rank, kind, name, exec_order, dtype, shape, data FROM tensor "
+      "WHERE source = ? AND name = ? AND kind = ? AND step = ? AND rank = ?");
+  st.bind(1, source).bind(2, name).bind(3, kind).bind(4, step).bind(5, rank);
+  if (!st.step())
+    throw StoreError(path().string() + ": no tensor " + std::string(kind) + " '" + std::string(name) + "' (source " +
+                     std::string(source) + ", step " + std::to_string(step) + ", rank " + std::to_string(rank) + ")");
+  TensorRow t;
+  t.source = st.column_text(0);
+  t.step = static_cast<std::int32_t>(st.column_int64(1));
+  t.rank = static_cast<std::int32_t>(st.column_int64(2));
+  t.kind = st.column_text(3);
+  t.name = st.column_text(4);
+  t.exec_order = static_cast<std::int32_t>(st.column_int64(5));
+  t.dtype = st.column_text(6);
+  std::string shape = st.column_text(7);
+  auto blob = st.column_blob(8);
+  t.data.assign(blob.begin(), blob.end());
+  st.reset();
+  t.shape = parse_shape(*db_, shape);
+  return t;
+}
+
+TensorRow Reader::tensor(std::string_view source, std::string_view name, std::int32_t step, std::int32_t rank) {
+  auto& st = db_->prepare("SELECT DISTINCT kind FROM tensor WHERE source = ? AND name = ? AND step = ? AND rank = ?");
+  st.bind(1, source).bind(2, name).bind(3, step).bind(4, rank);
+  std::vector<std::string> kinds;
+  while (st.step()) kinds.push_back(st.column_text(0));
+  st.reset();
+  if (kinds.size() > 1) {
+    std::string list;
+    for (const auto& k : kinds) list += (list.empty() ? "" : ", ") + k;
+    throw StoreError(path().string() + ": tensor name '" + std::string(name) + "' exists under several kinds (" + list +
+                     "); name the kind");
+  }
+  if (kinds.empty())
+    throw StoreError(path().string() + ": no tensor '" + std::string(name) + "' (source " + std::string(source) +
+                     ", step " + std::to_string(step) + ", rank " + std::to_string(rank) + ")");
+  return tensor(source, kinds[0], name, step, rank);
+}
+
+std::map<std::string, std::int64_t> Reader::row_counts() {
+  std::vector<std::string> tables;
+  auto& st = db_->prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+  while (st.step()) tables.push_back(st.column_text(0));
+  st.reset();
+  std::map<std::string, std::int64_t> out;
+  for (const auto& t : tables) out[t] = db_->query_int64("SELECT count(*) FROM \"" + t + "\"");
+  return out;
+}
+
+std::vector<ComparisonRow> Reader::comparisons() {
+  std::vector<ComparisonRow> out;
+  auto& st = db_->prepare(
+      "SELECT id, created_utc, a_path, b_path, profile, passed, failed, first_divergence, json FROM comparison ORDER BY id");
+  while (st.step())
+    out.push_back(ComparisonRow{st.column_int64(0), st.column_text(1), st.column_text(2), st.column_text(3),
+                                st.column_text(4), st.column_int64(5), st.column_int64(6), st.column_text(7),
+                                st.column_text(8)});
+  st.reset();
+  return out;
+}
+
+std::vector<ComparisonEntryRow> Reader::comparison_rows(std::int64_t comparison_id) {
+  std::vector<ComparisonEntryRow> out;
+  auto& st = db_->prepare(
+      "SELECT comparison_id, exec_order, name, kind, status, metrics_json FROM comparison_row "
+      "WHERE comparison_id = ? ORDER BY exec_order");
+  st.bind(1, comparison_id);
+  while (st.step())
+    out.push_back(ComparisonEntryRow{st.column_int64(0), static_cast<std::int32_t>(st.column_int64(1)),
+                                     st.column_text(2), st.column_text(3), st.column_text(4), st.column_text(5)});
+  st.reset();
+  return out;
+}
+
+}  // namespace wb::store

@@ -1,0 +1,84 @@
+// Read access to a run file, validated on open (open_run). Every query has an index behind it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "store/rows.hpp"
+
+namespace wb::store {
+
+class Db;
+
+// Called during long reads with rows loaded so far and the expected total (0 when unknown).
+using ProgressFn = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+class Reader {
+ public:
+  explicit Reader(const std::filesystem::path& path);  // throws StoreError (see open_run)
+  ~Reader();
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+
+  const std::filesystem::path& path() const;
+
+  std::map<std::string, std::string> meta();
+  // meta.config_json parsed; an empty object when absent. Throws StoreError on malformed JSON.
+  nlohmann::json config();
+  bool complete();
+  int world_size();  // meta.world_size, 1 when absent
+
+  std::vector<RankRow> ranks();
+  std::vector<TrackRow> tracks();
+  // Interned strings indexed by id; ids never written are empty strings.
+  const std::vector<std::string>& strings();
+  // The text of one id; throws StoreError for an unknown id.
+  const std::string& string_at(std::uint32_t id);
+
+  // All ranges of a track, ordered by start_ns, an enclosing range (lower depth) first on ties.
+  std::vector<RangeRow> ranges(std::uint32_t track, const ProgressFn& progress = {});
+  // Ranges of a track that overlap [t0_ns, t1_ns], in the same order.
+  std::vector<RangeRow> ranges(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns);
+  std::vector<KernelRow> kernels(std::uint32_t track, const ProgressFn& progress = {});
+  std::vector<KernelRow> kernels(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns);
+  // Kernels launched by one host range (same corr_id).
+  std::vector<KernelRow> kernels_by_corr(std::uint64_t corr_id);
+  std::vector<CounterRow> counters(std::uint32_t track);
+  std::vector<StepRow> steps(std::optional<std::int32_t> rank = std::nullopt);
+  std::vector<AllreduceRow> allreduces(std::optional<std::int32_t> rank = std::nullopt);
+  std::vector<ParamRow> params();
+
+  // Tensor metadata (no data), ordered by source, step, rank, exec_order.
+  std::vector<TensorInfo> tensors(std::optional<std::string_view> source = std::nullopt);
+  // One tensor with its data. Throws StoreError when absent.
+  TensorRow tensor(std::string_view source, std::string_view kind, std::string_view name, std::int32_t step,
+                   std::int32_t rank);
+  // Same, without the kind: throws StoreError when absent or when the name exists under several kinds.
+  TensorRow tensor(std::string_view source, std::string_view name, std::int32_t step, std::int32_t rank);
+
+  // Rows per table, for every table of the schema.
+  std::map<std::string, std::int64_t> row_counts();
+
+  std::vector<ComparisonRow> comparisons();
+  std::vector<ComparisonEntryRow> comparison_rows(std::int64_t comparison_id);
+
+  // The connection, for queries this class does not offer.
+  Db& db();
+
+ private:
+  std::unique_ptr<Db> db_;
+  std::optional<std::vector<std::string>> strings_;
+  std::map<std::uint32_t, std::int64_t> max_range_ns_;   // per track, for overlap queries
+  std::map<std::uint32_t, std::int64_t> max_kernel_ns_;
+};
+
+}  // namespace wb::store

@@ -1,0 +1,162 @@
+-- wb run file, schema version 1.
+-- One file per run (or per rank before `wb merge`). Python's sqlite3 reads it with no extra package.
+-- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
+-- offset before writing, and keeps the offsets in `rank` so drift can be checked.
+-- Names are interned in `string` and referred to by id (name_id), like Nsight Systems' StringIds.
+-- PRAGMA user_version and meta.schema_version both hold the version; newer builds migrate older files
+-- with one step per version (store/db.cpp, kMigrations).
+
+-- Key/value metadata of the run.
+--   schema_version  this schema's version ("1")
+--   created_utc     ISO-8601 UTC time the file was created
+--   config_json     the trainer's resolved configuration, JSON
+--   world_size      number of ranks in the job
+--   rank            the rank that wrote a per-rank file (absent in merged files)
+--   device          "cpu", "cuda:0", ...
+--   complete        "1" when the run finished cleanly, "0" while recording or after a crash/I/O error
+--   dropped_events  events lost by the recorder (queue overflow or failed commits)
+CREATE TABLE meta (
+  key   TEXT PRIMARY KEY,
+  value TEXT NOT NULL
+);
+
+-- Every name (operator, kernel, track, parameter) stored once.
+CREATE TABLE string (
+  id   INTEGER PRIMARY KEY,  -- referred to by *.name_id
+  text TEXT NOT NULL UNIQUE
+);
+
+-- One row per process of the job.
+CREATE TABLE rank (
+  rank                INTEGER PRIMARY KEY,  -- MPI rank, 0-based
+  host                TEXT NOT NULL,        -- host name
+  device              TEXT NOT NULL,        -- "cpu", "cuda:1", ...
+  pid                 INTEGER NOT NULL,     -- process id
+  clock_offset_ns     INTEGER NOT NULL,     -- add to this rank's clock to get rank 0's, measured at start
+  clock_offset_end_ns INTEGER NOT NULL,     -- the same, measured at the end (drift = end - start)
+  dropped_events      INTEGER NOT NULL      -- events this rank's recorder lost
+);
+
+-- A timeline lane: a host thread, a device stream, a data queue or a communicator.
+CREATE TABLE track (
+  id      INTEGER PRIMARY KEY,  -- unique within the file (remapped by wb merge)
+  rank    INTEGER NOT NULL,     -- rank.rank
+  kind    TEXT NOT NULL CHECK (kind IN ('thread', 'stream', 'queue', 'comm')),
+  name_id INTEGER NOT NULL      -- string.id, e.g. "main", "data-worker-2", "stream 7", "batch queue"
+);
+
+-- Host ranges: every operator's forward/backward, loss, optimizer, data wait, copy, step.
+CREATE TABLE range (
+  track_id INTEGER NOT NULL,  -- track.id (kind 'thread')
+  start_ns INTEGER NOT NULL,
+  end_ns   INTEGER NOT NULL,
+  name_id  INTEGER NOT NULL,  -- string.id: module name ("layer1.0.conv1") or phase name
+  category INTEGER NOT NULL,  -- 0 forward, 1 backward, 2 optimizer, 3 loss, 4 data, 5 h2d, 6 comm, 7 step
+  depth    INTEGER NOT NULL,  -- nesting level on the track, 0 = outermost
+  step     INTEGER NOT NULL,  -- training step, -1 outside a step
+  corr_id  INTEGER NOT NULL   -- correlation id shared with the kernels it launched, 0 = none
+);
+CREATE INDEX range_track_start ON range (track_id, start_ns);
+
+-- Device activity recorded by CUPTI (kernels, memcpys, memsets).
+CREATE TABLE kernel (
+  track_id INTEGER NOT NULL,  -- track.id (kind 'stream')
+  start_ns INTEGER NOT NULL,
+  end_ns   INTEGER NOT NULL,
+  name_id  INTEGER NOT NULL,  -- string.id: kernel name, or "memcpy HtoD" etc.
+  corr_id  INTEGER NOT NULL,  -- range.corr_id of the launching host range
+  kind     INTEGER NOT NULL,  -- 0 kernel, 1 memcpy, 2 memset
+  grid_x   INTEGER NOT NULL,  -- launch grid (0 for memcpy/memset)
+  grid_y   INTEGER NOT NULL,
+  grid_z   INTEGER NOT NULL,
+  block_x  INTEGER NOT NULL,  -- block size (0 for memcpy/memset)
+  block_y  INTEGER NOT NULL,
+  block_z  INTEGER NOT NULL,
+  bytes    INTEGER NOT NULL   -- bytes copied or set, 0 for kernels
+);
+CREATE INDEX kernel_track_start ON kernel (track_id, start_ns);
+CREATE INDEX kernel_corr ON kernel (corr_id);
+
+-- Sampled values: the batch queue's depth at every push and pop.
+CREATE TABLE counter (
+  track_id INTEGER NOT NULL,  -- track.id (kind 'queue')
+  t_ns     INTEGER NOT NULL,
+  value    REAL NOT NULL
+);
+CREATE INDEX counter_track_t ON counter (track_id, t_ns);
+
+-- One gradient bucket's allreduce in one step on one rank.
+CREATE TABLE allreduce (
+  rank        INTEGER NOT NULL,
+  step        INTEGER NOT NULL,
+  bucket      INTEGER NOT NULL,  -- 0 = the bucket holding the first parameters in forward order
+  first_param INTEGER NOT NULL,  -- param.idx of the bucket's first parameter
+  last_param  INTEGER NOT NULL,  -- param.idx of its last parameter (inclusive)
+  bytes       INTEGER NOT NULL,  -- gradient bytes reduced
+  ready_ns    INTEGER NOT NULL,  -- when the bucket's last gradient was produced
+  start_ns    INTEGER NOT NULL,  -- when the collective started
+  end_ns      INTEGER NOT NULL   -- when it completed
+);
+CREATE INDEX allreduce_rank_step ON allreduce (rank, step);
+
+-- One training step on one rank.
+CREATE TABLE step (
+  rank            INTEGER NOT NULL,
+  step            INTEGER NOT NULL,
+  start_ns        INTEGER NOT NULL,
+  end_ns          INTEGER NOT NULL,
+  data_wait_ns    INTEGER NOT NULL,  -- time blocked waiting for the next batch
+  comm_exposed_ns INTEGER NOT NULL,  -- allreduce time not overlapped with backward
+  loss            REAL NOT NULL,
+  lr              REAL NOT NULL,
+  images          INTEGER NOT NULL   -- images processed by this rank in the step
+);
+CREATE INDEX step_rank_step ON step (rank, step);
+
+-- Trainable parameters in forward order (ResNet-50: 161 tensors).
+CREATE TABLE param (
+  idx    INTEGER PRIMARY KEY,  -- position in forward order, the index split points refer to
+  name   TEXT NOT NULL,        -- torchvision name, e.g. "layer1.0.conv1.weight"
+  shape  TEXT NOT NULL,        -- JSON array, e.g. "[64,3,7,7]"
+  numel  INTEGER NOT NULL,
+  bucket INTEGER NOT NULL,     -- allreduce bucket (allreduce.bucket)
+  decay  INTEGER NOT NULL      -- 1 when weight decay applies
+);
+
+-- Dumped tensors (our own step dumps, source 'run'; imported references use other sources).
+CREATE TABLE tensor (
+  source     TEXT NOT NULL,     -- 'run' for this run's dumps
+  step       INTEGER NOT NULL,
+  rank       INTEGER NOT NULL,
+  kind       TEXT NOT NULL,     -- input, label, param, buffer, act, loss, grad, param_after, buffer_after, momentum
+  name       TEXT NOT NULL,     -- torchvision name ("conv1.weight", "layer1.0.conv1"); empty for input/label/loss
+  exec_order INTEGER NOT NULL,  -- order the tensor was produced in the step
+  dtype      TEXT NOT NULL,     -- safetensors spelling: 'F32', 'F64', 'F16', 'BF16', 'I32', 'I64', 'U8', 'BOOL'
+  shape      TEXT NOT NULL,     -- JSON array, e.g. "[8,3,32,32]"
+  data       BLOB NOT NULL      -- little-endian, C order
+);
+CREATE INDEX tensor_source_name ON tensor (source, name);
+
+-- Saved results of `wb compare`.
+CREATE TABLE comparison (
+  id               INTEGER PRIMARY KEY,
+  created_utc      TEXT NOT NULL,
+  a_path           TEXT NOT NULL,     -- the compared side
+  b_path           TEXT NOT NULL,     -- the reference side
+  profile          TEXT NOT NULL,     -- verdict profile, e.g. 'migration-fp32'
+  passed           INTEGER NOT NULL,  -- tensors that passed
+  failed           INTEGER NOT NULL,  -- tensors that failed
+  first_divergence TEXT NOT NULL,     -- JSON {name, kind, reason}, '' when none
+  json             TEXT NOT NULL      -- the full report, JSON
+);
+
+-- One compared tensor of a saved comparison.
+CREATE TABLE comparison_row (
+  comparison_id INTEGER NOT NULL,  -- comparison.id
+  exec_order    INTEGER NOT NULL,
+  name          TEXT NOT NULL,
+  kind          TEXT NOT NULL,
+  status        TEXT NOT NULL,     -- 'pass', 'fail', 'missing_a', 'missing_b', 'shape_mismatch', ...
+  metrics_json  TEXT NOT NULL      -- the metrics, JSON
+);
+CREATE INDEX comparison_row_id ON comparison_row (comparison_id, exec_order);

@@ -1,0 +1,523 @@
+// Writer: producers append rows to one pending batch under a short lock; a background thread swaps the
+// batch out and commits it in one transaction with cached prepared statements.
+//
+// Signal handling is process-wide: the handler only records the signal (async-signal-safe), and each
+// live Writer's background thread notices it within one polling interval, commits what is pending, and
+// after kSignalGrace re-raises the signal with the default action if the process is still alive.
+#include "store/writer.hpp"
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <optional>
+#include <utility>
+
+#include "store/db.hpp"
+
+namespace wb::store {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr std::int64_t kSignalGraceNs = 3'000'000'000;
+
+std::atomic<int> g_signal{0};
+std::atomic<std::int64_t> g_signal_time_ns{0};
+std::atomic<bool> g_stop{false};
+std::mutex g_handlers_mutex;
+int g_handler_users = 0;
+struct sigaction g_old_int {};
+struct sigaction g_old_term {};
+
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+std::int64_t monotonic_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // async-signal-safe, unlike std::chrono in a handler
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_signal.load() != 0) {
+    // A second signal: the user insists, so stop now with the default action.
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_signal_time_ns.store(monotonic_ns());
+  g_signal.store(sig);
+  g_stop.store(true);
+}
+
+void install_handlers() {
+  std::lock_guard lk(g_handlers_mutex);
+  if (g_handler_users++ > 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, &g_old_int);
+  sigaction(SIGTERM, &sa, &g_old_term);
+}
+
+void remove_handlers() {
+  std::lock_guard lk(g_handlers_mutex);
+  if (--g_handler_users > 0) return;
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+}
+
+std::string utc_now_iso() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+void remove_run_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    auto p = path;
+    p += suffix;
+    std::filesystem::remove(p, ec);
+  }
+}
+
+// Binds with the raw API: the hot insert loops run millions of times per second, and every call is still
+// checked, through one branch on the combined result.
+inline int bind_i64(sqlite3_stmt* st, int i, std::int64_t v) { return sqlite3_bind_int64(st, i, v); }
+
+constexpr std::size_t kRowsPerInsert = 32;
+
+const std::string& range_insert_sql(std::size_t rows) {
+  static const std::string one =
+      "INSERT INTO range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) VALUES "
+      "(?, ?, ?, ?, ?, ?, ?, ?)";
+  static const std::string many = [] {
+    std::string sql = one;
+    for (std::size_t k = 1; k < kRowsPerInsert; ++k) sql += ", (?, ?, ?, ?, ?, ?, ?, ?)";
+    return sql;
+  }();
+  return rows == 1 ? one : many;
+}
+
+}  // namespace
+
+struct Writer::Pending {
+  std::vector<std::pair<std::uint32_t, std::string>> strings;
+  std::vector<TrackRow> tracks;
+  std::vector<std::pair<std::string, std::string>> meta;
+  std::optional<RankRow> rank;
+  std::vector<RangeRow> ranges;
+  std::vector<KernelRow> kernels;
+  std::vector<CounterRow> counters;
+  std::vector<AllreduceRow> allreduces;
+  std::vector<StepRow> steps;
+  std::vector<ParamRow> params;
+  std::vector<TensorRow> tensors;
+
+  std::size_t event_rows() const {
+    return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
+           tensors.size();
+  }
+  bool empty() const {
+    return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
+  }
+  // Keeps what later rows depend on (strings, tracks, meta, rank) for a retry after a failed commit.
+  void keep_only_metadata() {
+    ranges.clear();
+    kernels.clear();
+    counters.clear();
+    allreduces.clear();
+    steps.clear();
+    params.clear();
+    tensors.clear();
+  }
+};
+
+Writer::Writer(WriterOptions opts) : opts_(std::move(opts)), pending_(std::make_unique<Pending>()) {
+  if (std::filesystem::exists(opts_.path)) {
+    if (!opts_.overwrite)
+      throw StoreError(opts_.path.string() + ": already exists (refusing to overwrite a run file)");
+    remove_run_file(opts_.path);
+  }
+  if (opts_.path.has_parent_path()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opts_.path.parent_path(), ec);
+  }
+  db_ = std::make_unique<Db>(opts_.path, OpenMode::create);
+  // Larger pages and cache make the batched inserts cheaper; WAL + NORMAL keeps committed batches safe
+  // against a process kill (not against power loss, which a profile need not survive).
+  db_->exec("PRAGMA page_size = 16384");
+  db_->exec("PRAGMA journal_mode = WAL");
+  db_->exec("PRAGMA synchronous = NORMAL");
+  db_->exec("PRAGMA cache_size = -65536");
+  db_->exec("PRAGMA wal_autocheckpoint = 4000");
+  // This writer is its file's only writer: a lock means another process holds the file, so a commit
+  // gives up after a second (the batch is counted as dropped) rather than stalling the queue.
+  sqlite3_busy_timeout(db_->handle(), 1000);
+  apply_schema(*db_, /*indexes=*/false);
+
+  {
+    Transaction tx(*db_);
+    auto& st = db_->prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+    for (auto [k, v] : {std::pair<const char*, std::string>{"created_utc", utc_now_iso()},
+                        {"rank", std::to_string(opts_.rank)},
+                        {"world_size", "1"},
+                        {"complete", "0"},
+                        {"dropped_events", "0"}}) {
+      st.bind(1, k).bind(2, v).run();
+    }
+    RankRow r;
+    r.rank = opts_.rank;
+    r.host = host_name();
+    r.pid = static_cast<std::int64_t>(getpid());
+    db_->prepare("INSERT OR REPLACE INTO rank VALUES (?, ?, ?, ?, ?, ?, ?)")
+        .bind(1, r.rank).bind(2, r.host).bind(3, r.device).bind(4, r.pid)
+        .bind(5, r.clock_offset_ns).bind(6, r.clock_offset_end_ns).bind(7, r.dropped_events).run();
+    tx.commit();
+  }
+
+  if (opts_.handle_signals) install_handlers();
+  thread_ = std::thread([this] { run_background(); });
+}
+
+Writer::~Writer() {
+  {
+    std::lock_guard lk(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  if (opts_.handle_signals) remove_handlers();
+  try {
+    if (opts_.build_indexes) create_indexes(*db_);
+  } catch (const StoreError& e) {
+    std::fprintf(stderr, "wb: %s: could not build indexes (queries will scan): %s\n", opts_.path.c_str(), e.what());
+  }
+  // Fold the WAL back so the closed run is one self-contained file a user can copy.
+  try {
+    db_->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+    db_->exec("PRAGMA journal_mode = DELETE");
+  } catch (const StoreError&) {
+    // The data is committed in the WAL either way; SQLite replays it on the next open.
+  }
+}
+
+std::uint32_t Writer::intern(std::string_view text) {
+  std::lock_guard ilk(intern_mutex_);
+  auto it = strings_.find(std::string(text));
+  if (it != strings_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(strings_.size() + 1);
+  strings_.emplace(std::string(text), id);
+  std::lock_guard lk(mutex_);
+  pending_->strings.emplace_back(id, std::string(text));
+  return id;
+}
+
+std::uint32_t Writer::add_track(TrackKind kind, std::string_view name) {
+  std::uint32_t name_id = intern(name);
+  std::lock_guard lk(mutex_);
+  std::uint32_t id = next_track_++;
+  pending_->tracks.push_back(TrackRow{id, opts_.rank, kind, name_id});
+  return id;
+}
+
+void Writer::set_meta(std::string_view key, std::string_view value) {
+  std::lock_guard lk(mutex_);
+  pending_->meta.emplace_back(std::string(key), std::string(value));
+}
+
+void Writer::set_rank(const RankRow& row) {
+  std::lock_guard lk(mutex_);
+  pending_->rank = row;
+}
+
+bool Writer::admit(std::size_t n) {
+  if (pending_rows_ + n > opts_.max_pending_rows) {
+    dropped_.fetch_add(n, std::memory_order_relaxed);
+    return false;
+  }
+  pending_rows_ += n;
+  // Wake the committer early when the batch grows large, so bursts do not run into the limit.
+  if (pending_rows_ >= opts_.max_pending_rows / 4 && pending_rows_ - n < opts_.max_pending_rows / 4)
+    wake_.notify_one();
+  return true;
+}
+
+// Rows are admitted whole or not at all per call, so a span is never half-recorded.
+#define WB_WRITER_ADD(Row, member)                                  \
+  void Writer::add(const Row& row) {                                \
+    std::lock_guard lk(mutex_);                                     \
+    if (admit(1)) pending_->member.push_back(row);                  \
+  }                                                                 \
+  void Writer::add(std::span<const Row> rows) {                     \
+    std::lock_guard lk(mutex_);                                     \
+    if (admit(rows.size()))                                         \
+      pending_->member.insert(pending_->member.end(), rows.begin(), rows.end()); \
+  }
+WB_WRITER_ADD(RangeRow, ranges)
+WB_WRITER_ADD(KernelRow, kernels)
+WB_WRITER_ADD(CounterRow, counters)
+WB_WRITER_ADD(AllreduceRow, allreduces)
+WB_WRITER_ADD(StepRow, steps)
+#undef WB_WRITER_ADD
+
+void Writer::add(ParamRow row) {
+  std::lock_guard lk(mutex_);
+  if (admit(1)) pending_->params.push_back(std::move(row));
+}
+
+void Writer::add(TensorRow row) {
+  std::lock_guard lk(mutex_);
+  if (admit(1)) pending_->tensors.push_back(std::move(row));
+}
+
+void Writer::count_dropped(std::uint64_t n) { dropped_.fetch_add(n, std::memory_order_relaxed); }
+std::uint64_t Writer::dropped() const { return dropped_.load(std::memory_order_relaxed); }
+bool Writer::failed() const { return failed_.load(); }
+bool Writer::stop_requested() { return g_stop.load(); }
+
+WriterStats Writer::stats() const {
+  std::lock_guard lk(mutex_);
+  return stats_;
+}
+
+void Writer::flush() {
+  std::unique_lock lk(mutex_);
+  std::uint64_t target = ++flush_requested_;
+  wake_.notify_all();
+  committed_.wait(lk, [&] { return flush_done_ >= target; });
+}
+
+bool Writer::finish() {
+  flush();
+  if (failed_.load()) return false;
+  set_meta("complete", "1");
+  flush();
+  if (failed_.load()) return false;
+  return true;
+}
+
+void Writer::run_background() {
+  auto next_commit = std::chrono::steady_clock::now() + opts_.flush_interval;
+  bool signal_seen = false;
+  while (true) {
+    Pending batch;
+    std::uint64_t generation = 0;
+    bool stop = false;
+    {
+      std::unique_lock lk(mutex_);
+      auto grace_over = [&] { return signal_seen && monotonic_ns() - g_signal_time_ns.load() >= kSignalGraceNs; };
+      while (!stopping_ && flush_requested_ == flush_done_ && std::chrono::steady_clock::now() < next_commit &&
+             (signal_seen || g_signal.load() == 0) && !grace_over()) {
+        auto left = next_commit - std::chrono::steady_clock::now();
+        wake_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(left, kPollInterval));
+      }
+      std::swap(batch, *pending_);
+      pending_rows_ = 0;
+      generation = flush_requested_;
+      stop = stopping_;
+    }
+    if (opts_.handle_signals && g_signal.load() != 0) signal_seen = true;
+
+    std::size_t rows = batch.event_rows();
+    double cpu0 = thread_cpu_s();
+    auto wall0 = std::chrono::steady_clock::now();
+    bool committed = commit(batch);
+    next_commit = std::chrono::steady_clock::now() + opts_.flush_interval;
+    {
+      std::lock_guard lk(mutex_);
+      flush_done_ = std::max(flush_done_, generation);
+      if (committed) {
+        stats_.rows_committed += rows;
+        stats_.commits += 1;
+      }
+      stats_.commit_cpu_s += thread_cpu_s() - cpu0;
+      stats_.commit_wall_s += std::chrono::duration<double>(next_commit - opts_.flush_interval - wall0).count();
+    }
+    committed_.notify_all();
+    if (stop) break;
+
+    if (signal_seen && monotonic_ns() - g_signal_time_ns.load() >= kSignalGraceNs) {
+      // The program did not stop in time after SIGINT/SIGTERM: let the signal's default action end it.
+      int sig = g_signal.load();
+      std::signal(sig, SIG_DFL);
+      kill(getpid(), sig);
+    }
+  }
+}
+
+bool Writer::commit(Pending& batch) {
+  std::uint64_t dropped_now = dropped_.load();
+  if (batch.empty() && dropped_now == dropped_written_) return false;
+  try {
+    Db& db = *db_;
+    Transaction tx(db);
+    if (!batch.strings.empty()) {
+      auto& st = db.prepare("INSERT INTO string(id, text) VALUES (?, ?)");
+      for (auto& [id, text] : batch.strings) st.bind(1, id).bind(2, text).run();
+    }
+    if (!batch.tracks.empty()) {
+      auto& st = db.prepare("INSERT INTO track(id, rank, kind, name_id) VALUES (?, ?, ?, ?)");
+      for (auto& t : batch.tracks) st.bind(1, t.id).bind(2, t.rank).bind(3, track_kind_name(t.kind)).bind(4, t.name).run();
+    }
+    if (!batch.meta.empty()) {
+      auto& st = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+      for (auto& [k, v] : batch.meta) st.bind(1, k).bind(2, v).run();
+    }
+    if (batch.rank) {
+      const RankRow& r = *batch.rank;
+      db.prepare(
+            "INSERT OR REPLACE INTO rank(rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)")
+          .bind(1, r.rank).bind(2, r.host).bind(3, r.device).bind(4, r.pid)
+          .bind(5, r.clock_offset_ns).bind(6, r.clock_offset_end_ns).bind(7, static_cast<std::int64_t>(dropped_now))
+          .run();
+    }
+    if (!batch.ranges.empty()) {
+      // Many rows per statement: the per-statement cost (step, reset, VDBE setup) dominates small rows.
+      auto bind_range = [&](sqlite3_stmt* h, int base, const RangeRow& r) {
+        return bind_i64(h, base + 1, r.track) | bind_i64(h, base + 2, r.start_ns) | bind_i64(h, base + 3, r.end_ns) |
+               bind_i64(h, base + 4, r.name) | bind_i64(h, base + 5, r.category) | bind_i64(h, base + 6, r.depth) |
+               bind_i64(h, base + 7, r.step) | bind_i64(h, base + 8, static_cast<std::int64_t>(r.corr_id));
+      };
+      std::size_t i = 0;
+      const std::size_t n = batch.ranges.size();
+      if (n >= kRowsPerInsert) {
+        sqlite3_stmt* h = db.prepare(range_insert_sql(kRowsPerInsert)).handle();
+        for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
+          int rc = 0;
+          for (std::size_t k = 0; k < kRowsPerInsert; ++k) rc |= bind_range(h, static_cast<int>(8 * k), batch.ranges[i + k]);
+          WB_SQLITE_CHECK(db.handle(), rc);
+          WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+          sqlite3_reset(h);
+        }
+      }
+      if (i < n) {
+        sqlite3_stmt* h = db.prepare(range_insert_sql(1)).handle();
+        for (; i < n; ++i) {
+          WB_SQLITE_CHECK(db.handle(), bind_range(h, 0, batch.ranges[i]));
+          WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+          sqlite3_reset(h);
+        }
+      }
+    }
+    if (!batch.kernels.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
+          "block_x, block_y, block_z, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      sqlite3_stmt* h = st.handle();
+      for (const KernelRow& k : batch.kernels) {
+        int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
+                 bind_i64(h, 4, k.name) | bind_i64(h, 5, static_cast<std::int64_t>(k.corr_id)) | bind_i64(h, 6, k.kind) |
+                 bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
+                 bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
+                 bind_i64(h, 13, k.bytes);
+        WB_SQLITE_CHECK(db.handle(), rc);
+        WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+        sqlite3_reset(h);
+      }
+    }
+    if (!batch.counters.empty()) {
+      auto& st = db.prepare("INSERT INTO counter(track_id, t_ns, value) VALUES (?, ?, ?)");
+      sqlite3_stmt* h = st.handle();
+      for (const CounterRow& c : batch.counters) {
+        int rc = bind_i64(h, 1, c.track) | bind_i64(h, 2, c.t_ns) | sqlite3_bind_double(h, 3, c.value);
+        WB_SQLITE_CHECK(db.handle(), rc);
+        WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+        sqlite3_reset(h);
+      }
+    }
+    if (!batch.allreduces.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const AllreduceRow& a : batch.allreduces)
+        st.bind(1, a.rank).bind(2, a.step).bind(3, a.bucket).bind(4, a.first_param).bind(5, a.last_param)
+            .bind(6, a.bytes).bind(7, a.ready_ns).bind(8, a.start_ns).bind(9, a.end_ns).run();
+    }
+    if (!batch.steps.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const StepRow& s : batch.steps)
+        st.bind(1, s.rank).bind(2, s.step).bind(3, s.start_ns).bind(4, s.end_ns).bind(5, s.data_wait_ns)
+            .bind(6, s.comm_exposed_ns).bind(7, s.loss).bind(8, s.lr).bind(9, s.images).run();
+    }
+    if (!batch.params.empty()) {
+      auto& st = db.prepare(
+          "INSERT OR REPLACE INTO param(idx, name, shape, numel, bucket, decay) VALUES (?, ?, ?, ?, ?, ?)");
+      for (const ParamRow& p : batch.params)
+        st.bind(1, p.idx).bind(2, p.name).bind(3, shape_to_json(p.shape)).bind(4, p.numel).bind(5, p.bucket)
+            .bind(6, p.decay ? 1 : 0).run();
+    }
+    if (!batch.tensors.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO tensor(source, step, rank, kind, name, exec_order, dtype, shape, data) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const TensorRow& t : batch.tensors)
+        st.bind(1, t.source).bind(2, t.step).bind(3, t.rank).bind(4, t.kind).bind(5, t.name).bind(6, t.exec_order)
+            .bind(7, t.dtype).bind(8, shape_to_json(t.shape)).bind(9, std::span<const std::byte>(t.data)).run();
+    }
+    if (dropped_now != dropped_written_) {
+      auto dropped_text = std::to_string(dropped_now);
+      db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('dropped_events', ?)").bind(1, dropped_text).run();
+      db.prepare("UPDATE rank SET dropped_events = ? WHERE rank = ?")
+          .bind(1, static_cast<std::int64_t>(dropped_now)).bind(2, opts_.rank).run();
+    }
+    tx.commit();
+    dropped_written_ = dropped_now;
+    return true;
+  } catch (const std::exception& e) {
+    // Recording must never take training down: report once, count the lost rows, keep going.
+    if (!failed_.exchange(true))
+      std::fprintf(stderr, "wb: recording to %s failed, the run will be marked incomplete: %s\n",
+                   opts_.path.c_str(), e.what());
+    dropped_.fetch_add(batch.event_rows());
+    batch.keep_only_metadata();
+    std::lock_guard lk(mutex_);
+    // Re-queue what later rows refer to, ahead of anything added meanwhile.
+    Pending& p = *pending_;
+    p.strings.insert(p.strings.begin(), batch.strings.begin(), batch.strings.end());
+    p.tracks.insert(p.tracks.begin(), batch.tracks.begin(), batch.tracks.end());
+    p.meta.insert(p.meta.begin(), batch.meta.begin(), batch.meta.end());
+    if (!p.rank) p.rank = batch.rank;
+    return false;
+  }
+}
+
+std::int64_t save_comparison(const std::filesystem::path& run, const ComparisonRow& c,
+                             std::span<const ComparisonEntryRow> rows) {
+  Db db = open_run(run, OpenMode::read_write);
+  Transaction tx(db);
+  db.prepare(
+        "INSERT INTO comparison(created_utc, a_path, b_path, profile, passed, failed, first_divergence, json) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, c.created_utc.empty() ? utc_now_iso() : c.created_utc).bind(2, c.a_path).bind(3, c.b_path)
+      .bind(4, c.profile).bind(5, c.passed).bind(6, c.failed).bind(7, c.first_divergence).bind(8, c.json).run();
+  std::int64_t id = db.last_insert_rowid();
+  auto& st = db.prepare(
+      "INSERT INTO comparison_row(comparison_id, exec_order, name, kind, status, metrics_json) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const ComparisonEntryRow& r : rows)
+    st.bind(1, id).bind(2, r.exec_order).bind(3, r.name).bind(4, r.kind).bind(5, r.status).bind(6, r.metrics_json).run();
+  tx.commit();
+  return id;
+}
+
+}  // namespace wb::store

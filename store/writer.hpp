@@ -1,0 +1,145 @@
+// The recording side of a run file. Producers on any thread append rows to in-memory batches under a
+// short lock; one background thread commits them in batched transactions with prepared statements.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "store/rows.hpp"
+
+namespace wb::store {
+
+class Db;
+
+struct WriterOptions {
+  std::filesystem::path path;
+  int rank = 0;
+  // Rows waiting for the background thread beyond this are dropped and counted, so a stalled disk
+  // never grows memory without bound.
+  std::size_t max_pending_rows = std::size_t{1} << 22;
+  // How often pending rows are committed; DESIGN.md promises at most 200 ms of loss on a kill.
+  std::chrono::milliseconds flush_interval{100};
+  // Commit pending rows on SIGINT/SIGTERM and raise stop_requested() (see Writer).
+  bool handle_signals = true;
+  // Replace an existing file at path instead of failing.
+  bool overwrite = false;
+  // Build the schema's indexes when the writer closes. Rows are recorded without indexes (each one would
+  // roughly double the cost of every insert); a per-rank file that wb merge will combine can skip them,
+  // since merge builds the merged file's indexes itself.
+  bool build_indexes = true;
+};
+
+// What the background thread has done so far, for overhead reports and benchmarks.
+struct WriterStats {
+  std::uint64_t rows_committed = 0;  // event rows (ranges, kernels, counters, ...) committed
+  std::uint64_t commits = 0;         // transactions committed
+  double commit_cpu_s = 0.0;         // CPU time the background thread spent committing
+  double commit_wall_s = 0.0;        // wall time it spent committing
+};
+
+// Writes one rank's run file (RUN/rank-<r>.sqlite or a single-process RUN.sqlite).
+//
+// Signals (handle_signals): on SIGINT/SIGTERM everything pending is committed within one polling
+// interval (<= 50 ms), stop_requested() becomes true so the training loop can stop cleanly, and if the
+// process is still alive 3 s later the default handler is restored and the signal raised again.
+//
+// I/O errors (full disk, locked file) never reach the producers: the first is reported once on stderr,
+// the rows of every failed batch are counted as dropped, and meta.complete stays 0.
+class Writer {
+ public:
+  explicit Writer(WriterOptions opts);  // throws StoreError if the file exists (unless overwrite)
+  // Flushes, builds the indexes (unless opts.build_indexes is false) and closes; meta.complete is left
+  // as it is. A killed writer leaves a file without indexes: readers still get every row (by scanning),
+  // and open_run(read_write) or wb merge add the indexes.
+  ~Writer();
+  Writer(const Writer&) = delete;
+  Writer& operator=(const Writer&) = delete;
+
+  // A stable id for a string, memoized; the string row is written with the next commit. Thread-safe.
+  std::uint32_t intern(std::string_view text);
+  // A new track of this writer's rank. Thread-safe.
+  std::uint32_t add_track(TrackKind kind, std::string_view name);
+
+  void set_meta(std::string_view key, std::string_view value);
+  // Replaces this rank's row (a default row with host and pid is written at creation).
+  void set_rank(const RankRow& row);
+
+  void add(const RangeRow& row);
+  void add(std::span<const RangeRow> rows);
+  void add(const KernelRow& row);
+  void add(std::span<const KernelRow> rows);
+  void add(const CounterRow& row);
+  void add(std::span<const CounterRow> rows);
+  void add(const AllreduceRow& row);
+  void add(std::span<const AllreduceRow> rows);
+  void add(const StepRow& row);
+  void add(std::span<const StepRow> rows);
+  void add(ParamRow row);
+  void add(TensorRow row);
+
+  // Counts events a producer lost on its own (e.g. a full ring buffer) as dropped.
+  void count_dropped(std::uint64_t n);
+  // Rows lost so far (over max_pending_rows, failed commits, count_dropped).
+  std::uint64_t dropped() const;
+  // True once a commit has failed; the run will stay incomplete.
+  bool failed() const;
+  WriterStats stats() const;
+
+  // Blocks until everything enqueued before the call has been committed (or counted as dropped).
+  void flush();
+  // Flushes and marks the run complete (meta.complete = 1). Returns false, leaving complete = 0, when
+  // any commit failed.
+  bool finish();
+
+  const std::filesystem::path& path() const { return opts_.path; }
+  int rank() const { return opts_.rank; }
+
+  // True after SIGINT/SIGTERM was received by a process with a signal-handling Writer.
+  static bool stop_requested();
+
+ private:
+  struct Pending;
+  void run_background();
+  bool admit(std::size_t n);  // under mutex_: room for n more rows, else counts them as dropped
+  bool commit(Pending& batch);  // true when the batch was committed
+
+  WriterOptions opts_;
+  std::unique_ptr<Db> db_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;       // producers/flush -> background thread
+  std::condition_variable committed_;  // background thread -> flush()
+  std::unique_ptr<Pending> pending_;
+  std::size_t pending_rows_ = 0;
+  std::uint64_t flush_requested_ = 0;
+  std::uint64_t flush_done_ = 0;
+  bool stopping_ = false;
+
+  std::mutex intern_mutex_;
+  std::unordered_map<std::string, std::uint32_t> strings_;
+  std::uint32_t next_track_ = 1;
+
+  std::atomic<std::uint64_t> dropped_{0};
+  std::atomic<bool> failed_{false};
+  std::uint64_t dropped_written_ = 0;  // background thread only
+  WriterStats stats_;                  // under mutex_
+  std::thread thread_;
+};
+
+// Appends a comparison and its rows to an existing run file; returns the comparison's id.
+std::int64_t save_comparison(const std::filesystem::path& run, const ComparisonRow& comparison,
+                             std::span<const ComparisonEntryRow> rows);
+
+}  // namespace wb::store

@@ -1,0 +1,175 @@
+// merge_run: per-rank files become one run file with tracks, strings and correlation ids remapped.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "store/db.hpp"
+#include "store/merge.hpp"
+#include "store/reader.hpp"
+#include "store/writer.hpp"
+#include "store_test_util.hpp"
+
+using namespace wb::store;
+using wb::test::TempDir;
+using Catch::Contains;
+
+namespace {
+
+// What one rank recorded, by name, to compare against the merged file independently of ids.
+struct Recorded {
+  std::vector<std::tuple<std::string, std::string, std::int64_t, std::int64_t>> ranges;  // track, name, start, end
+  std::vector<std::tuple<std::string, std::string, std::int64_t>> kernels;               // track, name, start
+};
+
+// Rank r interns names in a different order than other ranks and shares some, so ids collide across files.
+Recorded write_rank(const std::filesystem::path& dir, int rank, int world_size, bool finish) {
+  Recorded rec;
+  WriterOptions o;
+  o.path = dir / ("rank-" + std::to_string(rank) + ".sqlite");
+  o.rank = rank;
+  o.handle_signals = false;
+  Writer w(o);
+  w.set_meta("world_size", std::to_string(world_size));
+  w.set_meta("device", "cpu");
+  w.set_meta("config_json", R"({"ranks": )" + std::to_string(world_size) + "}");
+  std::string main_name = "main-r" + std::to_string(rank);
+  std::string stream_name = "stream-r" + std::to_string(rank);
+  auto main = w.add_track(TrackKind::thread, main_name);
+  auto stream = w.add_track(TrackKind::stream, stream_name);
+  auto queue = w.add_track(TrackKind::queue, "queue");
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) names.push_back(rank == 0 ? "op." + std::to_string(i) : "op." + std::to_string(19 - i));
+  names.push_back("only-rank-" + std::to_string(rank));
+  for (int i = 0; i < 200; ++i) {
+    const std::string& n = names[static_cast<std::size_t>(i) % names.size()];
+    std::int64_t t = rank * 1'000'000LL + i * 100;
+    w.add(RangeRow{main, w.intern(n), t, t + 50, 0, 0, i / 50, static_cast<std::uint64_t>(i + 1)});
+    w.add(KernelRow{stream, w.intern("k:" + n), t + 10, t + 40, static_cast<std::uint64_t>(i + 1), 0, {1, 1, 1}, {32, 1, 1}, 0});
+    rec.ranges.emplace_back(main_name, n, t, t + 50);
+    rec.kernels.emplace_back(stream_name, "k:" + n, t + 10);
+  }
+  w.add(CounterRow{queue, 5, 3.0});
+  w.add(StepRow{rank, 0, 0, 100, 1, 2, 2.5, 0.1, 16});
+  w.add(AllreduceRow{rank, 0, 0, 0, 160, 4096, 1, 2, 3});
+  w.add(TensorRow{"run", 0, rank, "loss", "", 0, "F32", {}, std::vector<std::byte>(4, std::byte{1})});
+  if (rank == 0) w.add(ParamRow{0, "conv1.weight", {64, 3, 7, 7}, 9408, 0, true});
+  RankRow rr{rank, "host" + std::to_string(rank), "cpu", 100 + rank, rank * 10, rank * 11, 0};
+  w.set_rank(rr);
+  if (finish) w.finish();
+  return rec;
+}
+
+}  // namespace
+
+TEST_CASE("merge of 2 rank files remaps tracks and strings into one id space", "[store]") {
+  TempDir dir;
+  auto run = dir / "run";
+  std::filesystem::create_directories(run);
+  std::vector<Recorded> recorded{write_rank(run, 0, 2, true), write_rank(run, 1, 2, true)};
+
+  auto result = merge_run(run);
+  CHECK(result.out == dir / "run.sqlite");
+  CHECK(result.world_size == 2);
+  CHECK(result.complete);
+
+  Reader r(result.out);
+  auto meta = r.meta();
+  CHECK(meta.at("world_size") == "2");
+  CHECK(meta.at("complete") == "1");
+  CHECK(meta.count("rank") == 0);
+  CHECK(meta.at("config_json") == R"({"ranks": 2})");
+  CHECK(r.ranks().size() == 2);
+  CHECK(r.ranks()[1].host == "host1");
+
+  auto tracks = r.tracks();
+  REQUIRE(tracks.size() == 6);
+  std::set<std::uint32_t> ids;
+  for (const auto& t : tracks) ids.insert(t.id);
+  CHECK(ids.size() == 6);  // unique after merge though both files used ids 1..3
+
+  // Every range and kernel is found on the right track with the right name, by text.
+  std::vector<Recorded> merged(2);
+  for (const auto& t : tracks) {
+    const std::string& track_name = r.string_at(t.name);
+    for (const auto& row : r.ranges(t.id))
+      merged[static_cast<std::size_t>(t.rank)].ranges.emplace_back(track_name, r.string_at(row.name), row.start_ns, row.end_ns);
+    for (const auto& k : r.kernels(t.id))
+      merged[static_cast<std::size_t>(t.rank)].kernels.emplace_back(track_name, r.string_at(k.name), k.start_ns);
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    CAPTURE(rank);
+    CHECK(merged[static_cast<std::size_t>(rank)].ranges == recorded[static_cast<std::size_t>(rank)].ranges);
+    CHECK(merged[static_cast<std::size_t>(rank)].kernels == recorded[static_cast<std::size_t>(rank)].kernels);
+  }
+  // Shared names are stored once.
+  CHECK(r.db().query_int64("SELECT count(*) FROM string WHERE text = 'op.3'") == 1);
+  CHECK(r.db().query_int64("SELECT count(*) FROM string") == 2 * 2 + 1 + 20 * 2 + 2 * 2);
+
+  // Correlation ids stay unique per rank: a host range finds only its own rank's kernel.
+  auto rank1_main = std::find_if(tracks.begin(), tracks.end(),
+                                 [&](const TrackRow& t) { return r.string_at(t.name) == "main-r1"; });
+  REQUIRE(rank1_main != tracks.end());
+  auto first = r.ranges(rank1_main->id).front();
+  auto launched = r.kernels_by_corr(first.corr_id);
+  REQUIRE(launched.size() == 1);
+  CHECK(r.string_at(launched[0].name) == "k:" + r.string_at(first.name));
+
+  auto counts = r.row_counts();
+  CHECK(counts.at("range") == 400);
+  CHECK(counts.at("kernel") == 400);
+  CHECK(counts.at("counter") == 2);
+  CHECK(counts.at("step") == 2);
+  CHECK(counts.at("allreduce") == 2);
+  CHECK(counts.at("tensor") == 2);
+  CHECK(counts.at("param") == 1);
+  // The indexes were rebuilt.
+  CHECK(r.db().query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'range_track_start'") == 1);
+
+  SECTION("an existing output is not overwritten unless asked") {
+    REQUIRE_THROWS_AS(merge_run(run), StoreError);
+    CHECK(merge_run(run, dir / "again.sqlite").complete);
+    CHECK(merge_run(run, {}, true).complete);
+  }
+}
+
+TEST_CASE("merge: incomplete ranks, missing ranks and bad directories", "[store]") {
+  TempDir dir;
+  auto run = dir / "run";
+  std::filesystem::create_directories(run);
+
+  SECTION("a rank that did not finish makes the merged run incomplete") {
+    write_rank(run, 0, 2, true);
+    write_rank(run, 1, 2, false);
+    auto result = merge_run(run, dir / "out.sqlite");
+    CHECK_FALSE(result.complete);
+    CHECK_FALSE(Reader(dir / "out.sqlite").complete());
+  }
+  SECTION("missing rank files are listed") {
+    write_rank(run, 0, 4, true);
+    write_rank(run, 2, 4, true);
+    REQUIRE_THROWS_AS(merge_run(run), StoreError);
+    auto msg = wb::test::error_message<StoreError>([&] { merge_run(run); });
+    CHECK_THAT(msg, Contains("missing rank files for world_size 4: rank-1.sqlite, rank-3.sqlite"));
+    CHECK_FALSE(std::filesystem::exists(dir / "run.sqlite"));
+    CHECK_FALSE(std::filesystem::exists(dir / "run.sqlite.partial"));
+  }
+  SECTION("no rank files") {
+    REQUIRE_THROWS_AS(merge_run(run), StoreError);
+    CHECK_THAT(wb::test::error_message<StoreError>([&] { merge_run(run); }), Contains("no rank-<r>.sqlite files"));
+  }
+  SECTION("not a directory") {
+    REQUIRE_THROWS_AS(merge_run(dir / "nope"), StoreError);
+  }
+  SECTION("a damaged rank file is named") {
+    write_rank(run, 0, 2, true);
+    std::filesystem::resize_file(run / "rank-0.sqlite", 0);
+    write_rank(run, 1, 2, true);
+    CHECK_THAT(wb::test::error_message<StoreError>([&] { merge_run(run); }), Contains("rank-0.sqlite: not a wb run file"));
+  }
+  SECTION("default output path drops a trailing slash") {
+    CHECK(default_merge_output("runs/x/") == std::filesystem::path("runs/x.sqlite"));
+    CHECK(default_merge_output("runs/x") == std::filesystem::path("runs/x.sqlite"));
+  }
+}

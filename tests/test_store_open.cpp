@@ -1,0 +1,206 @@
+// Opening files that are not valid run files gives one clear StoreError, never a crash.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "store/db.hpp"
+#include "store/reader.hpp"
+#include "store/writer.hpp"
+#include "store_test_util.hpp"
+
+using namespace wb::store;
+using wb::test::TempDir;
+using Catch::Contains;
+
+namespace {
+
+void write_bytes(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// A complete run file with enough rows to span many pages.
+void make_run(const std::filesystem::path& p, int rows) {
+  WriterOptions o;
+  o.path = p;
+  o.handle_signals = false;
+  Writer w(o);
+  auto track = w.add_track(TrackKind::thread, "main");
+  auto name = w.intern("op");
+  for (int i = 0; i < rows; ++i) w.add(RangeRow{track, name, i * 10LL, i * 10LL + 5, 0, 0, 0, 0});
+  w.finish();
+}
+
+std::string open_error(const std::filesystem::path& p) {
+  return wb::test::error_message<StoreError>([&] { Reader r(p); });
+}
+
+}  // namespace
+
+TEST_CASE("invalid files give a StoreError naming the file and the reason", "[store]") {
+  TempDir dir;
+
+  SECTION("random bytes") {
+    std::mt19937 rng(1);
+    std::string bytes(10000, '\0');
+    for (auto& c : bytes) c = static_cast<char>(rng());
+    write_bytes(dir / "random.sqlite", bytes);
+    REQUIRE_THROWS_AS(Reader(dir / "random.sqlite"), StoreError);
+    auto msg = open_error(dir / "random.sqlite");
+    CHECK_THAT(msg, Contains("random.sqlite: not a wb run file (not an SQLite database)"));
+  }
+  SECTION("empty file") {
+    write_bytes(dir / "empty.sqlite", "");
+    REQUIRE_THROWS_AS(Reader(dir / "empty.sqlite"), StoreError);
+    CHECK_THAT(open_error(dir / "empty.sqlite"), Contains("empty.sqlite: not a wb run file (empty file)"));
+  }
+  SECTION("truncated run file") {
+    make_run(dir / "full.sqlite", 200'000);
+    auto size = std::filesystem::file_size(dir / "full.sqlite");
+    REQUIRE(size > 1'000'000);
+    for (auto keep : {size / 2, std::uintmax_t{60}}) {
+      CAPTURE(keep);
+      std::filesystem::copy_file(dir / "full.sqlite", dir / "cut.sqlite", std::filesystem::copy_options::overwrite_existing);
+      std::filesystem::resize_file(dir / "cut.sqlite", keep);
+      REQUIRE_THROWS_AS(Reader(dir / "cut.sqlite"), StoreError);
+      auto msg = open_error(dir / "cut.sqlite");
+      CHECK_THAT(msg, Contains("cut.sqlite: not a wb run file (truncated"));
+    }
+  }
+  SECTION("corrupted pages inside a run file") {
+    make_run(dir / "bad.sqlite", 50'000);
+    {
+      std::fstream f(dir / "bad.sqlite", std::ios::binary | std::ios::in | std::ios::out);
+      f.seekp(16384);  // page 2 onwards: the schema's b-tree pages
+      std::string junk(16384 * 3, '\x5a');
+      f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+    }
+    // Opening or the first full read fails with a StoreError, never a crash.
+    auto read_all = [&] {
+      Reader r(dir / "bad.sqlite");
+      for (const auto& t : r.tracks()) r.ranges(t.id);
+      r.row_counts();
+    };
+    REQUIRE_THROWS_AS(read_all(), StoreError);
+    CHECK_THAT(wb::test::error_message<StoreError>(read_all), Contains("bad.sqlite"));
+  }
+  SECTION("SQLite file of another application") {
+    {
+      Db db(dir / "other.sqlite", OpenMode::create);
+      db.exec("CREATE TABLE songs(id INTEGER PRIMARY KEY, title TEXT); INSERT INTO songs(title) VALUES ('x')");
+    }
+    REQUIRE_THROWS_AS(Reader(dir / "other.sqlite"), StoreError);
+    CHECK_THAT(open_error(dir / "other.sqlite"),
+               Contains("other.sqlite: not a wb run file (an SQLite database without a wb meta table)"));
+    {
+      Db db(dir / "other2.sqlite", OpenMode::create);
+      db.exec("CREATE TABLE meta(key TEXT, value TEXT); INSERT INTO meta VALUES ('owner', 'someone else')");
+    }
+    CHECK_THAT(open_error(dir / "other2.sqlite"), Contains("other2.sqlite: not a wb run file (its meta table has no schema_version)"));
+  }
+  SECTION("missing file and directory") {
+    REQUIRE_THROWS_AS(Reader(dir / "absent.sqlite"), StoreError);
+    CHECK_THAT(open_error(dir / "absent.sqlite"), Contains("absent.sqlite: no such file"));
+    CHECK_THAT(open_error(dir.path()), Contains("is a directory"));
+  }
+}
+
+TEST_CASE("schema versions: newer is refused, older than migratable is refused, both named", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  make_run(path, 10);
+  auto set_version = [&](int v) {
+    Db db(path, OpenMode::read_write);
+    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").bind(1, std::to_string(v)).run();
+    db.exec("PRAGMA user_version = " + std::to_string(v));
+  };
+
+  SECTION("newer") {
+    set_version(kSchemaVersion + 1);
+    REQUIRE_THROWS_AS(Reader(path), StoreError);
+    auto msg = open_error(path);
+    CHECK_THAT(msg, Contains("run.sqlite: schema version " + std::to_string(kSchemaVersion + 1) +
+                             " is newer than this build supports (" + std::to_string(kSchemaVersion) + ")"));
+    REQUIRE_THROWS_AS(open_run(path, OpenMode::read_write), StoreError);
+  }
+  SECTION("older than the oldest migratable") {
+    set_version(kOldestMigratableVersion - 1);
+    REQUIRE_THROWS_AS(Reader(path), StoreError);
+    CHECK_THAT(open_error(path), Contains("schema version " + std::to_string(kOldestMigratableVersion - 1) +
+                                          " is older than the oldest this build can migrate (" +
+                                          std::to_string(kOldestMigratableVersion) + ")"));
+  }
+  SECTION("not an integer") {
+    {
+      Db db(path, OpenMode::read_write);
+      db.exec("UPDATE meta SET value = 'one' WHERE key = 'schema_version'");
+    }
+    CHECK_THAT(open_error(path), Contains("meta.schema_version is 'one', expected an integer"));
+  }
+  SECTION("current version opens") {
+    Reader r(path);
+    CHECK(r.row_counts().at("range") == 10);
+  }
+}
+
+TEST_CASE("Writer refuses to overwrite an existing file unless asked", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  make_run(path, 5);
+  WriterOptions o;
+  o.path = path;
+  o.handle_signals = false;
+  REQUIRE_THROWS_AS(Writer(o), StoreError);
+  CHECK_THAT(wb::test::error_message<StoreError>([&] { Writer w(o); }), Contains("run.sqlite: already exists"));
+  o.overwrite = true;
+  {
+    Writer w(o);
+    w.finish();
+  }
+  Reader r(path);
+  CHECK(r.row_counts().at("range") == 0);
+  CHECK(r.complete());
+}
+
+TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]") {
+  // prepare: rebuild the fixture's run file from its SQL text
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  std::ifstream in(std::filesystem::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "store" / "run_v1.sql");
+  REQUIRE(in.good());
+  std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  {
+    Db db(path, OpenMode::create);
+    db.exec(sql);
+  }
+  // run + verify
+  Reader r(path);
+  CHECK(r.meta().at("schema_version") == "1");
+  CHECK(r.meta().at("created_utc") == "2026-01-01T00:00:00Z");
+  CHECK(r.complete());
+  CHECK(r.config()["batch_size"] == 8);
+  auto tracks = r.tracks();
+  REQUIRE(tracks.size() == 2);
+  CHECK(r.string_at(tracks[0].name) == "main");
+  CHECK(tracks[1].kind == TrackKind::queue);
+  auto ranges = r.ranges(tracks[0].id);
+  REQUIRE(ranges.size() == 3);
+  CHECK(r.string_at(ranges[0].name) == "step");  // the enclosing range first
+  CHECK(ranges[0].category == static_cast<std::uint8_t>(Category::step));
+  CHECK(r.string_at(ranges[1].name) == "conv1");
+  CHECK(ranges[1].corr_id == 11);
+  CHECK(r.counters(tracks[1].id).size() == 2);
+  auto steps = r.steps();
+  REQUIRE(steps.size() == 1);
+  CHECK_THAT(steps[0].loss, Catch::WithinAbs(2.302585, 1e-12));
+  CHECK(r.allreduces().at(0).bytes == 102228128);
+  CHECK(r.params().at(0).shape == std::vector<std::int64_t>{64, 3, 7, 7});
+  auto loss = r.tensor("run", "loss", "", 0, 0);
+  REQUIRE(loss.data.size() == 4);
+  float value = 0;
+  std::memcpy(&value, loss.data.data(), 4);
+  CHECK_THAT(value, Catch::WithinRel(2.302585f, 1e-6f));
+  CHECK(r.ranks().at(0).host == "fixture-host");
+}

@@ -1,0 +1,292 @@
+// Writer under load and under failure: concurrent producers, overflow accounting, a SIGKILLed writer,
+// SIGTERM handling, and a locked file.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "store/db.hpp"
+#include "store/reader.hpp"
+#include "store/writer.hpp"
+#include "store_test_util.hpp"
+
+using namespace wb::store;
+using wb::test::TempDir;
+
+namespace {
+
+WriterOptions options(const std::filesystem::path& p) {
+  WriterOptions o;
+  o.path = p;
+  o.handle_signals = false;
+  return o;
+}
+
+std::int64_t count(Db& db, const std::string& sql) { return db.query_int64(sql); }
+
+// Reads every int the child wrote to the pipe until EOF; returns how many there were and the last.
+std::pair<int, int> drain_acks(int fd) {
+  int n = 0, last = -1, v = 0;
+  while (read(fd, &v, sizeof v) == static_cast<ssize_t>(sizeof v)) {
+    ++n;
+    last = v;
+  }
+  return {n, last};
+}
+
+}  // namespace
+
+TEST_CASE("4 producer threads writing 1M rows lose nothing", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 250'000;
+  {
+    Writer w(options(path));
+    std::vector<std::thread> producers;
+    for (int t = 0; t < kThreads; ++t) {
+      producers.emplace_back([&w, t] {
+        auto track = w.add_track(TrackKind::thread, "producer-" + std::to_string(t));
+        std::vector<RangeRow> chunk;
+        for (int i = 0; i < kPerThread; ++i) {
+          auto name = w.intern("op." + std::to_string(i % 100));  // concurrent interning of shared names
+          RangeRow r{track, name, i * 100LL, i * 100LL + 50, static_cast<std::uint8_t>(i % 8), 0, i / 1000,
+                     static_cast<std::uint64_t>(i)};
+          if (i % 3 == 0) {
+            w.add(r);  // single rows
+          } else {
+            chunk.push_back(r);  // and spans
+            if (chunk.size() == 64) {
+              w.add(std::span<const RangeRow>(chunk));
+              chunk.clear();
+            }
+          }
+        }
+        w.add(std::span<const RangeRow>(chunk));
+      });
+    }
+    for (auto& p : producers) p.join();
+    REQUIRE(w.finish());
+    CHECK(w.dropped() == 0);
+  }
+  Reader r(path);
+  Db& db = r.db();
+  CHECK(count(db, "SELECT count(*) FROM range") == kThreads * kPerThread);
+  CHECK(count(db, "SELECT count(*) FROM string WHERE text LIKE 'op.%'") == 100);
+  CHECK(r.meta().at("dropped_events") == "0");
+  for (const auto& track : r.tracks()) {
+    auto rows = r.ranges(track.id);
+    REQUIRE(rows.size() == static_cast<std::size_t>(kPerThread));
+    // Every producer's i appears once, with the name it interned.
+    for (std::size_t i = 0; i < rows.size(); i += 9973) {
+      CHECK(rows[i].corr_id == i);
+      CHECK(r.string_at(rows[i].name) == "op." + std::to_string(i % 100));
+    }
+  }
+}
+
+TEST_CASE("rows beyond max_pending_rows are dropped and counted", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  {
+    auto o = options(path);
+    o.max_pending_rows = 1000;
+    o.flush_interval = std::chrono::milliseconds(60'000);  // nothing commits until flush()
+    Writer w(o);
+    auto track = w.add_track(TrackKind::thread, "main");
+    for (int i = 0; i < 5000; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+    CHECK(w.dropped() == 4000);
+    w.count_dropped(7);  // a producer's own losses
+    w.flush();
+    for (int i = 0; i < 10; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+    CHECK(w.dropped() == 4007);
+    REQUIRE(w.finish());
+  }
+  Reader r(path);
+  CHECK(r.row_counts().at("range") == 1010);
+  CHECK(r.meta().at("dropped_events") == "4007");
+  CHECK(r.ranks().at(0).dropped_events == 4007);
+}
+
+TEST_CASE("a writer killed with SIGKILL leaves a valid, incomplete file with every flushed batch", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  constexpr int kBatch = 2000;
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    {
+      auto o = options(path);
+      o.flush_interval = std::chrono::milliseconds(20);
+      Writer w(o);
+      auto track = w.add_track(TrackKind::thread, "main");
+      for (int batch = 0;; ++batch) {
+        auto name = w.intern("batch." + std::to_string(batch));
+        for (int i = 0; i < kBatch; ++i)
+          w.add(RangeRow{track, name, batch * 1'000'000LL + i, batch * 1'000'000LL + i + 1, 0, 0, batch, 0});
+        w.flush();
+        // Reported only after flush() returned: this batch is committed.
+        if (write(fds[1], &batch, sizeof batch) != static_cast<ssize_t>(sizeof batch)) _exit(3);
+      }
+    }
+  }
+  close(fds[1]);
+  // Let it commit some batches, then kill it mid-stream.
+  int v = 0, seen = 0;
+  while (seen < 25 && read(fds[0], &v, sizeof v) == static_cast<ssize_t>(sizeof v)) ++seen;
+  REQUIRE(seen == 25);
+  kill(child, SIGKILL);
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  auto [more, last] = drain_acks(fds[0]);
+  close(fds[0]);
+  int last_flushed = more > 0 ? last : v;
+  CAPTURE(last_flushed);
+
+  {
+    // A read-only reader first: it must cope with the WAL and shared-memory files the kill left behind.
+    Reader first(path);
+    CHECK(first.row_counts().at("range") >= static_cast<std::int64_t>(last_flushed + 1) * kBatch);
+  }
+  {
+    Db db = open_run(path, OpenMode::read_write);
+    Statement& check = db.prepare("PRAGMA integrity_check");
+    REQUIRE(check.step());
+    CHECK(check.column_text(0) == "ok");
+    check.reset();
+  }
+  Reader r(path);
+  CHECK_FALSE(r.complete());
+  CHECK(r.meta().at("complete") == "0");
+  Db& db = r.db();
+  for (int batch = 0; batch <= last_flushed; ++batch) {
+    CAPTURE(batch);
+    Statement& st = db.prepare("SELECT count(*) FROM range WHERE step = ?");
+    st.bind(1, batch);
+    REQUIRE(st.step());
+    CHECK(st.column_int64(0) == kBatch);
+    st.reset();
+    CHECK(count(db, "SELECT count(*) FROM string WHERE text = 'batch." + std::to_string(batch) + "'") == 1);
+  }
+  // A batch is committed whole or not at all.
+  CHECK(count(db, "SELECT count(*) FROM range") % kBatch == 0);
+}
+
+TEST_CASE("SIGTERM commits pending rows, sets stop_requested, and re-raises after the grace period", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  constexpr int kRows = 5000;
+  // honour = the program stops on stop_requested(); otherwise it ignores it and must be ended by the re-raise.
+  for (bool honour : {true, false}) {
+    CAPTURE(honour);
+    std::filesystem::remove(path);
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t child = fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      close(fds[0]);
+      {
+        WriterOptions o;
+        o.path = path;
+        o.flush_interval = std::chrono::milliseconds(600'000);  // only the signal (or the close) commits
+        Writer w(o);
+        auto track = w.add_track(TrackKind::thread, "main");
+        for (int i = 0; i < kRows; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+        int ready = 1;
+        if (write(fds[1], &ready, sizeof ready) != static_cast<ssize_t>(sizeof ready)) _exit(3);
+        // Ignoring the request, the process only ends by the re-raise, and no destructor ever runs:
+        // the rows can only be in the file if the signal path committed them.
+        while (!honour || !Writer::stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }  // honouring it: the training loop stops and closes its Writer
+      _exit(0);
+    }
+    close(fds[1]);
+    int ready = 0;
+    REQUIRE(read(fds[0], &ready, sizeof ready) == static_cast<ssize_t>(sizeof ready));
+    close(fds[0]);
+    auto t0 = std::chrono::steady_clock::now();
+    kill(child, SIGTERM);
+    int status = 0;
+    waitpid(child, &status, 0);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CAPTURE(seconds);
+    if (honour) {
+      REQUIRE(WIFEXITED(status));
+      CHECK(WEXITSTATUS(status) == 0);
+      CHECK(seconds < 2.0);
+    } else {
+      REQUIRE(WIFSIGNALED(status));
+      CHECK(WTERMSIG(status) == SIGTERM);
+      CHECK(seconds >= 2.9);
+      CHECK(seconds < 6.0);
+    }
+    Reader r(path);
+    CHECK(r.row_counts().at("range") == kRows);
+    CHECK_FALSE(r.complete());
+  }
+}
+
+TEST_CASE("a locked file is reported once, counted as dropped, and leaves the run incomplete", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  {
+    Writer w(options(path));
+    auto track = w.add_track(TrackKind::thread, "main");
+    for (int i = 0; i < 100; ++i) w.add(RangeRow{track, w.intern("before"), i, i + 1, 0, 0, 0, 0});
+    w.flush();
+    CHECK_FALSE(w.failed());
+
+    Db other(path, OpenMode::read_write);
+    other.exec("BEGIN EXCLUSIVE");  // another process holds the write lock
+    auto during = w.intern("during");  // a string interned while commits fail must survive
+    for (int i = 0; i < 50; ++i) w.add(RangeRow{track, during, 1000 + i, 1001 + i, 0, 0, 0, 0});
+    w.flush();  // returns (the producer is never blocked forever) with the batch counted as dropped
+    CHECK(w.failed());
+    CHECK(w.dropped() == 50);
+    other.exec("ROLLBACK");
+
+    for (int i = 0; i < 10; ++i) w.add(RangeRow{track, during, 2000 + i, 2001 + i, 0, 0, 0, 0});
+    w.flush();
+    CHECK(w.dropped() == 50);
+    CHECK_FALSE(w.finish());  // complete stays 0 after a failed commit
+  }
+  Reader r(path);
+  CHECK_FALSE(r.complete());
+  CHECK(r.row_counts().at("range") == 110);
+  CHECK(r.meta().at("dropped_events") == "50");
+  auto rows = r.ranges(1);
+  REQUIRE(rows.size() == 110);
+  CHECK(r.string_at(rows.back().name) == "during");
+}
+
+TEST_CASE("rows reach the file within the flush interval without any flush() call", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  auto o = options(path);
+  o.flush_interval = std::chrono::milliseconds(100);
+  Writer w(o);
+  auto track = w.add_track(TrackKind::thread, "main");
+  for (int i = 0; i < 1000; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+  auto t0 = std::chrono::steady_clock::now();
+  // A reader beside the live writer (WAL) sees the rows once the background thread committed them.
+  std::int64_t seen = 0;
+  while (seen < 1000 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    Db db(path, OpenMode::read_only);
+    seen = db.query_int64("SELECT count(*) FROM range");
+  }
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CAPTURE(waited);
+  CHECK(seen == 1000);
+  CHECK(waited < 1.0);  // 100 ms interval; generous for a loaded machine, far below "never"
+}
