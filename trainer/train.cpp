@@ -274,6 +274,7 @@ int run_training(const TrainConfig& cfg_in) {
   if (world > 1) {
     comm->broadcast(model.param_buffer().data_as<float>(), model.param_count(), 0);
     comm->broadcast(model.running_stats().data_as<float>(), static_cast<std::size_t>(model.running_stats().numel()), 0);
+    backend->params_written();  // drop weight copies cached from the pre-broadcast values
   }
 
   // 4. buckets

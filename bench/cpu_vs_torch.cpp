@@ -1,0 +1,225 @@
+// Training-step throughput of our CPU backend against PyTorch on the same machine, in one run:
+// torchvision ResNet-50, 10 classes, fp32, the same synthetic batch and thread count, steady-state steps
+// only. Rounds alternate: N of our steps, then N of PyTorch's (a persistent child process, bench/
+// cpu_vs_torch.py, driven over a pipe, so its start-up is not timed). The last line is the ratio
+// ours / PyTorch in images per second.
+//
+//   cpu_vs_torch [--threads 2] [--batch 32] [--size 32] [--rounds 3] [--steps 10] [--warmup 3] [--profile]
+//
+// --profile adds a per-op-kind breakdown of our step from the model's observer hooks (timers around
+// each module's forward and backward) and the backend's weight-reorder time.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/backend/cpu/cpu_backend.hpp"
+#include "trainer/model/resnet50.hpp"
+#include "trainer/optim/sgd.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int threads = 2, batch = 32, size = 32, rounds = 3, steps = 10, warmup = 3;
+  bool profile = false;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() {
+      if (i + 1 >= argc) throw std::invalid_argument("cpu_vs_torch: " + a + " needs a value");
+      return std::atoi(argv[++i]);
+    };
+    if (a == "--threads") o.threads = value();
+    else if (a == "--batch") o.batch = value();
+    else if (a == "--size") o.size = value();
+    else if (a == "--rounds") o.rounds = value();
+    else if (a == "--steps") o.steps = value();
+    else if (a == "--warmup") o.warmup = value();
+    else if (a == "--profile") o.profile = true;
+    else throw std::invalid_argument("cpu_vs_torch: unknown flag " + a);
+  }
+  if (o.threads < 1 || o.batch < 2 || o.rounds < 1 || o.steps < 1 || o.warmup < 1) {
+    throw std::invalid_argument("cpu_vs_torch: threads >= 1, batch >= 2, rounds/steps/warmup >= 1 expected");
+  }
+  return o;
+}
+
+// The PyTorch child: stdin/stdout pipes, one command and one answer line at a time.
+class TorchChild {
+ public:
+  TorchChild(const Options& o, const std::string& data_dir) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("cpu_vs_torch: pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("cpu_vs_torch: fork failed");
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      const std::string script = std::string(WB_SOURCE_DIR) + "/bench/cpu_vs_torch.py";
+      const std::string b = std::to_string(o.batch), s = std::to_string(o.size), t = std::to_string(o.threads);
+      execl(WB_PYTHON, WB_PYTHON, script.c_str(), b.c_str(), s.c_str(), "10", t.c_str(), data_dir.c_str(),
+            static_cast<char*>(nullptr));
+      std::perror("cpu_vs_torch: exec " WB_PYTHON);
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    if (read_line() != "ready") throw std::runtime_error("cpu_vs_torch: the PyTorch child did not start");
+  }
+  ~TorchChild() {
+    if (in_) {
+      std::fputs("quit\n", in_);
+      std::fclose(in_);
+    }
+    if (out_) std::fclose(out_);
+    int status = 0;
+    if (pid_ > 0) waitpid(pid_, &status, 0);
+  }
+  double run(int steps) {
+    std::fprintf(in_, "step %d\n", steps);
+    std::fflush(in_);
+    return std::stod(read_line());
+  }
+
+ private:
+  std::string read_line() {
+    char buf[256];
+    if (!std::fgets(buf, sizeof buf, out_)) throw std::runtime_error("cpu_vs_torch: the PyTorch child exited");
+    std::string s(buf);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+  }
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+};
+
+// Per-op-kind time of our step from the observer's ranges (leaf modules only: blocks nest).
+class OpTimer : public wb::model::ModelObserver {
+ public:
+  void on_module_begin(int id, wb::model::Phase) override { start_ = Clock::now(); open_ = id; }
+  void on_module_end(int id, wb::model::Phase phase) override {
+    if (id != open_) return;  // a block's end: its children were counted already
+    const double s = std::chrono::duration<double>(Clock::now() - start_).count();
+    const char* suffix = phase == wb::model::Phase::forward ? " fwd" : phase == wb::model::Phase::backward ? " bwd" : "";
+    totals_[kind(id) + suffix] += s;
+    open_ = -1;
+  }
+  void reset() { totals_.clear(); }
+  const std::map<std::string, double>& totals() const { return totals_; }
+
+ private:
+  static std::string kind(int id) {
+    const std::string& n = wb::model::ResNet50::module_names()[static_cast<std::size_t>(id)];
+    const std::string last = n.substr(n.find_last_of('.') + 1);
+    if (n.find("downsample.0") != std::string::npos || last.starts_with("conv")) return "conv";
+    if (n.find("downsample.1") != std::string::npos || last.starts_with("bn")) return "batchnorm";
+    if (last == "relu") return "relu/add";
+    return last == n ? n : "block";
+  }
+  Clock::time_point start_;
+  int open_ = -1;
+  std::map<std::string, double> totals_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+    namespace fs = std::filesystem;
+    char tmpl[] = "/tmp/wb-bench-cpu-vs-torch-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("cpu_vs_torch: mkdtemp failed");
+    const std::string dir = tmpl;
+
+    // The synthetic batch both sides train on.
+    const std::size_t n_img = static_cast<std::size_t>(o.batch) * 3 * static_cast<std::size_t>(o.size * o.size);
+    std::vector<float> images(n_img);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(o.batch));
+    std::mt19937_64 gen(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : images) v = normal(gen);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 10);
+    std::ofstream(dir + "/images.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(images.data()), static_cast<std::streamsize>(n_img * 4));
+    std::ofstream(dir + "/labels.bin", std::ios::binary)
+        .write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(labels.size() * 4));
+
+    auto backend = wb::backend::make_cpu_backend({o.threads});
+    auto& cpu = dynamic_cast<wb::backend::cpu::CpuBackend&>(*backend);
+    wb::model::ModelConfig cfg;
+    cfg.num_classes = 10;
+    cfg.image_size = o.size;
+    cfg.batch_size = o.batch;
+    cfg.seed = 0;
+    cfg.loss = {wb::backend::LossConvention::torch, 0.1f};
+    wb::model::ResNet50 model(*backend, cfg);
+    wb::optim::Sgd sgd({0.9f, 1e-4f, false});
+    auto our_steps = [&](int n) {
+      const auto t0 = Clock::now();
+      for (int i = 0; i < n; ++i) {
+        model.forward(images, labels);
+        model.backward();
+        sgd.step(model, 0.01f);
+      }
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+
+    TorchChild torch(o, dir);
+    our_steps(o.warmup);
+    torch.run(o.warmup);
+    std::printf("cpu_vs_torch: ResNet-50, batch %d, %dx%d, 10 classes, fp32, %d threads, %d rounds of %d steps\n",
+                o.batch, o.size, o.size, o.threads, o.rounds, o.steps);
+    double ours_total = 0, torch_total = 0;
+    for (int r = 0; r < o.rounds; ++r) {
+      const double a = our_steps(o.steps);
+      const double b = torch.run(o.steps);
+      ours_total += a;
+      torch_total += b;
+      std::printf("round %d: ours %.1f img/s, pytorch %.1f img/s\n", r + 1, o.steps * o.batch / a,
+                  o.steps * o.batch / b);
+    }
+    const double images_run = static_cast<double>(o.rounds) * o.steps * o.batch;
+    if (o.profile) {
+      OpTimer timer;
+      model.set_observer(&timer);
+      cpu.reset_stats();
+      const double t = our_steps(o.steps);
+      model.set_observer(nullptr);
+      std::printf("profile of our step (%.1f ms/step):\n", 1e3 * t / o.steps);
+      for (const auto& [k, v] : timer.totals()) std::printf("  %-20s %8.2f ms/step\n", k.c_str(), 1e3 * v / o.steps);
+      std::printf("  %-20s %8.2f ms/step (%lld conversions/step, inside conv)\n", "weight reorders",
+                  1e-6 * static_cast<double>(cpu.stats().weight_reorder_ns) / o.steps,
+                  static_cast<long long>(cpu.stats().weight_reorders / o.steps));
+      std::printf("  %-20s %8lld per step\n", "activation reorders",
+                  static_cast<long long>(cpu.stats().input_reorders / o.steps));
+    }
+    std::printf("ours %.1f img/s, pytorch %.1f img/s\n", images_run / ours_total, images_run / torch_total);
+    std::printf("ratio ours/pytorch: %.3f\n", torch_total / ours_total);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}

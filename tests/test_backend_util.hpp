@@ -1,0 +1,201 @@
+#pragma once
+// Shared helpers of the backend and model tests: a scratch directory, raw float32/int32 files, running a
+// generated PyTorch script with WB_PYTHON, random data, and normalised errors.
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "trainer/backend/backend.hpp"
+#include "trainer/backend/cpu/cpu_backend.hpp"
+
+namespace wb::test {
+
+// A fresh directory under /tmp, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    std::string tmpl = "/tmp/wb-" + tag + "-XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+template <class T>
+inline void write_raw(const std::string& path, const std::vector<T>& v) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+inline std::vector<float> read_raw(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot read " + path + " (did the python script write it?)");
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Writes `body` to dir/<name>.py after a prelude (imports, raw-file helpers, 2 threads, float32) and runs
+// it with WB_PYTHON inside dir. Fails the test with the script's output when it exits non-zero.
+inline void run_torch_script(const TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string prelude =
+      "import os, sys, json, math\n"
+      "import numpy as np\n"
+      "import torch\n"
+      "import torch.nn.functional as F\n"
+      "torch.set_num_threads(2)\n"
+      "torch.backends.cudnn.deterministic = True\n"
+      "def load(name, *shape, dtype=np.float32):\n"
+      "    return torch.from_numpy(np.fromfile(name, dtype=dtype).reshape(shape).copy())\n"
+      "def save(name, t):\n"
+      "    np.ascontiguousarray(t.detach().cpu().numpy().astype(np.float32)).tofile(name)\n";
+  const std::string script = dir.file(name + ".py");
+  {
+    std::ofstream f(script);
+    f << prelude << body;
+  }
+  const std::string log = dir.file(name + ".log");
+  const std::string cmd = "cd '" + dir.path().string() + "' && " WB_PYTHON " '" + script + "' > '" + log + "' 2>&1";
+  int rc = std::system(cmd.c_str());
+  INFO("python output:\n" << read_text(log));
+  REQUIRE(rc == 0);
+}
+
+// ||a - b|| / ||b|| in double (||b|| floored at 1e-30).
+inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double num = 0.0, den = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
+    num += d * d;
+    den += static_cast<double>(b[i]) * static_cast<double>(b[i]);
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+inline std::vector<float> random_normal(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+inline std::vector<float> random_uniform(std::size_t n, std::uint64_t seed, float lo, float hi) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// "<prefix><i><suffix>" (built with append: GCC 12 warns falsely on "literal" + std::string).
+inline std::string fname(const char* prefix, std::size_t i, const char* suffix = "") {
+  std::string s(prefix);
+  s.append(std::to_string(i));
+  s.append(suffix);
+  return s;
+}
+
+// A CPU-backend tensor holding `host` (plain row-major), stored plain or in oneDNN's blocked layout
+// (nChw16c for 4-D), so tests cover the layouts the model actually passes between layers.
+inline backend::Tensor make_tensor(backend::Backend& be, const backend::Shape& shape, const std::vector<float>& host,
+                                   bool blocked = false) {
+  backend::Tensor t;
+  if (blocked && shape.rank() == 4) {
+    auto& cpu = dynamic_cast<backend::cpu::CpuBackend&>(be);
+    dnnl::memory::desc md({shape[0], shape[1], shape[2], shape[3]}, dnnl::memory::data_type::f32,
+                          dnnl::memory::format_tag::nChw16c);
+    t = cpu.allocate(shape, backend::DType::f32, md);
+  } else {
+    t = be.empty(shape, backend::DType::f32);
+  }
+  be.from_host(t, host);
+  return t;
+}
+
+inline std::vector<float> to_vec(backend::Backend& be, const backend::Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  be.to_host(t, v);
+  return v;
+}
+
+inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
+  double s = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+  return s;
+}
+
+inline double norm(const std::vector<float>& a) { return std::sqrt(dot(a, a)); }
+
+// Checks the analytic gradient g of a scalar objective L against central differences of L along a few
+// random directions and a few coordinate directions. L is evaluated with the float op and accumulated in
+// double by the caller. Tolerance: |fd - <g, v>| <= tol * max(|<g, v>|, ||g|| ||v|| / sqrt(n)).
+template <class Objective>
+inline void check_gradient(const char* what, std::vector<float> x, const std::vector<float>& g, Objective&& loss,
+                           double h, double tol, std::uint64_t seed) {
+  REQUIRE(x.size() == g.size());
+  const std::size_t n = x.size();
+  std::mt19937_64 gen(seed);
+  std::vector<std::vector<float>> dirs;
+  for (int k = 0; k < 3; ++k) dirs.push_back(random_normal(n, seed + 100 + static_cast<std::uint64_t>(k)));
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> e(n, 0.0f);
+    e[gen() % n] = 1.0f;
+    dirs.push_back(e);
+  }
+  const double gnorm = norm(g);
+  for (const auto& v : dirs) {
+    std::vector<float> xp(x), xm(x);
+    for (std::size_t i = 0; i < n; ++i) {
+      xp[i] = static_cast<float>(x[i] + h * v[i]);
+      xm[i] = static_cast<float>(x[i] - h * v[i]);
+    }
+    // The step actually taken after rounding to float, per direction.
+    double dx = 0.0, dv = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      dx += (static_cast<double>(xp[i]) - static_cast<double>(xm[i])) * v[i];
+      dv += static_cast<double>(v[i]) * v[i];
+    }
+    const double step = dx / dv;  // ~ 2h
+    const double fd = (loss(xp) - loss(xm)) / step;
+    const double an = dot(g, v);
+    const double scale = std::max(std::abs(an), gnorm * norm(v) / std::sqrt(static_cast<double>(n)));
+    CAPTURE(what, fd, an, scale);
+    CHECK(std::abs(fd - an) <= tol * scale);
+  }
+}
+
+}  // namespace wb::test

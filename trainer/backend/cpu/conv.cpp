@@ -1,0 +1,188 @@
+// Convolution: forward, backward-data, backward-weights on oneDNN's direct convolution. Layouts are
+// left to oneDNN ("any"); inputs in another layout are converted into a per-primitive slot, weights
+// through the per-update weight cache, and blocked weight gradients back to plain OIHW.
+#include <string>
+
+#include "trainer/backend/cpu/cpu_backend.hpp"
+
+namespace wb::backend::cpu {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+namespace {
+
+struct ConvGeometry {
+  memory::dims src, wei, dst, strides, pad;
+};
+
+ConvGeometry geometry(const Shape& x, const Shape& w, const Conv2dParams& p, const char* op) {
+  if (x.rank() != 4 || w.rank() != 4) {
+    throw BackendError(std::string(op) + ": expected x (N,C,H,W) and w (O,C,K,K), got x " + x.to_string() + " w " +
+                       w.to_string());
+  }
+  if (w[1] != x[1] || w[2] != w[3]) {
+    throw BackendError(std::string(op) + ": weight " + w.to_string() + " does not fit input " + x.to_string() +
+                       " (need w[1] == C and a square kernel)");
+  }
+  if (p.stride < 1 || p.pad < 0) {
+    throw BackendError(std::string(op) + ": stride must be >= 1 and pad >= 0, got stride " + std::to_string(p.stride) +
+                       " pad " + std::to_string(p.pad));
+  }
+  std::int64_t oh = (x[2] + 2 * p.pad - w[2]) / p.stride + 1;
+  std::int64_t ow = (x[3] + 2 * p.pad - w[3]) / p.stride + 1;
+  if (x[2] + 2 * p.pad < w[2] || x[3] + 2 * p.pad < w[3]) {
+    throw BackendError(std::string(op) + ": kernel " + std::to_string(w[2]) + " is larger than the padded input " +
+                       x.to_string());
+  }
+  return {{x[0], x[1], x[2], x[3]}, {w[0], w[1], w[2], w[3]}, {x[0], w[0], oh, ow}, {p.stride, p.stride},
+          {p.pad, p.pad}};
+}
+
+memory::desc any(const memory::dims& d) { return memory::desc(d, memory::data_type::f32, tag::any); }
+
+dnnl::convolution_forward::desc fwd_desc(const ConvGeometry& g) {
+  return dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                         any(g.src), any(g.wei), any(g.dst), g.strides, g.pad, g.pad);
+}
+
+struct ConvFwd final : Entry {
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  memory::desc src, wei, dst;
+  Shape y_shape;
+  Slot src_slot;
+};
+
+struct ConvBwdData final : Entry {
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+  memory::desc dsrc, wei, ddst;
+  Slot ddst_slot;
+};
+
+struct ConvBwdWeights final : Entry {
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+  memory::desc src, dwei, ddst;
+  bool direct = false;  // the primitive writes plain OIHW itself
+  Slot src_slot, ddst_slot, dwei_slot;  // dwei_slot: blocked gradient, converted into the plain slice
+  dnnl::reorder to_plain;
+};
+
+CacheKey conv_key(std::int64_t op, const Shape& x, const Shape& w, const Conv2dParams& p) {
+  CacheKey k;
+  k.add(op).add(x).add(w).add(p.stride).add(p.pad);
+  return k;
+}
+
+}  // namespace
+
+void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) {
+  apply_threads();
+  check_f32(x, 4, "conv2d_forward", "x");
+  check_f32(w, 4, "conv2d_forward", "w");
+  CacheKey key = conv_key(kOpConvFwd, x.shape(), w.shape(), p);
+  auto* e = static_cast<ConvFwd*>(find(key));
+  if (!e) {
+    auto g = geometry(x.shape(), w.shape(), p, "conv2d_forward");
+    auto n = std::make_unique<ConvFwd>();
+    n->pd = dnnl::convolution_forward::primitive_desc(fwd_desc(g), attr(), engine());
+    n->prim = dnnl::convolution_forward(n->pd);
+    n->src = n->pd.src_desc();
+    n->wei = n->pd.weights_desc();
+    n->dst = n->pd.dst_desc();
+    n->y_shape = Shape(g.dst);
+    const auto& pd = n->pd;
+    e = static_cast<ConvFwd*>(insert(key, std::move(n), pd));
+  }
+  if (!w.is_plain()) throw BackendError("conv2d_forward: w must be plain OIHW");
+  const memory& src = as_layout(x, e->src, e->src_slot);
+  const memory& wei = weights_as(w, e->wei, 0);
+  ensure(y, e->y_shape, e->dst);
+  execute(e->prim, *e, {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DST, impl(y).mem.get()}});
+}
+
+void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, const Shape& x_shape,
+                                      const Conv2dParams& p) {
+  apply_threads();
+  check_f32(dy, 4, "conv2d_backward_data", "dy");
+  check_f32(w, 4, "conv2d_backward_data", "w");
+  CacheKey key = conv_key(kOpConvBwdData, x_shape, w.shape(), p);
+  auto* e = static_cast<ConvBwdData*>(find(key));
+  if (!e) {
+    auto g = geometry(x_shape, w.shape(), p, "conv2d_backward_data");
+    if (!(Shape(g.dst) == dy.shape())) {
+      throw BackendError("conv2d_backward_data: dy is " + dy.shape().to_string() + ", the convolution of " +
+                         x_shape.to_string() + " makes " + Shape(g.dst).to_string());
+    }
+    auto n = std::make_unique<ConvBwdData>();
+    dnnl::convolution_forward::primitive_desc hint(fwd_desc(g), attr(), engine());
+    dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any(g.src), any(g.wei), any(g.dst),
+                                            g.strides, g.pad, g.pad);
+    n->pd = dnnl::convolution_backward_data::primitive_desc(d, attr(), engine(), hint);
+    n->prim = dnnl::convolution_backward_data(n->pd);
+    n->dsrc = n->pd.diff_src_desc();
+    n->wei = n->pd.weights_desc();
+    n->ddst = n->pd.diff_dst_desc();
+    const auto& pd = n->pd;
+    e = static_cast<ConvBwdData*>(insert(key, std::move(n), pd));
+  }
+  if (!(dy.shape() == Shape{x_shape[0], w.shape()[0], dy.shape()[2], dy.shape()[3]})) {
+    throw BackendError("conv2d_backward_data: dy " + dy.shape().to_string() + " does not match w " +
+                       w.shape().to_string());
+  }
+  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot);
+  const memory& wei = weights_as(w, e->wei, 1);
+  ensure(dx, x_shape, e->dsrc);
+  execute(e->prim, *e,
+          {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WEIGHTS, wei.get()}, {DNNL_ARG_DIFF_SRC, impl(dx).mem.get()}});
+}
+
+void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                         const Conv2dParams& p) {
+  apply_threads();
+  check_f32(x, 4, "conv2d_backward_weights", "x");
+  check_f32(dy, 4, "conv2d_backward_weights", "dy");
+  check_f32(dw, 4, "conv2d_backward_weights", "dw");
+  if (!dw.is_plain()) throw BackendError("conv2d_backward_weights: dw must be plain OIHW");
+  CacheKey key = conv_key(kOpConvBwdWeights, x.shape(), dw.shape(), p);
+  auto* e = static_cast<ConvBwdWeights*>(find(key));
+  if (!e) {
+    auto g = geometry(x.shape(), dw.shape(), p, "conv2d_backward_weights");
+    if (!(Shape(g.dst) == dy.shape())) {
+      throw BackendError("conv2d_backward_weights: dy is " + dy.shape().to_string() + ", the convolution of " +
+                         x.shape().to_string() + " makes " + Shape(g.dst).to_string());
+    }
+    auto n = std::make_unique<ConvBwdWeights>();
+    dnnl::convolution_forward::primitive_desc hint(fwd_desc(g), attr(), engine());
+    dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any(g.src), any(g.wei),
+                                               any(g.dst), g.strides, g.pad, g.pad);
+    n->pd = dnnl::convolution_backward_weights::primitive_desc(d, attr(), engine(), hint);
+    n->prim = dnnl::convolution_backward_weights(n->pd);
+    n->src = n->pd.src_desc();
+    n->dwei = n->pd.diff_weights_desc();
+    n->ddst = n->pd.diff_dst_desc();
+    n->direct = n->dwei == md(dw);
+    if (!n->direct) {
+      n->dwei_slot = make_slot(n->dwei);
+      n->to_plain = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), n->dwei, engine(), md(dw)));
+    }
+    const auto& pd = n->pd;
+    e = static_cast<ConvBwdWeights*>(insert(key, std::move(n), pd));
+  }
+  const memory& src = as_layout(x, e->src, e->src_slot);
+  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot);
+  const memory& out = e->direct ? impl(dw).mem : e->dwei_slot.mem;
+  execute(e->prim, *e,
+          {{DNNL_ARG_SRC, src.get()}, {DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_WEIGHTS, out.get()}});
+  if (!e->direct) {
+    std::int64_t t0 = now_ns();
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, e->dwei_slot.mem.get()}, {DNNL_ARG_TO, impl(dw).mem.get()}};
+    reorder_raw(e->to_plain, args);
+    stats_.weight_reorder_ns += now_ns() - t0;
+    ++stats_.weight_reorders;
+  }
+}
+
+}  // namespace wb::backend::cpu

@@ -1,0 +1,361 @@
+// CPU backend core: tensor allocation and views, host transfers, layout conversions, the primitive cache
+// with its shared scratchpad, and the cache of converted weights. Weight copies are invalidated by a
+// generation counter that every write into memory they were made from advances (sgd_update always;
+// from_host / copy / fill when the destination overlaps cached weights; params_written on request).
+#include "trainer/backend/cpu/cpu_backend.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace wb::backend::cpu {
+
+using dnnl::memory;
+
+namespace {
+
+std::shared_ptr<void> aligned_storage(std::size_t bytes) {
+  std::size_t rounded = (std::max<std::size_t>(bytes, 64) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) throw BackendError("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(const CpuOptions& options)
+    : threads_(options.threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+  if (threads_ < 0) {
+    throw BackendError("cpu backend: threads must be >= 0 (0 = OpenMP default), got " + std::to_string(threads_));
+  }
+  apply_threads();
+}
+
+void CpuBackend::apply_threads() const {
+  // omp_set_num_threads only sets the calling thread's value, so every op re-applies it in case the
+  // trainer calls from a thread other than the one that made the backend.
+  if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
+}
+
+CpuTensorImpl& CpuBackend::impl(const Tensor& t) {
+  if (!t.defined()) throw BackendError("cpu backend: an input tensor is undefined");
+  auto* p = dynamic_cast<CpuTensorImpl*>(t.impl());
+  if (!p) throw BackendError("cpu backend: tensor " + t.shape().to_string() + " belongs to another backend");
+  return *p;
+}
+
+memory::desc CpuBackend::plain_md(const Shape& shape, DType dtype) {
+  if (dtype == DType::i64) return {};
+  memory::dims dims;
+  for (int i = 0; i < shape.rank(); ++i) dims.push_back(shape[i]);
+  if (dims.empty()) dims.push_back(1);
+  static const memory::format_tag tags[] = {memory::format_tag::a, memory::format_tag::ab,
+                                            memory::format_tag::abc, memory::format_tag::abcd};
+  auto dt = dtype == DType::f32 ? memory::data_type::f32 : memory::data_type::s32;
+  return memory::desc(dims, dt, tags[dims.size() - 1]);
+}
+
+void CpuBackend::check_f32(const Tensor& t, int rank, const char* op, const char* what) {
+  if (!t.defined()) throw BackendError(std::string(op) + ": " + what + " is undefined");
+  if (t.dtype() != DType::f32) {
+    throw BackendError(std::string(op) + ": " + what + " must be f32, got " + dtype_name(t.dtype()));
+  }
+  if (rank > 0 && t.shape().rank() != rank) {
+    throw BackendError(std::string(op) + ": " + what + " must have " + std::to_string(rank) + " dimensions, got " +
+                       t.shape().to_string());
+  }
+}
+
+int CpuBackend::layout_id(const memory::desc& m) {
+  for (std::size_t i = 0; i < layouts_.size(); ++i) {
+    if (layouts_[i] == m) return static_cast<int>(i);
+  }
+  layouts_.push_back(m);
+  return static_cast<int>(layouts_.size() - 1);
+}
+
+Tensor CpuBackend::allocate(const Shape& shape, DType dtype, const memory::desc& m) {
+  ++stats_.allocations;
+  auto t = std::make_shared<CpuTensorImpl>();
+  t->shape = shape;
+  t->dtype = dtype;
+  t->owner = this;
+  if (dtype == DType::i64) {
+    t->bytes = static_cast<std::size_t>(shape.numel()) * 8;
+    t->storage = aligned_storage(t->bytes);
+    t->data = t->storage.get();
+    return Tensor(t);
+  }
+  t->md = m;
+  t->bytes = m.get_size();
+  t->storage = aligned_storage(t->bytes);
+  t->data = t->storage.get();
+  t->mem = memory(m, engine_, t->data);
+  t->layout_id = layout_id(m);
+  t->plain = m == plain_md(shape, dtype);
+  return Tensor(t);
+}
+
+void CpuBackend::ensure(Tensor& t, const Shape& shape, const memory::desc& want) {
+  if (t.defined()) {
+    auto* p = dynamic_cast<CpuTensorImpl*>(t.impl());
+    if (p && p->shape == shape && p->md == want) return;
+  }
+  t = allocate(shape, DType::f32, want);
+}
+
+Tensor CpuBackend::empty(const Shape& shape, DType dtype) {
+  apply_threads();
+  return allocate(shape, dtype, plain_md(shape, dtype));
+}
+
+Tensor CpuBackend::view(const Tensor& base, std::size_t offset, const Shape& shape) {
+  auto& b = impl(base);
+  if (!b.plain) throw BackendError("cpu backend view: the base tensor " + b.shape.to_string() + " is not plain");
+  std::size_t n = static_cast<std::size_t>(shape.numel());
+  if (offset + n > static_cast<std::size_t>(b.shape.numel())) {
+    throw BackendError("cpu backend view: elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+                       ") exceed the base tensor's " + std::to_string(b.shape.numel()));
+  }
+  auto t = std::make_shared<CpuTensorImpl>();
+  t->shape = shape;
+  t->dtype = b.dtype;
+  t->owner = this;
+  t->storage = b.storage;
+  t->data = static_cast<char*>(b.data) + offset * dtype_size(b.dtype);
+  t->bytes = n * dtype_size(b.dtype);
+  if (b.dtype != DType::i64) {
+    t->md = plain_md(shape, b.dtype);
+    t->mem = memory(t->md, engine_, t->data);
+    t->layout_id = layout_id(t->md);
+  }
+  return Tensor(t);
+}
+
+Slot CpuBackend::make_slot(const memory::desc& m) {
+  ++stats_.allocations;
+  Slot s;
+  s.md = m;
+  s.storage = aligned_storage(m.get_size());
+  s.mem = memory(m, engine_, s.storage.get());
+  return s;
+}
+
+void CpuBackend::reorder_raw(const dnnl::reorder& prim, const dnnl_exec_arg_t (&args)[2]) {
+  if (dnnl_primitive_execute(prim.get(), stream_.get(), 2, args) != dnnl_success) {
+    throw BackendError("cpu backend: a layout conversion failed");
+  }
+}
+
+void CpuBackend::run_slot_reorder(const memory& src, Slot& slot) {
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, slot.mem.get()}};
+  reorder_raw(slot.prim, args);
+}
+
+const memory& CpuBackend::as_layout(const Tensor& t, const memory::desc& want, Slot& slot) {
+  auto& ti = impl(t);
+  if (ti.md == want) return ti.mem;
+  if (!slot.mem || !(slot.md == want)) slot = make_slot(want);
+  if (!slot.prim || !(slot.from == ti.md)) {
+    slot.from = ti.md;
+    slot.prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, ti.md, engine_, want));
+  }
+  run_slot_reorder(ti.mem, slot);
+  ++stats_.input_reorders;
+  return slot.mem;
+}
+
+const memory& CpuBackend::weights_as(const Tensor& w, const memory::desc& want, int cache) {
+  auto& wi = impl(w);
+  if (wi.md == want) return wi.mem;
+  auto& wc = weight_cache_[static_cast<std::size_t>(cache)][wi.data];
+  if (wc.slot.mem && wc.slot.md == want && wc.slot.from == wi.md && wc.generation == param_generation_) {
+    return wc.slot.mem;
+  }
+  if (!wc.slot.mem || !(wc.slot.md == want)) wc.slot = make_slot(want);
+  if (!wc.slot.prim || !(wc.slot.from == wi.md)) {
+    wc.slot.from = wi.md;
+    wc.slot.prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, wi.md, engine_, want));
+  }
+  std::int64_t t0 = now_ns();
+  run_slot_reorder(wi.mem, wc.slot);
+  stats_.weight_reorder_ns += now_ns() - t0;
+  ++stats_.weight_reorders;
+  wc.generation = param_generation_;
+  const char* lo = static_cast<const char*>(wi.data);
+  const char* hi = lo + wi.bytes;
+  cached_lo_ = cached_lo_ ? std::min(cached_lo_, lo) : lo;
+  cached_hi_ = cached_hi_ ? std::max(cached_hi_, hi) : hi;
+  return wc.slot.mem;
+}
+
+void CpuBackend::note_write(const void* data, std::size_t bytes) {
+  const char* lo = static_cast<const char*>(data);
+  if (cached_lo_ && lo < cached_hi_ && lo + bytes > cached_lo_) bump_param_generation();
+}
+
+void CpuBackend::reorder(const memory& src, const memory& dst) {
+  memory::desc s = src.get_desc(), d = dst.get_desc();
+  const dnnl::reorder* prim = nullptr;
+  for (auto& r : reorders_) {
+    if (r.src == s && r.dst == d) {
+      prim = &r.prim;
+      break;
+    }
+  }
+  if (!prim) {
+    reorders_.push_back({s, d, dnnl::reorder(dnnl::reorder::primitive_desc(engine_, s, engine_, d))});
+    prim = &reorders_.back().prim;
+  }
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, dst.get()}};
+  if (dnnl_primitive_execute(prim->get(), stream_.get(), 2, args) != dnnl_success) {
+    throw BackendError("cpu backend: a layout conversion failed");
+  }
+}
+
+void CpuBackend::grow_scratch(std::size_t bytes) {
+  if (bytes <= scratch_bytes_) return;
+  ++stats_.allocations;
+  scratch_ = aligned_storage(bytes);
+  scratch_bytes_ = bytes;
+}
+
+Entry* CpuBackend::insert(const CacheKey& key, std::unique_ptr<Entry> entry, const dnnl::primitive_desc_base& pd) {
+  memory::desc sd = pd.scratchpad_desc();
+  entry->scratch_bytes = sd.get_size();
+  if (entry->scratch_bytes > 0) {
+    grow_scratch(entry->scratch_bytes);
+    entry->scratch = memory(sd, engine_, scratch_.get());
+  }
+  Entry* raw = entry.get();
+  cache_[key] = std::move(entry);
+  return raw;
+}
+
+void CpuBackend::execute(const dnnl::primitive& prim, Entry& entry, std::initializer_list<dnnl_exec_arg_t> args) {
+  std::array<dnnl_exec_arg_t, 16> a{};
+  int n = 0;
+  for (const auto& arg : args) a[static_cast<std::size_t>(n++)] = arg;
+  if (entry.scratch_bytes > 0) {
+    // The shared scratchpad may have grown (moved) since this primitive was cached.
+    if (entry.scratch.get_data_handle() != scratch_.get()) entry.scratch.set_data_handle(scratch_.get());
+    a[static_cast<std::size_t>(n++)] = {DNNL_ARG_SCRATCHPAD, entry.scratch.get()};
+  }
+  dnnl_status_t st = dnnl_primitive_execute(prim.get(), stream_.get(), n, a.data());
+  if (st != dnnl_success) throw BackendError("cpu backend: a oneDNN primitive failed, status " + std::to_string(st));
+}
+
+dnnl::primitive_attr CpuBackend::attr(bool relu_post_op) const {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu_post_op) {
+    dnnl::post_ops po;
+    po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    a.set_post_ops(po);
+  }
+  return a;
+}
+
+// ---- host transfers -------------------------------------------------------------------------------
+
+namespace {
+
+void check_host_size(const Tensor& t, std::size_t n, const char* what) {
+  if (n != static_cast<std::size_t>(t.numel())) {
+    throw BackendError(std::string("cpu backend ") + what + ": host buffer has " + std::to_string(n) +
+                       " elements, tensor " + t.shape().to_string() + " has " + std::to_string(t.numel()));
+  }
+}
+
+void check_dtype(const Tensor& t, DType want, const char* what) {
+  if (t.dtype() != want) {
+    throw BackendError(std::string("cpu backend ") + what + ": tensor is " + dtype_name(t.dtype()) + ", expected " +
+                       dtype_name(want));
+  }
+}
+
+}  // namespace
+
+void CpuBackend::from_host(const Tensor& dst, std::span<const float> src) {
+  apply_threads();
+  auto& d = impl(dst);
+  check_dtype(dst, DType::f32, "from_host");
+  check_host_size(dst, src.size(), "from_host");
+  note_write(d.data, d.bytes);
+  if (d.plain) {
+    std::memcpy(d.data, src.data(), src.size_bytes());
+    return;
+  }
+  memory user(plain_md(d.shape), engine_, const_cast<float*>(src.data()));
+  reorder(user, d.mem);
+}
+
+void CpuBackend::from_host(const Tensor& dst, std::span<const std::int32_t> src) {
+  auto& d = impl(dst);
+  check_dtype(dst, DType::i32, "from_host");
+  check_host_size(dst, src.size(), "from_host");
+  std::memcpy(d.data, src.data(), src.size_bytes());
+}
+
+void CpuBackend::to_host(const Tensor& src, std::span<float> dst) {
+  apply_threads();
+  auto& s = impl(src);
+  check_dtype(src, DType::f32, "to_host");
+  check_host_size(src, dst.size(), "to_host");
+  if (s.plain) {
+    std::memcpy(dst.data(), s.data, dst.size_bytes());
+    return;
+  }
+  memory user(plain_md(s.shape), engine_, dst.data());
+  reorder(s.mem, user);
+}
+
+void CpuBackend::to_host(const Tensor& src, std::span<std::int32_t> dst) {
+  auto& s = impl(src);
+  check_dtype(src, DType::i32, "to_host");
+  check_host_size(src, dst.size(), "to_host");
+  std::memcpy(dst.data(), s.data, dst.size_bytes());
+}
+
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  apply_threads();
+  auto& s = impl(src);
+  auto& d = impl(dst);
+  if (!(s.shape == d.shape) || s.dtype != d.dtype) {
+    throw BackendError("cpu backend copy: source " + s.shape.to_string() + " " + dtype_name(s.dtype) +
+                       " and destination " + d.shape.to_string() + " " + dtype_name(d.dtype) + " differ");
+  }
+  note_write(d.data, d.bytes);
+  if (s.dtype != DType::f32 || s.md == d.md) {
+    std::memcpy(d.data, s.data, std::min(s.bytes, d.bytes));
+    return;
+  }
+  reorder(s.mem, d.mem);
+}
+
+void CpuBackend::fill(const Tensor& dst, float value) {
+  apply_threads();
+  auto& d = impl(dst);
+  check_dtype(dst, DType::f32, "fill");
+  note_write(d.data, d.bytes);
+  if (d.plain) {
+    std::fill_n(static_cast<float*>(d.data), d.shape.numel(), value);
+    return;
+  }
+  // Blocked layouts carry zero padding that a plain fill would overwrite; go through a plain copy.
+  std::vector<float> host(static_cast<std::size_t>(d.shape.numel()), value);
+  from_host(dst, host);
+}
+
+}  // namespace wb::backend::cpu
+
+namespace wb::backend {
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options) {
+  return std::make_unique<cpu::CpuBackend>(options);
+}
+
+}  // namespace wb::backend

@@ -1,0 +1,222 @@
+#pragma once
+// The oneDNN (v2.6) CPU backend. Activations stay in the layouts oneDNN's primitives pick (blocked
+// nChw16c on AVX-512) from one layer to the next; conversions happen only at the edges: the network
+// input, the classifier, to_host/from_host, and conv weights, which live plain (OIHW) in the parameter
+// buffer and are converted once per parameter update into a cached blocked copy.
+//
+// Every primitive is created once per (op, shapes, layouts) and cached; its scratchpad is one buffer
+// shared by all primitives (ops run one at a time), and primitives are executed through the C API with
+// argument arrays on the stack, so a step after the first allocates nothing.
+//
+// Files: cpu_backend.cpp (memory, caches, layout conversion), conv.cpp, norm.cpp, eltwise_pool.cpp,
+// linear_loss.cpp, sgd.cpp.
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "trainer/backend/backend.hpp"
+
+namespace wb::backend::cpu {
+
+class CpuTensorImpl final : public TensorImpl {
+ public:
+  dnnl::memory::desc md;             // empty for i64 tensors, which no oneDNN primitive reads
+  dnnl::memory mem;                  // wraps `data`, created once so that ops need not build one
+  int layout_id = -1;                // index of md among the layouts this backend has seen
+  std::shared_ptr<void> storage;     // the allocation (shared with views)
+};
+
+// Fixed-capacity integer key for the primitive cache (no allocation when looking up).
+struct CacheKey {
+  std::array<std::int64_t, 28> v{};
+  int n = 0;
+  CacheKey& add(std::int64_t x) {
+    v[static_cast<std::size_t>(n++)] = x;
+    return *this;
+  }
+  CacheKey& add(const Shape& s) {
+    add(s.rank());
+    for (int i = 0; i < s.rank(); ++i) add(s[i]);
+    return *this;
+  }
+  bool operator==(const CacheKey& o) const { return n == o.n && v == o.v; }
+};
+
+struct CacheKeyHash {
+  std::size_t operator()(const CacheKey& k) const {
+    std::uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < k.n; ++i) {
+      h ^= static_cast<std::uint64_t>(k.v[static_cast<std::size_t>(i)]);
+      h *= 1099511628211ull;
+    }
+    return static_cast<std::size_t>(h);
+  }
+};
+
+// A cached primitive with its descriptors; op files derive from it.
+struct Entry {
+  virtual ~Entry() = default;
+  dnnl::memory scratch;  // wraps the shared scratchpad
+  std::size_t scratch_bytes = 0;
+};
+
+// A private buffer owned by a cache entry (layout conversions of inputs, blocked weight gradients).
+// It keeps the reorder primitive that last filled it, so a repeated conversion costs one comparison.
+struct Slot {
+  dnnl::memory::desc md;
+  dnnl::memory mem;
+  std::shared_ptr<void> storage;
+  dnnl::memory::desc from;
+  dnnl::reorder prim;
+};
+
+enum OpCode : std::int64_t {
+  kOpConvFwd = 1, kOpConvBwdData, kOpConvBwdWeights, kOpBnTrain, kOpBnEval, kOpBnBwd, kOpReluFwd, kOpReluBwd,
+  kOpAdd, kOpMaxFwd, kOpMaxBwd, kOpGapFwd, kOpGapBwd, kOpLinFwd, kOpLinBwd, kOpLinBwdWeights,
+};
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const CpuOptions& options);
+  std::string_view name() const override { return "cpu"; }
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor view(const Tensor& base, std::size_t offset, const Shape& shape) override;
+  void from_host(const Tensor& dst, std::span<const float> src) override;
+  void from_host(const Tensor& dst, std::span<const std::int32_t> src) override;
+  void to_host(const Tensor& src, std::span<float> dst) override;
+  void to_host(const Tensor& src, std::span<std::int32_t> dst) override;
+  void copy(const Tensor& src, const Tensor& dst) override;
+  void fill(const Tensor& dst, float value) override;
+  void synchronize() override {}
+  void params_written() override { bump_param_generation(); }
+
+  void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) override;
+  void conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, const Shape& x_shape,
+                            const Conv2dParams& p) override;
+  void conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                               const Conv2dParams& p) override;
+
+  void batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                               const Tensor& running_mean, const Tensor& running_var, BatchNormState& state,
+                               const BatchNormParams& p) override;
+  void batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                              const Tensor& running_mean, const Tensor& running_var,
+                              const BatchNormParams& p) override;
+  void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                          const BatchNormState& state, Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                          const BatchNormParams& p) override;
+
+  void relu_forward(const Tensor& x, Tensor& y) override;
+  void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;
+  void add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) override;
+
+  void maxpool_forward(const Tensor& x, Tensor& y, Tensor& workspace, const Pool2dParams& p) override;
+  void maxpool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace, Tensor& dx,
+                        const Pool2dParams& p) override;
+  void global_avgpool_forward(const Tensor& x, Tensor& y) override;
+  void global_avgpool_backward(const Tensor& x, const Tensor& dy, Tensor& dx) override;
+
+  void linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) override;
+  void linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, const Tensor& dw,
+                       const Tensor& db) override;
+
+  void softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, const LossParams& p,
+                                     Tensor& loss, Tensor& probs) override;
+  void softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, const LossParams& p,
+                                      Tensor& dlogits) override;
+
+  void sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
+                  std::span<const ParamSegment> segments, const SgdParams& p) override;
+
+  // Time spent converting plain weights to the primitives' layouts and blocked weight gradients back.
+  struct Stats {
+    std::int64_t weight_reorder_ns = 0;
+    std::int64_t weight_reorders = 0;
+    std::int64_t input_reorders = 0;  // activations whose layout did not match the primitive's
+    std::int64_t allocations = 0;     // tensor, slot and scratchpad allocations (0 in a steady step)
+  };
+  const Stats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+  // ---- helpers shared by the op files -------------------------------------------------------------
+  const dnnl::engine& engine() const { return engine_; }
+  static CpuTensorImpl& impl(const Tensor& t);
+  static const dnnl::memory::desc& md(const Tensor& t) { return impl(t).md; }
+  static dnnl::memory::desc plain_md(const Shape& shape, DType dtype = DType::f32);
+  // An f32 tensor for op `op` (named in errors) with the expected rank; throws BackendError otherwise.
+  static void check_f32(const Tensor& t, int rank, const char* op, const char* what);
+
+  // Makes `t` a tensor of `shape` in layout `want` unless it already is one.
+  void ensure(Tensor& t, const Shape& shape, const dnnl::memory::desc& want);
+  Tensor allocate(const Shape& shape, DType dtype, const dnnl::memory::desc& md);
+  Slot make_slot(const dnnl::memory::desc& md);
+  // t's memory if it already has layout `want`, else a conversion of t into `slot` (reallocated when
+  // its layout differs).
+  const dnnl::memory& as_layout(const Tensor& t, const dnnl::memory::desc& want, Slot& slot);
+  // A plain or blocked copy of weights `w` in layout `want`, cached until the next parameter write.
+  const dnnl::memory& weights_as(const Tensor& w, const dnnl::memory::desc& want, int cache);
+  void reorder(const dnnl::memory& src, const dnnl::memory& dst);
+  // Runs a reorder primitive on {FROM, TO} arguments.
+  void reorder_raw(const dnnl::reorder& prim, const dnnl_exec_arg_t (&args)[2]);
+
+  Entry* find(const CacheKey& key) {
+    auto it = cache_.find(key);
+    return it == cache_.end() ? nullptr : it->second.get();
+  }
+  // Stores `entry` under `key` after sizing the shared scratchpad for `pd`.
+  Entry* insert(const CacheKey& key, std::unique_ptr<Entry> entry, const dnnl::primitive_desc_base& pd);
+  // Runs `prim` with `args` plus the shared scratchpad.
+  void execute(const dnnl::primitive& prim, Entry& entry, std::initializer_list<dnnl_exec_arg_t> args);
+  dnnl::primitive_attr attr(bool relu_post_op = false) const;
+  void bump_param_generation() { ++param_generation_; }
+  // Invalidates cached weight copies when [data, data + bytes) overlaps memory they were made from.
+  void note_write(const void* data, std::size_t bytes);
+  // Converts src (layout slot.from) into slot, reusing the slot's reorder primitive.
+  void run_slot_reorder(const dnnl::memory& src, Slot& slot);
+  void apply_threads() const;
+
+ private:
+  struct WeightCopy {
+    Slot slot;
+    std::uint64_t generation = 0;
+  };
+  struct ReorderEntry {
+    dnnl::memory::desc src, dst;
+    dnnl::reorder prim;
+  };
+
+  int layout_id(const dnnl::memory::desc& md);
+  void grow_scratch(std::size_t bytes);
+
+  int threads_ = 0;
+  dnnl::engine engine_;
+  dnnl::stream stream_;
+  std::unordered_map<CacheKey, std::unique_ptr<Entry>, CacheKeyHash> cache_;
+  std::vector<ReorderEntry> reorders_;
+  std::vector<dnnl::memory::desc> layouts_;
+  std::array<std::unordered_map<const void*, WeightCopy>, 2> weight_cache_;  // [0] forward, [1] backward-data
+  std::uint64_t param_generation_ = 1;
+  const char* cached_lo_ = nullptr;  // bounds of the plain weights the caches were made from
+  const char* cached_hi_ = nullptr;
+  std::shared_ptr<void> scratch_;
+  std::size_t scratch_bytes_ = 0;
+
+ public:
+  Stats stats_;  // written by the op files
+};
+
+// Monotonic nanoseconds for the stats counters.
+inline std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace wb::backend::cpu

@@ -1,0 +1,228 @@
+// The classifier (oneDNN inner product on plain data, torch's [out, in] weight layout) and softmax
+// cross-entropy with label smoothing (plain C++, the batch is small).
+#include <cmath>
+#include <string>
+
+#include "trainer/backend/cpu/cpu_backend.hpp"
+
+namespace wb::backend::cpu {
+
+using dnnl::memory;
+using tag = memory::format_tag;
+
+namespace {
+
+struct LinFwd final : Entry {
+  dnnl::inner_product_forward::primitive_desc pd;
+  dnnl::inner_product_forward prim;
+  memory::desc x_plain;  // x's logical shape, plain
+  Slot x_slot;
+  memory src;            // (N, IN) view of the plain input
+  Shape y_shape;
+};
+
+struct LinBwdData final : Entry {
+  dnnl::inner_product_backward_data::primitive_desc pd;
+  dnnl::inner_product_backward_data prim;
+  memory::desc x_plain;
+  Slot dy_slot;
+  memory dsrc;  // (N, IN) view of dx
+};
+
+struct LinBwdWeights final : Entry {
+  dnnl::inner_product_backward_weights::primitive_desc pd;
+  dnnl::inner_product_backward_weights prim;
+  Slot x_slot;
+  memory src;  // (N, IN) view of the plain input
+};
+
+memory::desc f32(const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, t); }
+
+void check_linear(const Tensor& x, const Tensor& w, const char* op) {
+  CpuBackend::check_f32(x, 0, op, "x");
+  CpuBackend::check_f32(w, 2, op, "w");
+  const Shape& xs = x.shape();
+  bool ok = xs.rank() == 2 || (xs.rank() == 4 && xs[2] == 1 && xs[3] == 1);
+  if (!ok) throw BackendError(std::string(op) + ": x must be (N,IN) or (N,IN,1,1), got " + xs.to_string());
+  if (w.shape()[1] != xs[1]) {
+    throw BackendError(std::string(op) + ": weight " + w.shape().to_string() + " does not fit x " + xs.to_string());
+  }
+  if (!w.is_plain()) throw BackendError(std::string(op) + ": w must be plain (OUT,IN)");
+}
+
+}  // namespace
+
+void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  apply_threads();
+  check_linear(x, w, "linear_forward");
+  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
+  check_f32(b, 1, "linear_forward", "b");
+  if (b.shape()[0] != out || !b.is_plain()) {
+    throw BackendError("linear_forward: bias must be plain (" + std::to_string(out) + "), got " + b.shape().to_string());
+  }
+  CacheKey key;
+  key.add(kOpLinFwd).add(x.shape()).add(out);
+  auto* e = static_cast<LinFwd*>(find(key));
+  if (!e) {
+    auto ne = std::make_unique<LinFwd>();
+    dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_training, f32({n, in}, tag::ab), f32({out, in}, tag::ab),
+                                        f32({out}, tag::a), f32({n, out}, tag::ab));
+    ne->pd = dnnl::inner_product_forward::primitive_desc(d, attr(), engine());
+    ne->prim = dnnl::inner_product_forward(ne->pd);
+    ne->x_plain = plain_md(x.shape());
+    ne->src = memory(f32({n, in}, tag::ab), engine(), nullptr);
+    ne->y_shape = Shape{n, out};
+    const auto& pd = ne->pd;
+    e = static_cast<LinFwd*>(insert(key, std::move(ne), pd));
+  }
+  // (N, IN, 1, 1) plain has the same bytes as (N, IN) plain.
+  const memory& xp = as_layout(x, e->x_plain, e->x_slot);
+  e->src.set_data_handle(xp.get_data_handle());
+  ensure(y, e->y_shape, plain_md(e->y_shape));
+  execute(e->prim, *e,
+          {{DNNL_ARG_SRC, e->src.get()}, {DNNL_ARG_WEIGHTS, impl(w).mem.get()}, {DNNL_ARG_BIAS, impl(b).mem.get()},
+           {DNNL_ARG_DST, impl(y).mem.get()}});
+}
+
+void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, const Tensor& dw,
+                                 const Tensor& db) {
+  apply_threads();
+  check_linear(x, w, "linear_backward");
+  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
+  check_f32(dy, 2, "linear_backward", "dy");
+  check_f32(dw, 2, "linear_backward", "dw");
+  check_f32(db, 1, "linear_backward", "db");
+  if (!(dy.shape() == Shape{n, out}) || !(dw.shape() == w.shape()) || db.shape()[0] != out || !dw.is_plain() ||
+      !db.is_plain()) {
+    throw BackendError("linear_backward: expected dy (" + std::to_string(n) + ", " + std::to_string(out) +
+                       "), plain dw like w and plain db (" + std::to_string(out) + "); got dy " +
+                       dy.shape().to_string() + " dw " + dw.shape().to_string() + " db " + db.shape().to_string());
+  }
+  auto src = f32({n, in}, tag::ab), wei = f32({out, in}, tag::ab), bias = f32({out}, tag::a),
+       dst = f32({n, out}, tag::ab);
+  CacheKey key;
+  key.add(kOpLinBwd).add(x.shape()).add(out);
+  auto* ed = static_cast<LinBwdData*>(find(key));
+  CacheKey wkey;
+  wkey.add(kOpLinBwdWeights).add(x.shape()).add(out);
+  auto* ew = static_cast<LinBwdWeights*>(find(wkey));
+  if (!ed || !ew) {
+    dnnl::inner_product_forward::primitive_desc hint(
+        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, wei, bias, dst), attr(), engine());
+    auto nd = std::make_unique<LinBwdData>();
+    nd->pd = dnnl::inner_product_backward_data::primitive_desc(dnnl::inner_product_backward_data::desc(src, wei, dst),
+                                                               attr(), engine(), hint);
+    nd->prim = dnnl::inner_product_backward_data(nd->pd);
+    nd->x_plain = plain_md(x.shape());
+    nd->dsrc = memory(src, engine(), nullptr);
+    const auto& dpd = nd->pd;
+    ed = static_cast<LinBwdData*>(insert(key, std::move(nd), dpd));
+    auto nw = std::make_unique<LinBwdWeights>();
+    nw->pd = dnnl::inner_product_backward_weights::primitive_desc(
+        dnnl::inner_product_backward_weights::desc(src, wei, bias, dst), attr(), engine(), hint);
+    nw->prim = dnnl::inner_product_backward_weights(nw->pd);
+    nw->src = memory(src, engine(), nullptr);
+    const auto& wpd = nw->pd;
+    ew = static_cast<LinBwdWeights*>(insert(wkey, std::move(nw), wpd));
+  }
+  const memory& dyp = as_layout(dy, plain_md(dy.shape()), ed->dy_slot);
+  const memory& xp = as_layout(x, ed->x_plain, ew->x_slot);
+  ew->src.set_data_handle(xp.get_data_handle());
+  execute(ew->prim, *ew,
+          {{DNNL_ARG_SRC, ew->src.get()}, {DNNL_ARG_DIFF_DST, dyp.get()}, {DNNL_ARG_DIFF_WEIGHTS, impl(dw).mem.get()},
+           {DNNL_ARG_DIFF_BIAS, impl(db).mem.get()}});
+  ensure(dx, x.shape(), ed->x_plain);
+  ed->dsrc.set_data_handle(dx.data());
+  execute(ed->prim, *ed,
+          {{DNNL_ARG_DIFF_DST, dyp.get()}, {DNNL_ARG_WEIGHTS, impl(w).mem.get()}, {DNNL_ARG_DIFF_SRC, ed->dsrc.get()}});
+}
+
+// ---- softmax cross-entropy ------------------------------------------------------------------------
+
+namespace {
+
+struct Targets {
+  float on, off;
+};
+
+Targets targets(const LossParams& p, std::int64_t k, const char* op) {
+  if (!(p.smoothing >= 0.0f && p.smoothing < 1.0f)) {
+    throw BackendError(std::string(op) + ": label smoothing must be in [0, 1), got " + std::to_string(p.smoothing));
+  }
+  if (p.convention == LossConvention::mindspore) {
+    if (k < 2 && p.smoothing > 0.0f) throw BackendError(std::string(op) + ": mindspore smoothing needs >= 2 classes");
+    float off = k > 1 ? p.smoothing / static_cast<float>(k - 1) : 0.0f;
+    return {1.0f - p.smoothing, off};
+  }
+  float off = p.smoothing / static_cast<float>(k);
+  return {1.0f - p.smoothing + off, off};
+}
+
+void check_loss_inputs(const Tensor& logits, const Tensor& labels, const char* op) {
+  CpuBackend::check_f32(logits, 2, op, "logits");
+  if (!logits.is_plain()) throw BackendError(std::string(op) + ": logits must be plain (N,K)");
+  if (!labels.defined() || labels.dtype() != DType::i32 || labels.shape().rank() != 1 ||
+      labels.shape()[0] != logits.shape()[0]) {
+    throw BackendError(std::string(op) + ": labels must be i32 (" + std::to_string(logits.shape()[0]) + ")");
+  }
+  const std::int32_t* y = labels.data_as<std::int32_t>();
+  const std::int64_t k = logits.shape()[1];
+  for (std::int64_t i = 0; i < labels.shape()[0]; ++i) {
+    if (y[i] < 0 || y[i] >= k) {
+      throw BackendError(std::string(op) + ": label " + std::to_string(y[i]) + " at batch index " +
+                         std::to_string(i) + " is outside [0, " + std::to_string(k) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tensor& labels, const LossParams& p,
+                                               Tensor& loss, Tensor& probs) {
+  check_loss_inputs(logits, labels, "softmax_cross_entropy_forward");
+  const std::int64_t n = logits.shape()[0], k = logits.shape()[1];
+  Targets t = targets(p, k, "softmax_cross_entropy_forward");
+  ensure(loss, Shape{1}, plain_md(Shape{1}));
+  ensure(probs, logits.shape(), plain_md(logits.shape()));
+  const float* z = logits.data_as<float>();
+  const std::int32_t* y = labels.data_as<std::int32_t>();
+  float* pr = probs.data_as<float>();
+  double total = 0.0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float* zi = z + i * k;
+    float* pi = pr + i * k;
+    double mx = zi[0];
+    for (std::int64_t j = 1; j < k; ++j) mx = std::max(mx, static_cast<double>(zi[j]));
+    double sum = 0.0;
+    for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(zi[j]) - mx);
+    const double log_sum = std::log(sum);
+    double row = 0.0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      double logp = static_cast<double>(zi[j]) - mx - log_sum;
+      pi[j] = static_cast<float>(std::exp(logp));
+      row -= (j == y[i] ? t.on : t.off) * logp;
+    }
+    total += row;
+  }
+  loss.data_as<float>()[0] = static_cast<float>(total / static_cast<double>(n));
+}
+
+void CpuBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tensor& labels, const LossParams& p,
+                                                Tensor& dlogits) {
+  check_loss_inputs(probs, labels, "softmax_cross_entropy_backward");
+  const std::int64_t n = probs.shape()[0], k = probs.shape()[1];
+  Targets t = targets(p, k, "softmax_cross_entropy_backward");
+  ensure(dlogits, probs.shape(), plain_md(probs.shape()));
+  const float* pr = probs.data_as<float>();
+  const std::int32_t* y = labels.data_as<std::int32_t>();
+  float* d = dlogits.data_as<float>();
+  // Both conventions' targets sum to 1 over the classes, so d/dz of -sum t log softmax(z) is p - t.
+  const float inv_n = 1.0f / static_cast<float>(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    for (std::int64_t j = 0; j < k; ++j) {
+      d[i * k + j] = (pr[i * k + j] - (j == y[i] ? t.on : t.off)) * inv_n;
+    }
+  }
+}
+
+}  // namespace wb::backend::cpu

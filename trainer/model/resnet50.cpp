@@ -1,0 +1,544 @@
+// ResNet-50 v1.5 on the Backend interface: the layer tables (names, parameter and buffer layout), the
+// deterministic torchvision-style initialisation, and the training step's forward and backward, each
+// module's backward next to its forward. Shapes in comments are for the ImageNet stem at input S:
+// conv1 halves S, maxpool halves it again, layer2..4 each halve it in their first block.
+#include "trainer/model/resnet50.hpp"
+
+#include <array>
+#include <cmath>
+#include <numbers>
+#include <random>
+
+namespace wb::model {
+
+using backend::Shape;
+using backend::Tensor;
+
+// ---- layer records --------------------------------------------------------------------------------
+
+struct ResNet50::Conv {
+  int module = -1;
+  int param = -1;
+  backend::Conv2dParams p;
+  Tensor w, dw;  // views of the parameter / gradient buffers, OIHW
+  Tensor y, dx;  // output (N, O, OH, OW) and input gradient
+};
+
+struct ResNet50::Bn {
+  int module = -1;
+  int param = -1;  // gamma; beta is param + 1
+  int nbt = -1;    // index into num_batches_tracked_
+  Tensor gamma, beta, dgamma, dbeta, rmean, rvar;
+  backend::BatchNormState state;
+  Tensor y;        // output; after the relu (in place or fused) when one follows
+  Tensor dx;       // input gradient
+  Tensor relu_dx;  // gradient before the bn when its relu runs unfused
+};
+
+struct ResNet50::Block {
+  int module = -1;
+  int relu_module = -1;
+  std::array<std::string, 3> relu_names;
+  bool ds = false;
+  Conv c1, c2, c3, dc;
+  Bn b1, b2, b3, db;
+  Tensor out;    // relu(bn3 + identity)
+  Tensor d_sum;  // gradient at the residual sum
+};
+
+struct ResNet50::Layers {
+  Conv conv1;
+  Bn bn1;
+  int relu_module = -1, maxpool_module = -1, avgpool_module = -1, fc_module = -1, fc_param = -1;
+  Tensor mp_y, mp_ws, mp_dx;
+  std::vector<Block> blocks;
+  Tensor fc_w, fc_b, fc_dw, fc_db;
+  Tensor gap_y;    // (N, 2048, 1, 1)
+  Tensor gap_dx;   // (N, 2048, 1, 1) plain, from the fc backward
+  Tensor head_dx;  // gradient of layer4's output
+  std::vector<int> kinds;  // per parameter: what init it gets
+  std::vector<StateEntry> state;
+};
+
+namespace {
+
+enum ParamKind { kConvWeight, kBnGamma, kBnBeta, kFcWeight, kFcBias };
+
+constexpr std::array<int, 4> kBlocksPerStage{3, 4, 6, 3};
+constexpr std::array<int, 4> kWidth{64, 128, 256, 512};
+constexpr int kExpansion = 4;
+constexpr float kBnEps = 1e-5f;
+constexpr float kBnMomentum = 0.1f;
+
+std::string block_name(int stage, int index) {
+  return "layer" + std::to_string(stage + 1) + "." + std::to_string(index);
+}
+
+std::vector<std::string> make_module_names() {
+  std::vector<std::string> n{"conv1", "bn1", "relu", "maxpool"};
+  for (int s = 0; s < 4; ++s) {
+    for (int b = 0; b < kBlocksPerStage[static_cast<std::size_t>(s)]; ++b) {
+      std::string p = block_name(s, b);
+      for (const char* m : {".conv1", ".bn1", ".relu", ".conv2", ".bn2", ".conv3", ".bn3"}) n.push_back(p + m);
+      if (b == 0) {
+        n.push_back(p + ".downsample.0");
+        n.push_back(p + ".downsample.1");
+      }
+      n.push_back(p);
+    }
+  }
+  for (const char* m : {"avgpool", "fc", "loss", "optimizer"}) n.push_back(m);
+  return n;
+}
+
+const std::vector<std::string>& names_table() {
+  static const std::vector<std::string> names = make_module_names();
+  return names;
+}
+
+// mt19937_64 with our own uniform and Box-Muller normal: libstdc++'s distributions are not specified
+// bit for bit, these are.
+class InitRng {
+ public:
+  explicit InitRng(std::uint64_t seed) : gen_(seed) {}
+  double uniform() { return static_cast<double>(gen_() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = 1.0 - uniform();  // (0, 1]: log is finite
+    double u2 = uniform();
+    double r = std::sqrt(-2.0 * std::log(u1));
+    double a = 2.0 * std::numbers::pi * u2;
+    spare_ = r * std::sin(a);
+    has_spare_ = true;
+    return r * std::cos(a);
+  }
+
+ private:
+  std::mt19937_64 gen_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+}  // namespace
+
+std::span<const std::string> ResNet50::module_names() { return names_table(); }
+int ResNet50::loss_module_id() { return static_cast<int>(names_table().size()) - 2; }
+int ResNet50::optimizer_module_id() { return static_cast<int>(names_table().size()) - 1; }
+
+// ---- construction ---------------------------------------------------------------------------------
+
+ResNet50::ResNet50(backend::Backend& backend, const ModelConfig& config)
+    : backend_(backend), config_(config), layers_(std::make_unique<Layers>()) {
+  if (config.num_classes < 1) {
+    throw ModelError("model config: num_classes must be >= 1, got " + std::to_string(config.num_classes));
+  }
+  if (config.image_size < 32 || config.image_size > 224) {
+    throw ModelError("model config: image_size must be in 32..224, got " + std::to_string(config.image_size));
+  }
+  if (config.batch_size < 1) {
+    throw ModelError("model config: batch_size must be >= 1, got " + std::to_string(config.batch_size));
+  }
+  build();
+  init_parameters();
+}
+
+ResNet50::~ResNet50() = default;
+
+void ResNet50::build() {
+  Layers& L = *layers_;
+  int module = 0;
+  auto add_param = [&](const std::string& name, std::vector<std::int64_t> shape, ParamKind kind) {
+    std::size_t numel = 1;
+    for (auto d : shape) numel *= static_cast<std::size_t>(d);
+    bool decay = kind == kConvWeight || kind == kFcWeight;
+    params_.push_back({name, std::move(shape), param_count_, numel, decay});
+    segments_.push_back({param_count_, numel, decay});
+    L.kinds.push_back(kind);
+    L.state.push_back({name, true, params_.size() - 1});
+    param_count_ += numel;
+    return static_cast<int>(params_.size() - 1);
+  };
+  auto add_conv = [&](Conv& c, const std::string& name, std::int64_t in, std::int64_t out, std::int64_t k, int stride,
+                      int pad) {
+    c.module = module++;
+    c.param = add_param(name + ".weight", {out, in, k, k}, kConvWeight);
+    c.p = {stride, pad};
+  };
+  auto add_bn = [&](Bn& b, const std::string& name, std::int64_t c) {
+    b.module = module++;
+    b.param = add_param(name + ".weight", {c}, kBnGamma);
+    add_param(name + ".bias", {c}, kBnBeta);
+    for (const char* s : {".running_mean", ".running_var"}) {
+      buffers_.push_back({name + s, {c}, backend::DType::f32, stats_count_, static_cast<std::size_t>(c)});
+      L.state.push_back({name + s, false, buffers_.size() - 1});
+      stats_count_ += static_cast<std::size_t>(c);
+    }
+    b.nbt = static_cast<int>(num_batches_tracked_.size());
+    num_batches_tracked_.push_back(0);
+    buffers_.push_back({name + ".num_batches_tracked", {}, backend::DType::i64, static_cast<std::size_t>(b.nbt), 1});
+    L.state.push_back({name + ".num_batches_tracked", false, buffers_.size() - 1});
+  };
+
+  add_conv(L.conv1, "conv1", 3, 64, 7, 2, 3);
+  add_bn(L.bn1, "bn1", 64);
+  L.relu_module = module++;
+  L.maxpool_module = module++;
+  std::int64_t in = 64;
+  for (int s = 0; s < 4; ++s) {
+    const std::int64_t width = kWidth[static_cast<std::size_t>(s)];
+    for (int b = 0; b < kBlocksPerStage[static_cast<std::size_t>(s)]; ++b) {
+      Block blk;
+      const std::string p = block_name(s, b);
+      const int stride = (b == 0 && s > 0) ? 2 : 1;
+      add_conv(blk.c1, p + ".conv1", in, width, 1, 1, 0);
+      add_bn(blk.b1, p + ".bn1", width);
+      blk.relu_module = module++;
+      add_conv(blk.c2, p + ".conv2", width, width, 3, stride, 1);  // v1.5: the stride sits on the 3x3
+      add_bn(blk.b2, p + ".bn2", width);
+      add_conv(blk.c3, p + ".conv3", width, width * kExpansion, 1, 1, 0);
+      add_bn(blk.b3, p + ".bn3", width * kExpansion);
+      if (b == 0) {
+        blk.ds = true;
+        add_conv(blk.dc, p + ".downsample.0", in, width * kExpansion, 1, stride, 0);
+        add_bn(blk.db, p + ".downsample.1", width * kExpansion);
+      }
+      blk.module = module++;
+      for (int r = 0; r < 3; ++r) blk.relu_names[static_cast<std::size_t>(r)] = p + ".relu." + std::to_string(r);
+      in = width * kExpansion;
+      L.blocks.push_back(std::move(blk));
+    }
+  }
+  L.avgpool_module = module++;
+  L.fc_module = module++;
+  L.fc_param = add_param("fc.weight", {config_.num_classes, in}, kFcWeight);
+  add_param("fc.bias", {config_.num_classes}, kFcBias);
+  if (module != loss_module_id()) throw std::logic_error("resnet50: module table out of step with the layers");
+
+  auto& be = backend_;
+  param_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
+  grad_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
+  momentum_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
+  stats_buf_ = be.empty(Shape{static_cast<std::int64_t>(stats_count_)}, backend::DType::f32);
+  be.fill(grad_buf_, 0.0f);
+  be.fill(momentum_buf_, 0.0f);
+
+  auto bind_conv = [&](Conv& c) {
+    const ParamInfo& pi = params_[static_cast<std::size_t>(c.param)];
+    c.w = be.view(param_buf_, pi.offset, Shape(pi.shape));
+    c.dw = be.view(grad_buf_, pi.offset, Shape(pi.shape));
+  };
+  auto bind_bn = [&](Bn& b) {
+    const ParamInfo& g = params_[static_cast<std::size_t>(b.param)];
+    const ParamInfo& bt = params_[static_cast<std::size_t>(b.param + 1)];
+    b.gamma = be.view(param_buf_, g.offset, Shape(g.shape));
+    b.beta = be.view(param_buf_, bt.offset, Shape(bt.shape));
+    b.dgamma = be.view(grad_buf_, g.offset, Shape(g.shape));
+    b.dbeta = be.view(grad_buf_, bt.offset, Shape(bt.shape));
+    const BufferInfo& rm = buffers_[static_cast<std::size_t>(buffer_index(g.name.substr(0, g.name.size() - 7) +
+                                                                          ".running_mean"))];
+    b.rmean = be.view(stats_buf_, rm.offset, Shape(rm.shape));
+    b.rvar = be.view(stats_buf_, rm.offset + rm.numel, Shape(rm.shape));
+  };
+  bind_conv(L.conv1);
+  bind_bn(L.bn1);
+  for (Block& blk : L.blocks) {
+    for (Conv* c : {&blk.c1, &blk.c2, &blk.c3}) bind_conv(*c);
+    for (Bn* b : {&blk.b1, &blk.b2, &blk.b3}) bind_bn(*b);
+    if (blk.ds) {
+      bind_conv(blk.dc);
+      bind_bn(blk.db);
+    }
+  }
+  const ParamInfo& fw = params_[static_cast<std::size_t>(L.fc_param)];
+  const ParamInfo& fb = params_[static_cast<std::size_t>(L.fc_param + 1)];
+  L.fc_w = be.view(param_buf_, fw.offset, Shape(fw.shape));
+  L.fc_b = be.view(param_buf_, fb.offset, Shape(fb.shape));
+  L.fc_dw = be.view(grad_buf_, fw.offset, Shape(fw.shape));
+  L.fc_db = be.view(grad_buf_, fb.offset, Shape(fb.shape));
+
+  const std::int64_t n = config_.batch_size, s = config_.image_size;
+  images_ = be.empty(Shape{n, 3, s, s}, backend::DType::f32);
+  labels_ = be.empty(Shape{n}, backend::DType::i32);
+}
+
+void ResNet50::init_parameters() {
+  InitRng rng(config_.seed);
+  std::vector<float> host(param_count_);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_[i];
+    float* dst = host.data() + p.offset;
+    switch (layers_->kinds[i]) {
+      case kConvWeight: {  // kaiming_normal_(mode="fan_out", nonlinearity="relu")
+        const double fan_out = static_cast<double>(p.shape[0] * p.shape[2] * p.shape[3]);
+        const double std = std::sqrt(2.0 / fan_out);
+        for (std::size_t k = 0; k < p.numel; ++k) dst[k] = static_cast<float>(rng.normal() * std);
+        break;
+      }
+      case kBnGamma: std::fill_n(dst, p.numel, 1.0f); break;
+      case kBnBeta: std::fill_n(dst, p.numel, 0.0f); break;
+      case kFcWeight:
+      case kFcBias: {  // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias
+        const double bound = 1.0 / std::sqrt(static_cast<double>(params_[static_cast<std::size_t>(layers_->fc_param)].shape[1]));
+        for (std::size_t k = 0; k < p.numel; ++k) dst[k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+        break;
+      }
+    }
+  }
+  backend_.from_host(param_buf_, host);
+  std::vector<float> stats(stats_count_);
+  for (const BufferInfo& b : buffers_) {
+    if (b.dtype != backend::DType::f32) continue;
+    bool var = b.name.ends_with(".running_var");
+    std::fill_n(stats.data() + b.offset, b.numel, var ? 1.0f : 0.0f);
+  }
+  backend_.from_host(stats_buf_, stats);
+}
+
+// ---- state access ---------------------------------------------------------------------------------
+
+std::vector<StateEntry> ResNet50::state_dict() const { return layers_->state; }
+
+int ResNet50::param_index(std::string_view name) const {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (params_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int ResNet50::buffer_index(std::string_view name) const {
+  for (std::size_t i = 0; i < buffers_.size(); ++i) {
+    if (buffers_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+namespace {
+std::vector<float> whole(backend::Backend& be, const Tensor& t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  be.to_host(t, v);
+  return v;
+}
+}  // namespace
+
+std::vector<float> ResNet50::params_to_host() const { return whole(backend_, param_buf_); }
+std::vector<float> ResNet50::grads_to_host() const { return whole(backend_, grad_buf_); }
+std::vector<float> ResNet50::momentum_to_host() const { return whole(backend_, momentum_buf_); }
+std::vector<float> ResNet50::running_stats_to_host() const { return whole(backend_, stats_buf_); }
+std::vector<float> ResNet50::logits_to_host() const {
+  if (!logits_.defined()) throw ModelError("logits_to_host: no forward has run yet");
+  return whole(backend_, logits_);
+}
+
+void ResNet50::params_from_host(std::span<const float> values) {
+  if (values.size() != param_count_) {
+    throw ModelError("params_from_host: expected " + std::to_string(param_count_) + " values, got " +
+                     std::to_string(values.size()));
+  }
+  backend_.from_host(param_buf_, values);
+}
+
+void ResNet50::running_stats_from_host(std::span<const float> values) {
+  if (values.size() != stats_count_) {
+    throw ModelError("running_stats_from_host: expected " + std::to_string(stats_count_) + " values, got " +
+                     std::to_string(values.size()));
+  }
+  backend_.from_host(stats_buf_, values);
+}
+
+// ---- forward --------------------------------------------------------------------------------------
+
+void ResNet50::conv_forward(Conv& c, const Tensor& x, std::string_view name) {
+  begin(c.module, Phase::forward);
+  backend_.conv2d_forward(x, c.w, c.y, c.p);
+  end(c.module, Phase::forward);
+  emit(name, c.y);
+}
+
+void ResNet50::bn_forward(Bn& b, const Tensor& x, bool relu, int relu_module, std::string_view bn_name,
+                          std::string_view relu_name) {
+  const backend::BatchNormParams bp{kBnEps, kBnMomentum, relu && fused_};
+  begin(b.module, Phase::forward);
+  if (training_) {
+    backend_.batchnorm_forward_train(x, b.gamma, b.beta, b.y, b.rmean, b.rvar, b.state, bp);
+    ++num_batches_tracked_[static_cast<std::size_t>(b.nbt)];
+  } else {
+    backend_.batchnorm_forward_eval(x, b.gamma, b.beta, b.y, b.rmean, b.rvar, bp);
+  }
+  end(b.module, Phase::forward);
+  emit(bn_name, b.y);
+  if (relu && !fused_) {
+    begin(relu_module, Phase::forward);
+    backend_.relu_forward(b.y, b.y);  // in place, like torchvision's ReLU(inplace=True)
+    end(relu_module, Phase::forward);
+    emit(relu_name, b.y);
+  }
+}
+
+void ResNet50::block_forward(Block& blk, const Tensor& x) {
+  const auto& names = names_table();
+  auto name = [&](const Conv& c) -> std::string_view { return names[static_cast<std::size_t>(c.module)]; };
+  auto bname = [&](const Bn& b) -> std::string_view { return names[static_cast<std::size_t>(b.module)]; };
+  begin(blk.module, Phase::forward);
+  conv_forward(blk.c1, x, name(blk.c1));                                                    // (N, w, H, W)
+  bn_forward(blk.b1, blk.c1.y, true, blk.relu_module, bname(blk.b1), blk.relu_names[0]);
+  conv_forward(blk.c2, blk.b1.y, name(blk.c2));                                             // (N, w, H/s, W/s)
+  bn_forward(blk.b2, blk.c2.y, true, blk.relu_module, bname(blk.b2), blk.relu_names[1]);
+  conv_forward(blk.c3, blk.b2.y, name(blk.c3));                                             // (N, 4w, H/s, W/s)
+  bn_forward(blk.b3, blk.c3.y, false, -1, bname(blk.b3), {});
+  const Tensor* identity = &x;
+  if (blk.ds) {
+    conv_forward(blk.dc, x, name(blk.dc));
+    bn_forward(blk.db, blk.dc.y, false, -1, bname(blk.db), {});
+    identity = &blk.db.y;
+  }
+  // The residual add carries the block's final relu as a post-op; the add itself is no module of its own.
+  begin(blk.relu_module, Phase::forward);
+  backend_.add(blk.b3.y, *identity, blk.out, true);
+  end(blk.relu_module, Phase::forward);
+  emit(blk.relu_names[2], blk.out);
+  end(blk.module, Phase::forward);
+  emit(names[static_cast<std::size_t>(blk.module)], blk.out);
+}
+
+float ResNet50::forward(std::span<const float> images, std::span<const std::int32_t> labels) {
+  if (images.size() != static_cast<std::size_t>(images_.numel())) {
+    throw ModelError("forward: images must hold batch*3*S*S = " + std::to_string(images_.numel()) + " floats, got " +
+                     std::to_string(images.size()));
+  }
+  if (labels.size() != static_cast<std::size_t>(config_.batch_size)) {
+    throw ModelError("forward: expected " + std::to_string(config_.batch_size) + " labels, got " +
+                     std::to_string(labels.size()));
+  }
+  backend_.from_host(images_, images);
+  backend_.from_host(labels_, labels);
+  return forward(images_, labels_);
+}
+
+float ResNet50::forward(const Tensor& images, const Tensor& labels) {
+  const std::int64_t n = config_.batch_size, s = config_.image_size;
+  if (!images.defined() || !(images.shape() == Shape{n, 3, s, s}) || images.dtype() != backend::DType::f32) {
+    throw ModelError("forward: images must be f32 " + Shape{n, 3, s, s}.to_string() + ", got " +
+                     (images.defined() ? images.shape().to_string() : std::string("undefined")));
+  }
+  if (!labels.defined() || !(labels.shape() == Shape{n}) || labels.dtype() != backend::DType::i32) {
+    throw ModelError("forward: labels must be i32 [" + std::to_string(n) + "]");
+  }
+  Layers& L = *layers_;
+  emit_ = observer_ != nullptr && observer_->wants_outputs();
+  fused_ = fusion_ && !emit_;
+  input_ref_ = images;
+  label_ref_ = labels;
+
+  conv_forward(L.conv1, images, "conv1");                                       // (N, 64, S/2, S/2)
+  bn_forward(L.bn1, L.conv1.y, true, L.relu_module, "bn1", "relu");
+  const backend::Pool2dParams mp{3, 2, 1};
+  begin(L.maxpool_module, Phase::forward);
+  backend_.maxpool_forward(L.bn1.y, L.mp_y, L.mp_ws, mp);                       // (N, 64, S/4, S/4)
+  end(L.maxpool_module, Phase::forward);
+  emit("maxpool", L.mp_y);
+  const Tensor* x = &L.mp_y;
+  for (Block& blk : L.blocks) {
+    block_forward(blk, *x);
+    x = &blk.out;                                                               // (N, 2048, S/32, S/32) at the end
+  }
+  begin(L.avgpool_module, Phase::forward);
+  backend_.global_avgpool_forward(*x, L.gap_y);                                 // (N, 2048, 1, 1)
+  end(L.avgpool_module, Phase::forward);
+  emit("avgpool", L.gap_y);
+  begin(L.fc_module, Phase::forward);
+  backend_.linear_forward(L.gap_y, L.fc_w, L.fc_b, logits_);                    // (N, classes)
+  end(L.fc_module, Phase::forward);
+  emit("fc", logits_);
+  begin(loss_module_id(), Phase::loss);
+  backend_.softmax_cross_entropy_forward(logits_, labels, config_.loss, loss_, probs_);
+  end(loss_module_id(), Phase::loss);
+  backend_.to_host(loss_, std::span<float>(&last_loss_, 1));
+  have_forward_ = training_;
+  return last_loss_;
+}
+
+// ---- backward -------------------------------------------------------------------------------------
+
+void ResNet50::conv_backward(Conv& c, const Tensor& x, const Tensor& dy, bool need_dx) {
+  begin(c.module, Phase::backward);
+  backend_.conv2d_backward_weights(x, dy, c.dw, c.p);
+  grads_ready(c.param, c.param + 1);
+  if (need_dx) backend_.conv2d_backward_data(dy, c.w, c.dx, x.shape(), c.p);
+  end(c.module, Phase::backward);
+}
+
+void ResNet50::bn_backward(Bn& b, const Tensor& x, const Tensor& dy, bool relu, int relu_module) {
+  const Tensor* g = &dy;
+  if (relu && !fused_) {
+    begin(relu_module, Phase::backward);
+    backend_.relu_backward(b.y, dy, b.relu_dx);
+    end(relu_module, Phase::backward);
+    g = &b.relu_dx;
+  }
+  const backend::BatchNormParams bp{kBnEps, kBnMomentum, relu && fused_};
+  begin(b.module, Phase::backward);
+  backend_.batchnorm_backward(x, *g, b.gamma, b.beta, b.state, b.dx, b.dgamma, b.dbeta, bp);
+  grads_ready(b.param, b.param + 2);
+  end(b.module, Phase::backward);
+}
+
+const Tensor& ResNet50::block_backward(Block& blk, const Tensor& x, const Tensor& dy) {
+  begin(blk.module, Phase::backward);
+  begin(blk.relu_module, Phase::backward);
+  backend_.relu_backward(blk.out, dy, blk.d_sum);
+  end(blk.relu_module, Phase::backward);
+  // The downsample branch first: its parameters come last in forward order, so gradients become ready
+  // in strictly decreasing index order.
+  const Tensor* d_identity = &blk.d_sum;
+  if (blk.ds) {
+    bn_backward(blk.db, blk.dc.y, blk.d_sum, false, -1);
+    conv_backward(blk.dc, x, blk.db.dx, true);
+    d_identity = &blk.dc.dx;
+  }
+  bn_backward(blk.b3, blk.c3.y, blk.d_sum, false, -1);
+  conv_backward(blk.c3, blk.b2.y, blk.b3.dx, true);
+  bn_backward(blk.b2, blk.c2.y, blk.c3.dx, true, blk.relu_module);
+  conv_backward(blk.c2, blk.b1.y, blk.b2.dx, true);
+  bn_backward(blk.b1, blk.c1.y, blk.c2.dx, true, blk.relu_module);
+  conv_backward(blk.c1, x, blk.b1.dx, true);
+  backend_.add(blk.c1.dx, *d_identity, blk.c1.dx, false);  // both paths reach the block input
+  end(blk.module, Phase::backward);
+  return blk.c1.dx;
+}
+
+void ResNet50::backward() {
+  if (!training_) throw ModelError("backward: the model is in eval mode (set_training(true) first)");
+  if (!have_forward_) throw ModelError("backward: no training forward to differentiate");
+  Layers& L = *layers_;
+  begin(loss_module_id(), Phase::loss);
+  backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
+  end(loss_module_id(), Phase::loss);
+
+  begin(L.fc_module, Phase::backward);
+  backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
+  grads_ready(L.fc_param, L.fc_param + 2);
+  end(L.fc_module, Phase::backward);
+
+  const Tensor& last = L.blocks.back().out;
+  begin(L.avgpool_module, Phase::backward);
+  backend_.global_avgpool_backward(last, L.gap_dx, L.head_dx);
+  end(L.avgpool_module, Phase::backward);
+
+  const Tensor* d = &L.head_dx;
+  for (std::size_t i = L.blocks.size(); i-- > 0;) {
+    const Tensor& x = i == 0 ? L.mp_y : L.blocks[i - 1].out;
+    d = &block_backward(L.blocks[i], x, *d);
+  }
+  const backend::Pool2dParams mp{3, 2, 1};
+  begin(L.maxpool_module, Phase::backward);
+  backend_.maxpool_backward(L.bn1.y, L.mp_y, *d, L.mp_ws, L.mp_dx, mp);
+  end(L.maxpool_module, Phase::backward);
+  bn_backward(L.bn1, L.conv1.y, L.mp_dx, true, L.relu_module);
+  conv_backward(L.conv1, input_ref_, L.bn1.dx, false);  // no gradient for the images
+  have_forward_ = false;
+}
+
+}  // namespace wb::model

@@ -1,0 +1,168 @@
+#pragma once
+// ResNet-50 v1.5, exactly torchvision.models.resnet50: stride on each bottleneck's 3x3 conv, downsample
+// = 1x1 conv + batch norm, torchvision's parameter names, order and initialisation, any input size from
+// 32 to 224 and any number of classes. The batch size is fixed at construction so that every tensor is
+// allocated once.
+//
+// Parameters, gradients and momentum each live in ONE plain float buffer, laid out in forward order as
+// described by params() (torchvision layouts: OIHW conv weights, [out, in] fc weight), so a gradient
+// bucket is a slice, a checkpoint or dump is a copy. Running statistics live in one float buffer too;
+// num_batches_tracked counters are int64 on the host.
+//
+// A training step:   model.forward(images, labels) -> loss;  model.backward();  sgd.step(model, lr);
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/backend/backend.hpp"
+#include "trainer/model/observer.hpp"
+
+namespace wb::model {
+
+// Bad model configuration or inputs of the wrong size; the message names the setting and what was expected.
+class ModelError : public std::runtime_error {
+ public:
+  explicit ModelError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct ModelConfig {
+  int num_classes = 10;
+  int image_size = 32;   // square inputs, 32..224
+  int batch_size = 32;
+  std::uint64_t seed = 0;
+  backend::LossParams loss{};
+};
+
+struct ParamInfo {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  std::size_t offset, numel;
+  bool decay;  // weight decay applies (conv and fc weights; not batch-norm gamma/beta nor biases)
+};
+
+struct BufferInfo {
+  std::string name;  // "<bn>.running_mean", "<bn>.running_var", "<bn>.num_batches_tracked"
+  std::vector<std::int64_t> shape;
+  backend::DType dtype;  // f32: offset into running_stats(); i64: offset into num_batches_tracked()
+  std::size_t offset, numel;
+};
+
+// One entry of torchvision's state_dict, in its order: a parameter or a buffer.
+struct StateEntry {
+  std::string name;
+  bool is_param;
+  std::size_t index;  // into params() or buffers()
+};
+
+class ResNet50 {
+ public:
+  ResNet50(backend::Backend& backend, const ModelConfig& config);
+  ~ResNet50();
+  ResNet50(const ResNet50&) = delete;
+  ResNet50& operator=(const ResNet50&) = delete;
+
+  // ---- the step -----------------------------------------------------------------------------------
+  // images: plain NCHW (batch, 3, S, S); labels in [0, num_classes). Returns the mean loss.
+  float forward(std::span<const float> images, std::span<const std::int32_t> labels);
+  // The same from backend tensors: images f32 (batch, 3, S, S) plain, labels i32 (batch).
+  float forward(const backend::Tensor& images, const backend::Tensor& labels);
+  // Gradients of the last forward's loss into grad_buffer() (overwritten, not accumulated).
+  void backward();
+  // Training mode (default) normalises with batch statistics and updates the running ones; eval mode
+  // uses the running statistics, like torch's module.eval().
+  void set_training(bool training) { training_ = training; }
+  bool training() const { return training_; }
+  void set_observer(ModelObserver* observer) { observer_ = observer; }
+  ModelObserver* observer() const { return observer_; }
+  // Fused batch-norm + relu where outputs are not observed (default on); off runs them separately.
+  void set_fusion(bool enabled) { fusion_ = enabled; }
+
+  // ---- parameters and buffers -----------------------------------------------------------------------
+  const std::vector<ParamInfo>& params() const { return params_; }                 // 161, forward order
+  const std::vector<backend::ParamSegment>& segments() const { return segments_; }  // same order
+  std::size_t param_count() const { return param_count_; }                          // total elements
+  const backend::Tensor& param_buffer() const { return param_buf_; }
+  const backend::Tensor& grad_buffer() const { return grad_buf_; }
+  const backend::Tensor& momentum_buffer() const { return momentum_buf_; }
+  const std::vector<BufferInfo>& buffers() const { return buffers_; }  // state_dict order
+  const backend::Tensor& running_stats() const { return stats_buf_; }
+  std::span<std::int64_t> num_batches_tracked() { return num_batches_tracked_; }
+  std::vector<StateEntry> state_dict() const;
+  int param_index(std::string_view name) const;   // -1 when unknown
+  int buffer_index(std::string_view name) const;  // -1 when unknown
+  // Host copies (plain, torchvision layout) of a whole buffer.
+  std::vector<float> params_to_host() const;
+  std::vector<float> grads_to_host() const;
+  std::vector<float> momentum_to_host() const;
+  std::vector<float> running_stats_to_host() const;
+  void params_from_host(std::span<const float> values);
+  void running_stats_from_host(std::span<const float> values);
+
+  // ---- outputs and names ----------------------------------------------------------------------------
+  const backend::Tensor& logits() const { return logits_; }  // (batch, num_classes) plain
+  std::vector<float> logits_to_host() const;
+  float last_loss() const { return last_loss_; }
+  // torchvision module names in first-call order, then "loss" and "optimizer".
+  static std::span<const std::string> module_names();
+  static int loss_module_id();
+  static int optimizer_module_id();
+  const ModelConfig& config() const { return config_; }
+  backend::Backend& compute_backend() const { return backend_; }
+
+ private:
+  struct Conv;
+  struct Bn;
+  struct Block;
+  struct Layers;
+
+  void build();
+  void init_parameters();
+  void begin(int id, Phase phase) const {
+    if (observer_) observer_->on_module_begin(id, phase);
+  }
+  void end(int id, Phase phase) const {
+    if (observer_) observer_->on_module_end(id, phase);
+  }
+  void emit(std::string_view name, const backend::Tensor& t) const {
+    if (emit_) observer_->on_output(name, t);
+  }
+  void grads_ready(int first, int last) const {
+    if (observer_) observer_->on_grads_ready(first, last);
+  }
+  void conv_forward(Conv& c, const backend::Tensor& x, std::string_view name);
+  // Runs bn (and, when fused, its relu); emits the bn output and, unfused with relu, the relu output.
+  void bn_forward(Bn& b, const backend::Tensor& x, bool relu, int relu_module, std::string_view bn_name,
+                  std::string_view relu_name);
+  void bn_backward(Bn& b, const backend::Tensor& x, const backend::Tensor& dy, bool relu, int relu_module);
+  void conv_backward(Conv& c, const backend::Tensor& x, const backend::Tensor& dy, bool need_dx);
+  void block_forward(Block& blk, const backend::Tensor& x);
+  const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
+
+  backend::Backend& backend_;
+  ModelConfig config_;
+  ModelObserver* observer_ = nullptr;
+  bool training_ = true;
+  bool fusion_ = true;
+  bool fused_ = false;  // the last forward fused bn + relu
+  bool emit_ = false;   // the current forward calls on_output
+  bool have_forward_ = false;
+
+  std::vector<ParamInfo> params_;
+  std::vector<backend::ParamSegment> segments_;
+  std::vector<BufferInfo> buffers_;
+  std::size_t param_count_ = 0;
+  std::size_t stats_count_ = 0;
+  backend::Tensor param_buf_, grad_buf_, momentum_buf_, stats_buf_;
+  std::vector<std::int64_t> num_batches_tracked_;
+
+  std::unique_ptr<Layers> layers_;
+  backend::Tensor images_, labels_, logits_, loss_, probs_, dlogits_;
+  backend::Tensor input_ref_, label_ref_;  // what the last forward ran on (handles, no copies)
+  float last_loss_ = 0.0f;
+};
+
+}  // namespace wb::model
