@@ -1,0 +1,166 @@
+// The workbench shell without the window: the loaded runs, the state each view keeps between frames,
+// the menu bar, tabs, status bar, file browser and error popup. main.cpp owns the GLFW window and the
+// ImGui backends and calls App::frame() once per frame; bench/view_frame drives it without a window.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "app/view/child_process.hpp"
+#include "app/view/files_logic.hpp"
+#include "app/view/precision_model.hpp"
+#include "app/view/run_model.hpp"
+#include "app/view/timeline_logic.hpp"
+
+namespace wb::view {
+
+enum class ViewId { overview, timeline, ops, queue, allreduce, precision };
+inline constexpr ViewId kAllViews[] = {ViewId::overview, ViewId::timeline, ViewId::ops,
+                                       ViewId::queue,    ViewId::allreduce, ViewId::precision};
+const char* view_name(ViewId v);   // "overview", ...
+const char* view_title(ViewId v);  // "Overview", ...
+std::optional<ViewId> view_from_name(std::string_view name);
+
+// A reference to one host range or kernel in the timeline.
+struct EventRef {
+  std::uint32_t track = 0;
+  std::uint32_t row = 0;  // index into the track's ranges (thread) or kernels (stream)
+  bool kernel = false;
+  bool operator==(const EventRef&) const = default;
+};
+
+class Lane;
+
+struct TimelineState {
+  std::vector<std::shared_ptr<Lane>> lanes;  // built for `lanes_for`
+  const RunModel* lanes_for = nullptr;
+  TimeView view;
+  bool fitted = false;
+  float scroll_y = 0.0f;
+  std::optional<EventRef> hovered;   // this frame
+  std::optional<EventRef> selected;
+  std::optional<std::pair<std::int64_t, std::int64_t>> range_sel;  // shift-drag selection
+  std::optional<double> drag_anchor_ns;
+  std::vector<SelectionStat> range_stats;
+  std::vector<int> collapsed;        // ranks whose lanes are folded
+  char find[128] = {};
+  std::string find_done;             // the text the occurrences were found for
+  std::vector<EventRef> occurrences; // by start time
+  int occurrence = -1;
+  std::optional<std::pair<std::uint32_t, std::uint8_t>> highlight;  // (name, category) from Ops
+  std::optional<std::pair<double, double>> zoom_to;  // a request from another view, applied next draw
+};
+
+struct OpsState {
+  int selected = -1;  // index into RunModel::ops.by_name
+  bool auto_selected = false;  // the first show selects the costliest op
+  char filter[128] = {};
+  int category = -1;  // -1: all
+  bool log_bins = true;
+  std::vector<std::int64_t> durations;  // of the selected op, ascending
+  std::vector<int> order;               // rows after filter and sort
+  bool dirty = true;
+  int sort_column = 3;
+  bool sort_ascending = false;
+};
+
+struct TunerState {
+  std::vector<int> split;
+  bool initialised = false;
+  std::vector<analysis::Suggestion> suggestions;  // of the loaded run
+  std::optional<std::size_t> dragging;
+  std::string compare_label;  // which suggestion the split came from
+  std::unique_ptr<ChildProcess> job;
+  std::optional<TrainLaunch> launch;
+  std::vector<int> job_split;
+  std::string job_error;
+  // After a re-run: what the model predicted for the split it ran with, against what was measured.
+  struct Outcome {
+    std::vector<int> split;
+    double predicted_step_ns = 0.0, predicted_exposed_ns = 0.0;
+    double measured_step_ns = 0.0, measured_exposed_ns = 0.0;
+    std::string run;
+    std::filesystem::path run_path;
+  };
+  std::optional<Outcome> pending_outcome;  // predicted part, waiting for the new run to load
+  std::optional<Outcome> outcome;
+};
+
+class App {
+ public:
+  struct Options {
+    std::string run;        // opened at start (may be empty)
+    std::string compare;    // a second run opened at start
+    std::string reference;  // a reference dump compared at start (Precision)
+    ViewId view = ViewId::overview;
+    bool persist_recent = true;  // write ~/.config/wb-view/recent.txt
+  };
+  explicit App(Options options);
+  ~App();
+
+  // Builds the whole UI for one frame (call between ImGui::NewFrame and ImGui::Render).
+  void frame();
+  // Loading or comparing in the background.
+  bool busy() const;
+  bool error_shown() const { return !error_.empty(); }
+  const std::string& error() const { return error_; }
+
+  void open(const std::filesystem::path& run);
+  void open_second(const std::filesystem::path& run);
+  void open_reference(const std::filesystem::path& reference);
+  // Installs an already loaded model (tests, benchmarks).
+  void set_model(std::shared_ptr<const RunModel> model);
+  void show_view(ViewId v);
+  // Opens the file browser to pick a reference dump for the Precision view.
+  void browse_reference();
+  void show_error(std::string message);
+
+  // State read and written by the views (app/view/view_*.cpp).
+  std::shared_ptr<const RunModel> model;
+  std::shared_ptr<const RunModel> second;  // a second run, compared in the Overview
+  TimelineState timeline;
+  OpsState ops;
+  TunerState tuner;
+  PrecisionState precision;
+  ViewId current = ViewId::overview;
+  bool force_tab = true;  // select `current` in the tab bar on the next frame
+
+ private:
+  void poll_loaders();
+  void draw_menu();
+  void draw_status_bar(float height);
+  void draw_file_browser();
+  void draw_error_popup();
+  void draw_loading();
+  void remember(const std::filesystem::path& path);
+
+  Options options_;
+  std::unique_ptr<RunLoader> loader_;
+  bool loader_published_ = false;  // its model is installed (the timeline draws while analyses run)
+  std::unique_ptr<RunLoader> second_loader_;
+  std::string error_;
+  bool error_popup_open_ = false;
+  std::vector<std::string> recent_;
+  enum class BrowseTarget { none, run, second, reference };
+  BrowseTarget browse_ = BrowseTarget::none;
+  bool browse_open_request_ = false;
+  std::filesystem::path browse_dir_;
+  char browse_path_[1024] = {};
+  std::vector<DirEntry> browse_entries_;
+  bool browse_dirty_ = true;
+};
+
+// The views, one per file (view_<name>.cpp).
+void draw_overview(App& app);
+void draw_timeline(App& app);
+void draw_ops(App& app);
+void draw_queue(App& app);
+void draw_allreduce(App& app);
+void draw_precision(App& app);
+
+}  // namespace wb::view

@@ -1,0 +1,159 @@
+#include "app/view/child_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <fstream>
+
+extern char** environ;
+
+namespace wb::view {
+
+ChildProcess::ChildProcess(const std::filesystem::path& exe, const std::vector<std::string>& args) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw ChildError(exe.string() + ": cannot create a pipe: " + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  std::vector<std::string> argv_store;
+  argv_store.push_back(exe.string());
+  argv_store.insert(argv_store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : argv_store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, exe.c_str(), &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    throw ChildError(exe.string() + ": cannot start: " + std::strerror(rc));
+  }
+  pid_ = pid;
+  reader_ = std::thread([this, fd = fds[0]] { read_loop(fd); });
+}
+
+ChildProcess::~ChildProcess() {
+  if (running()) terminate();
+  if (reader_.joinable()) reader_.join();
+}
+
+void ChildProcess::read_loop(int fd) {
+  char buf[4096];
+  while (true) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    std::lock_guard lock(mutex_);
+    for (ssize_t i = 0; i < n; ++i) {
+      char c = buf[i];
+      if (c == '\n' || c == '\r') {
+        if (!partial_.empty()) lines_.push_back(std::move(partial_));
+        partial_.clear();
+      } else {
+        partial_.push_back(c);
+      }
+    }
+  }
+  close(fd);
+  int status = 0;
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
+  std::lock_guard lock(mutex_);
+  if (!partial_.empty()) lines_.push_back(std::move(partial_));
+  partial_.clear();
+  exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+bool ChildProcess::running() const {
+  std::lock_guard lock(mutex_);
+  return !exit_code_.has_value();
+}
+
+std::optional<int> ChildProcess::exit_code() const {
+  std::lock_guard lock(mutex_);
+  return exit_code_;
+}
+
+std::vector<std::string> ChildProcess::lines() const {
+  std::lock_guard lock(mutex_);
+  auto out = lines_;
+  if (!partial_.empty()) out.push_back(partial_);
+  return out;
+}
+
+std::string ChildProcess::last_line() const {
+  std::lock_guard lock(mutex_);
+  if (!partial_.empty()) return partial_;
+  return lines_.empty() ? std::string() : lines_.back();
+}
+
+void ChildProcess::terminate() {
+  if (pid_ > 0 && running()) kill(pid_, SIGTERM);
+}
+
+int ChildProcess::wait() {
+  if (reader_.joinable()) reader_.join();
+  std::lock_guard lock(mutex_);
+  return exit_code_.value_or(-1);
+}
+
+std::filesystem::path sibling_executable(std::string_view name) {
+  std::error_code ec;
+  auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return std::filesystem::path(name);
+  return self.parent_path() / name;
+}
+
+TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, const std::vector<int>& split,
+                              const std::filesystem::path& dir, std::string_view stem) {
+  TrainLaunch launch;
+  launch.config = config.is_object() ? config : nlohmann::json::object();
+  auto& c = launch.config;
+  // wb-train rejects config_file inside a config; run and the split come as flags.
+  c.erase("config_file");
+  c.erase("run");
+  c["allreduce_split"] = split;
+  c["bucket_mb"] = split.empty() ? 100000.0 : 0.0;
+  if (world_size > 1) c["nproc"] = world_size;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  launch.config_path = dir / (std::string(stem) + ".json");
+  launch.run_path = dir / (std::string(stem) + ".sqlite");
+  std::ofstream out(launch.config_path);
+  out << c.dump(2) << "\n";
+  if (!out) throw ChildError(launch.config_path.string() + ": cannot write the wb-train config");
+  launch.args = {"--config", launch.config_path.string(), "--run", launch.run_path.string()};
+  if (!split.empty()) {
+    std::string list;
+    for (std::size_t i = 0; i < split.size(); ++i) {
+      if (i) list += ',';
+      list += std::to_string(split[i]);
+    }
+    launch.args.insert(launch.args.end(), {"--allreduce-split", list});
+  }
+  return launch;
+}
+
+std::optional<TrainProgress> parse_progress(std::string_view line) {
+  for (std::size_t pos = line.find("step "); pos != std::string_view::npos; pos = line.find("step ", pos + 1)) {
+    std::size_t i = pos + 5;
+    TrainProgress p;
+    auto r1 = std::from_chars(line.data() + i, line.data() + line.size(), p.step);
+    if (r1.ec != std::errc() || r1.ptr >= line.data() + line.size() || *r1.ptr != '/') continue;
+    auto r2 = std::from_chars(r1.ptr + 1, line.data() + line.size(), p.steps);
+    if (r2.ec != std::errc() || p.steps <= 0) continue;
+    return p;
+  }
+  return std::nullopt;
+}
+
+}  // namespace wb::view

@@ -1,0 +1,214 @@
+// wb-view: the desktop workbench. `wb-view [RUN] [--view NAME] [--compare RUN2] [--reference REF]
+// [--screenshot OUT.png [--size WxH]]`. With --screenshot it renders until loading is done, writes
+// the window's pixels as PNG and exits: 0 when the run opened, 2 when the file could not be opened (the
+// PNG then shows the error popup), 1 when the window or the PNG could not be made.
+#include <GLFW/glfw3.h>
+#include <imgui.h>
+#include <imgui_impl_glfw.h>
+#include <imgui_impl_opengl3.h>
+#include <stb_image_write.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <chrono>
+#include <thread>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "app/view/app.hpp"
+
+namespace {
+
+struct Args {
+  wb::view::App::Options app;
+  std::string screenshot;
+  int width = 1500;
+  int height = 920;
+  bool help = false;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kUsage =
+    "usage: wb-view [RUN.sqlite] [--view overview|timeline|ops|queue|allreduce|precision]\n"
+    "               [--compare RUN2.sqlite] [--reference REF.safetensors|.npz|.npy|DIR|RUN]\n"
+    "               [--screenshot OUT.png [--size WxH]]\n";
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + ": expected a value");
+      return argv[++i];
+    };
+    if (s == "--help" || s == "-h") {
+      a.help = true;
+    } else if (s == "--view") {
+      std::string v = value("--view");
+      auto id = wb::view::view_from_name(v);
+      if (!id) throw UsageError("--view " + v + ": expected overview, timeline, ops, queue, allreduce or precision");
+      a.app.view = *id;
+    } else if (s == "--screenshot") {
+      a.screenshot = value("--screenshot");
+    } else if (s == "--size") {
+      std::string v = value("--size");
+      if (std::sscanf(v.c_str(), "%dx%d", &a.width, &a.height) != 2 || a.width < 200 || a.height < 150 ||
+          a.width > 8192 || a.height > 8192)
+        throw UsageError("--size " + v + ": expected WxH, e.g. 1500x920");
+    } else if (s == "--compare") {
+      a.app.compare = value("--compare");
+    } else if (s == "--reference") {
+      a.app.reference = value("--reference");
+    } else if (!s.empty() && s[0] == '-') {
+      throw UsageError("unknown flag '" + s + "'");
+    } else if (a.app.run.empty()) {
+      a.app.run = s;
+    } else {
+      throw UsageError("unexpected argument '" + s + "' (one run file)");
+    }
+  }
+  return a;
+}
+
+void setup_style(float scale) {
+  ImGui::StyleColorsDark();
+  ImGuiStyle& st = ImGui::GetStyle();
+  st.WindowPadding = ImVec2(8, 6);
+  st.FramePadding = ImVec2(6, 3);
+  st.ItemSpacing = ImVec2(8, 4);
+  st.CellPadding = ImVec2(5, 2);
+  st.FrameRounding = 3;
+  st.TabRounding = 3;
+  st.ScrollbarSize = 12;
+  st.Colors[ImGuiCol_WindowBg] = ImVec4(0.11f, 0.115f, 0.13f, 1.0f);
+  st.Colors[ImGuiCol_ChildBg] = ImVec4(0.11f, 0.115f, 0.13f, 0.0f);
+  st.Colors[ImGuiCol_TableRowBgAlt] = ImVec4(1, 1, 1, 0.035f);
+  st.ScaleAllSizes(scale);
+  ImGuiIO& io = ImGui::GetIO();
+  const char* font = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+  if (std::filesystem::exists(font)) {
+    io.Fonts->AddFontFromFileTTF(font, 14.0f * scale);
+  } else {
+    ImFontConfig cfg;
+    cfg.SizePixels = 13.0f * scale;
+    io.Fonts->AddFontDefault(&cfg);
+  }
+}
+
+bool write_png(const std::string& path, int w, int h) {
+  std::vector<unsigned char> pixels(static_cast<std::size_t>(w) * static_cast<std::size_t>(h) * 3);
+  glPixelStorei(GL_PACK_ALIGNMENT, 1);
+  glReadBuffer(GL_BACK);
+  glReadPixels(0, 0, w, h, GL_RGB, GL_UNSIGNED_BYTE, pixels.data());
+  // OpenGL's rows run bottom-up, PNG's top-down.
+  std::vector<unsigned char> flipped(pixels.size());
+  const std::size_t row = static_cast<std::size_t>(w) * 3;
+  for (int y = 0; y < h; ++y)
+    std::memcpy(&flipped[static_cast<std::size_t>(y) * row], &pixels[static_cast<std::size_t>(h - 1 - y) * row], row);
+  return stbi_write_png(path.c_str(), w, h, 3, flipped.data(), static_cast<int>(row)) != 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse(argc, argv);
+  } catch (const UsageError& e) {
+    std::cerr << "wb-view: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  if (args.help) {
+    std::cout << kUsage;
+    return 0;
+  }
+  const bool shot = !args.screenshot.empty();
+  glfwSetErrorCallback([](int code, const char* text) { std::cerr << "wb-view: GLFW error " << code << ": " << text << "\n"; });
+  if (!glfwInit()) {
+    std::cerr << "wb-view: cannot initialise GLFW (is DISPLAY set? use xvfb-run for headless screenshots)\n";
+    return 1;
+  }
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  if (shot) glfwWindowHint(GLFW_RESIZABLE, GLFW_FALSE);
+  GLFWwindow* window = glfwCreateWindow(args.width, args.height, "wb-view", nullptr, nullptr);
+  if (!window) {
+    std::cerr << "wb-view: cannot create an OpenGL 3.0 window\n";
+    glfwTerminate();
+    return 1;
+  }
+  glfwMakeContextCurrent(window);
+  glfwSwapInterval(shot ? 0 : 1);
+  float xscale = 1.0f, yscale = 1.0f;
+  glfwGetWindowContentScale(window, &xscale, &yscale);
+  const float scale = std::clamp(std::max(xscale, yscale), 1.0f, 4.0f);
+
+  IMGUI_CHECKVERSION();
+  ImGui::CreateContext();
+  ImGuiIO& io = ImGui::GetIO();
+  io.IniFilename = nullptr;
+  io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
+  setup_style(scale);
+  ImGui_ImplGlfw_InitForOpenGL(window, true);
+  ImGui_ImplOpenGL3_Init("#version 130");
+
+  int rc = 0;
+  {
+    args.app.persist_recent = !shot;
+    wb::view::App app(args.app);
+    int settled = 0;
+    const auto started = std::chrono::steady_clock::now();
+    for (int frame = 0; !glfwWindowShouldClose(window); ++frame) {
+      if (shot) glfwPollEvents();
+      else glfwWaitEventsTimeout(app.busy() ? 0.03 : 0.25);
+      ImGui_ImplOpenGL3_NewFrame();
+      ImGui_ImplGlfw_NewFrame();
+      // Xvfb's pointer sits mid-screen; a screenshot shows no hover effects.
+      if (shot) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+      ImGui::NewFrame();
+      app.frame();
+      ImGui::Render();
+      int fw = 0, fh = 0;
+      glfwGetFramebufferSize(window, &fw, &fh);
+      glViewport(0, 0, fw, fh);
+      glClearColor(0.09f, 0.09f, 0.1f, 1.0f);
+      glClear(GL_COLOR_BUFFER_BIT);
+      ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+      if (shot) {
+        // A few frames after loading settles so layouts that depend on the previous frame converge.
+        settled = app.busy() ? 0 : settled + 1;
+        if (settled >= 6) {
+          if (!write_png(args.screenshot, fw, fh)) {
+            std::cerr << "wb-view: cannot write " << args.screenshot << "\n";
+            rc = 1;
+          } else if (app.error_shown()) {
+            std::cerr << "wb-view: " << app.error() << "\n";
+            rc = 2;
+          }
+          break;
+        }
+        if (app.busy()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (std::chrono::steady_clock::now() - started > std::chrono::seconds(600)) {
+          std::cerr << "wb-view: gave up waiting for loading to finish\n";
+          rc = 1;
+          break;
+        }
+      }
+      glfwSwapBuffers(window);
+    }
+  }
+  ImGui_ImplOpenGL3_Shutdown();
+  ImGui_ImplGlfw_Shutdown();
+  ImGui::DestroyContext();
+  glfwDestroyWindow(window);
+  glfwTerminate();
+  return rc;
+}

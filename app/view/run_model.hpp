@@ -1,0 +1,113 @@
+// What the views show of one run file, loaded once on a background thread: the run's rows
+// (analysis::RunData), device activity per stream, per-depth timeline levels, and every analysis the
+// views need (step breakdown, op statistics, input starvation, allreduce overlap, warnings, the split
+// model). Immutable once published, so views read it without locks.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "app/view/timeline_logic.hpp"
+#include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/op_stats.hpp"
+#include "profiler/analysis/report.hpp"
+#include "profiler/analysis/run_data.hpp"
+#include "profiler/analysis/split_model.hpp"
+#include "profiler/analysis/steps.hpp"
+
+namespace wb::view {
+
+// Loading publishes the model twice: once the rows are read and the timeline levels built (the timeline
+// can draw), and again when the analyses are done. Fields below `analysed` are written by the loader
+// thread in between and may be read only once ready() is true.
+struct RunModel {
+  analysis::RunData run;
+  std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;  // stream tracks, by start
+  std::map<std::uint32_t, std::vector<Level>> levels;              // thread and stream tracks
+  std::int64_t t_min_ns = 0;  // the extent of everything recorded
+  std::int64_t t_max_ns = 0;
+  std::int64_t range_count = 0;
+  std::int64_t kernel_count = 0;
+  std::int64_t counter_count = 0;
+  std::string device;   // meta.device or the first rank's device
+  int queue_capacity = 0;  // config.prefetch, 0 when unknown
+
+  std::atomic<bool> analysed{false};
+  bool ready() const { return analysed.load(std::memory_order_acquire); }
+
+  std::vector<analysis::StepBreakdown> breakdown;
+  analysis::OpStats ops;
+  analysis::Starvation starvation;
+  analysis::OpStats producer_ops;  // ranges on data-worker threads: the cost of each transform
+  std::vector<analysis::StepComm> comms;
+  std::vector<analysis::Warning> warnings;
+  std::vector<analysis::Straggler> stragglers;
+  std::optional<analysis::SplitModel> split_model;
+  std::string split_model_error;  // why there is none
+  std::vector<store::ComparisonRow> comparisons;
+  double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
+  double analysis_seconds = 0.0;  // the analyses after that
+
+  std::string title() const;  // the file name
+  std::int64_t event_count() const { return range_count + kernel_count + counter_count; }
+  // Durations of every host range with this name and category, ascending.
+  std::vector<std::int64_t> durations(std::uint32_t name, store::Category category) const;
+  // The string id of a name, or nullopt.
+  std::optional<std::uint32_t> find_name(std::string_view text) const;
+};
+
+// Shared between a loader thread and the UI.
+struct LoadProgress {
+  std::atomic<double> fraction{0.0};
+  std::atomic<bool> cancel{false};
+  mutable std::mutex mutex;
+  std::string stage;
+  void set_stage(std::string text);
+  std::string get_stage() const;
+};
+
+// Reads and analyses a run file. Throws store::StoreError for a missing, foreign, truncated or
+// other-version file (the message names the file), analysis::AnalysisError for unusable contents.
+// on_open, when given, receives the model as soon as the timeline can draw (before the analyses).
+std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress = nullptr,
+                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open = {});
+
+// One load on a background thread.
+class RunLoader {
+ public:
+  explicit RunLoader(std::filesystem::path path);
+  ~RunLoader();  // cancels and joins
+  RunLoader(const RunLoader&) = delete;
+  RunLoader& operator=(const RunLoader&) = delete;
+
+  bool done() const { return done_.load(); }
+  double fraction() const { return progress_.fraction.load(); }
+  std::string stage() const { return progress_.get_stage(); }
+  const std::filesystem::path& path() const { return path_; }
+  // The model once the timeline can draw (its analyses may still be running), else null.
+  std::shared_ptr<const RunModel> opened() const;
+  // After done(): the model, or the error message.
+  std::shared_ptr<const RunModel> result() const;
+  std::string error() const;
+
+ private:
+  std::filesystem::path path_;
+  LoadProgress progress_;
+  std::atomic<bool> done_{false};
+  mutable std::mutex mutex_;
+  std::shared_ptr<const RunModel> opened_;
+  std::shared_ptr<const RunModel> result_;
+  std::string error_;
+  std::thread thread_;
+};
+
+}  // namespace wb::view

@@ -1,0 +1,359 @@
+// The timeline's lane kinds. Host ranges and GPU streams share EventLane: levels of disjoint boxes,
+// sub-pixel runs merged (Tracy folds runs under 3 px), names fitted into the boxes, tooltips and
+// outlines for the selected, highlighted (from Ops) and corr_id-linked events. Queue lanes draw the
+// depth per pixel column with the capacity and empty spells; allreduce lanes draw ready -> start -> end.
+#include "app/view/timeline_lanes.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "app/view/draw_util.hpp"
+
+namespace wb::view {
+
+namespace {
+
+constexpr double kMinBoxPx = 3.0;  // Tracy folds runs under 3 px
+
+void clipped_text(ImDrawList* dl, float x0, float x1, float y, ImU32 c, const std::string& text) {
+  float w = x1 - x0 - 6.0f;
+  if (w < 14.0f) return;
+  float tw = ImGui::CalcTextSize(text.c_str()).x;
+  if (tw <= w) {
+    float cx = x0 + (x1 - x0 - tw) * 0.5f;
+    dl->AddText(ImVec2(cx, y), c, text.c_str());
+    return;
+  }
+  // Keep the end of the name (module names differ at the end: layer3.4.conv2).
+  const char* end = text.c_str() + text.size();
+  const char* begin = end;
+  while (begin > text.c_str() && ImGui::CalcTextSize(begin - 1, end).x + ImGui::CalcTextSize("..").x <= w) --begin;
+  if (end - begin < 2) return;
+  std::string s = ".." + std::string(begin, end);
+  dl->AddText(ImVec2(x0 + 3.0f, y), c, s.c_str());
+}
+
+// Host ranges and device activity share the drawing: levels of disjoint boxes with sub-pixel merging.
+class EventLane : public Lane {
+ public:
+  EventLane(const RunModel& m, const store::TrackRow& t) : model_(m), track_(t) {
+    auto it = m.levels.find(t.id);
+    if (it != m.levels.end()) levels_ = &it->second;
+  }
+  int rank() const override { return track_.rank; }
+  float height(float row_h) const override {
+    return row_h * static_cast<float>(std::max<std::size_t>(levels_ ? levels_->size() : 0, 1)) + 4.0f;
+  }
+  std::pair<std::int64_t, std::int64_t> time_range() const override {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    if (levels_)
+      for (const auto& l : *levels_)
+        if (!l.spans.empty()) lo = std::min(lo, l.spans.front().start_ns), hi = std::max(hi, l.spans.back().end_ns);
+    return {lo, hi};
+  }
+
+  void draw(LaneContext& ctx, float y) override {
+    if (!levels_) return;
+    const float x1_lane = ctx.x0 + static_cast<float>(ctx.view.width_px);
+    for (std::size_t d = 0; d < levels_->size(); ++d) {
+      const Level& level = (*levels_)[d];
+      const float ly = y + 2.0f + static_cast<float>(d) * ctx.row_h;
+      const float ly1 = ly + ctx.row_h - 1.0f;
+      visible_runs(level, ctx.view, kMinBoxPx, ctx.scratch);
+      const bool row_hovered = ctx.mouse_in && ctx.mouse.y >= ly && ctx.mouse.y < ly1 + 1.0f;
+      for (const DrawRun& r : ctx.scratch) {
+        float bx0 = std::max(ctx.x0 + static_cast<float>(r.x0), ctx.x0 - 2.0f);
+        float bx1 = std::min(ctx.x0 + static_cast<float>(r.x1), x1_lane + 2.0f);
+        std::uint32_t row = level.rows[r.first];
+        EventRef ref{track_.id, row, is_kernel()};
+        if (r.count == 1) {
+          ImU32 c = color(row);
+          ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
+          if (bx1 - bx0 > 4.0f) ctx.dl->AddRect(ImVec2(bx0, ly), ImVec2(bx1, ly1), scale_rgb(c, 0.6f));
+          clipped_text(ctx.dl, bx0, bx1, ly + 1.0f, IM_COL32(15, 15, 20, 255), name(row));
+          bool sel = ctx.state.selected && *ctx.state.selected == ref;
+          bool hl = highlighted(ctx, row);
+          if (sel) ctx.dl->AddRect(ImVec2(bx0 - 1, ly - 1), ImVec2(bx1 + 1, ly1 + 1), color::kSelect, 0, 0, 2.5f);
+          else if (hl) ctx.dl->AddRect(ImVec2(bx0 - 1, ly - 1), ImVec2(bx1 + 1, ly1 + 1), IM_COL32(255, 255, 255, 230), 0, 0, 1.5f);
+        } else {
+          // A merged run: the colour of its first event, darker, with a zigzag so it reads as many.
+          ImU32 c = scale_rgb(color(row), 0.55f);
+          ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
+          float mid = (ly + ly1) * 0.5f;
+          for (float x = bx0; x + 4 <= bx1; x += 8)
+            ctx.dl->AddLine(ImVec2(x, mid - 2), ImVec2(x + 4, mid + 2), with_alpha(IM_COL32(255, 255, 255, 255), 70));
+          if (bx1 - bx0 > 40) clipped_text(ctx.dl, bx0, bx1, ly + 1.0f, IM_COL32(220, 220, 225, 255), std::to_string(r.count) + " ops");
+        }
+        if (row_hovered && ctx.mouse.x >= bx0 - 1 && ctx.mouse.x <= bx1 + 1) {
+          ctx.dl->AddRect(ImVec2(bx0, ly), ImVec2(bx1, ly1), IM_COL32(255, 255, 255, 255));
+          if (r.count == 1) {
+            ctx.hovered = ref;
+            ImGui::BeginTooltip();
+            tooltip(row);
+            ImGui::EndTooltip();
+          } else {
+            ImGui::BeginTooltip();
+            ImGui::Text("%u events merged (each under %.0f px)", r.count, kMinBoxPx);
+            ImGui::Text("busy %s over %s", fmt_ns(static_cast<double>(r.busy_ns)).c_str(),
+                        fmt_ns((r.x1 - r.x0) * ctx.view.ns_per_px()).c_str());
+            ImGui::TextColored(to_vec4(color::kDim), "zoom in (mouse wheel) to separate them");
+            ImGui::EndTooltip();
+          }
+        }
+      }
+    }
+  }
+
+ protected:
+  virtual bool is_kernel() const = 0;
+  virtual ImU32 color(std::uint32_t row) const = 0;
+  virtual std::string name(std::uint32_t row) const = 0;
+  virtual void tooltip(std::uint32_t row) const = 0;
+  virtual bool highlighted(const LaneContext& ctx, std::uint32_t row) const = 0;
+
+  const RunModel& model_;
+  store::TrackRow track_;
+  const std::vector<Level>* levels_ = nullptr;
+};
+
+class HostLane final : public EventLane {
+ public:
+  HostLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.run.ranges_of(t.id)) {}
+  std::string label() const override { return model_.run.name(track_.name); }
+
+ protected:
+  bool is_kernel() const override { return false; }
+  ImU32 color(std::uint32_t row) const override { return op_color(rows_[row].category, rows_[row].name); }
+  std::string name(std::uint32_t row) const override { return model_.run.name(rows_[row].name); }
+  bool highlighted(const LaneContext& ctx, std::uint32_t row) const override {
+    const auto& r = rows_[row];
+    if (ctx.state.highlight && ctx.state.highlight->first == r.name && ctx.state.highlight->second == r.category) return true;
+    return ctx.linked_corr != 0 && r.corr_id == ctx.linked_corr;
+  }
+  void tooltip(std::uint32_t row) const override {
+    const auto& r = rows_[row];
+    ImGui::TextColored(to_vec4(category_color(r.category)), "%s", model_.run.name(r.name).c_str());
+    ImGui::Text("category   %s", std::string(store::category_name(static_cast<store::Category>(r.category))).c_str());
+    ImGui::Text("duration   %s", fmt_ns(static_cast<double>(r.end_ns - r.start_ns)).c_str());
+    ImGui::Text("start      %s", fmt_ns(static_cast<double>(r.start_ns - model_.t_min_ns)).c_str());
+    ImGui::Text("step       %d    depth %d", r.step, r.depth);
+    ImGui::Text("thread     %s (rank %d)", model_.run.name(track_.name).c_str(), track_.rank);
+    if (r.corr_id != 0) ImGui::Text("corr id    %llu", static_cast<unsigned long long>(r.corr_id));
+  }
+
+ private:
+  const std::vector<store::RangeRow>& rows_;
+};
+
+class StreamLane final : public EventLane {
+ public:
+  StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.kernels.at(t.id)) {}
+  std::string label() const override { return "GPU " + model_.run.name(track_.name); }
+
+ protected:
+  bool is_kernel() const override { return true; }
+  ImU32 color(std::uint32_t row) const override {
+    const auto& k = rows_[row];
+    if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memcpy)) return category_color(5);
+    if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memset)) return IM_COL32(150, 150, 150, 255);
+    float f = 0.75f + static_cast<float>(((k.name * 2654435761u) >> 16) % 9) * 0.05f;
+    return scale_rgb(IM_COL32(120, 165, 220, 255), f);
+  }
+  std::string name(std::uint32_t row) const override { return model_.run.name(rows_[row].name); }
+  bool highlighted(const LaneContext& ctx, std::uint32_t row) const override {
+    return ctx.linked_corr != 0 && rows_[row].corr_id == ctx.linked_corr;
+  }
+  void tooltip(std::uint32_t row) const override {
+    const auto& k = rows_[row];
+    ImGui::TextColored(to_vec4(color::kAccent), "%s", model_.run.name(k.name).c_str());
+    ImGui::Text("%s   %s", std::string(store::kernel_kind_name(static_cast<store::KernelKind>(k.kind))).c_str(),
+                fmt_ns(static_cast<double>(k.end_ns - k.start_ns)).c_str());
+    ImGui::Text("start      %s", fmt_ns(static_cast<double>(k.start_ns - model_.t_min_ns)).c_str());
+    if (k.bytes > 0) ImGui::Text("bytes      %s", fmt_bytes(static_cast<double>(k.bytes)).c_str());
+    if (k.grid[0] > 0)
+      ImGui::Text("grid (%d,%d,%d)  block (%d,%d,%d)", k.grid[0], k.grid[1], k.grid[2], k.block[0], k.block[1], k.block[2]);
+    if (k.corr_id != 0) ImGui::Text("launched by corr id %llu (outlined)", static_cast<unsigned long long>(k.corr_id));
+  }
+
+ private:
+  const std::vector<store::KernelRow>& rows_;
+};
+
+class QueueLane final : public Lane {
+ public:
+  QueueLane(const RunModel& m, const store::TrackRow& t) : model_(m), track_(t) {
+    auto it = m.run.counters.find(t.id);
+    if (it != m.run.counters.end()) samples_ = &it->second;
+    if (samples_) {
+      spells_ = analysis::empty_spells(*samples_);
+      for (const auto& s : *samples_) max_ = std::max(max_, s.value);
+    }
+    max_ = std::max(max_, static_cast<double>(m.queue_capacity));
+    if (max_ <= 0) max_ = 1;
+  }
+  std::string label() const override { return model_.run.name(track_.name) + " depth"; }
+  int rank() const override { return track_.rank; }
+  float height(float row_h) const override { return row_h * 2.6f; }
+  std::pair<std::int64_t, std::int64_t> time_range() const override {
+    if (!samples_ || samples_->empty()) return {INT64_MAX, INT64_MIN};
+    return {samples_->front().t_ns, samples_->back().t_ns};
+  }
+  void draw(LaneContext& ctx, float y) override {
+    if (!samples_) return;
+    const float h = height(ctx.row_h) - 4.0f;
+    const float top = y + 2.0f, bottom = top + h;
+    auto vy = [&](double v) { return bottom - static_cast<float>(v / max_) * (h - 2.0f); };
+    // Starvation spells first, underneath the area.
+    for (const auto& s : spells_) {
+      float a = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(s.start_ns)));
+      float b = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(s.end_ns)));
+      if (b < ctx.x0 || a > ctx.x0 + ctx.view.width_px) continue;
+      b = std::max(b, a + 1.0f);
+      ctx.dl->AddRectFilled(ImVec2(a, top), ImVec2(b, bottom), IM_COL32(200, 60, 55, 60));
+      ctx.dl->AddRectFilled(ImVec2(a, bottom - 3), ImVec2(b, bottom), color::kBad);
+    }
+    const int cols = std::max(1, static_cast<int>(ctx.view.width_px));
+    auto ext = counter_columns(*samples_, ctx.view, cols);
+    const ImU32 fill = with_alpha(category_color(4), 150), edge = category_color(4);
+    for (int c = 0; c < cols; ++c) {
+      const auto& e = ext[static_cast<std::size_t>(c)];
+      if (std::isnan(e.hi)) continue;
+      float x = ctx.x0 + static_cast<float>(c);
+      ctx.dl->AddRectFilled(ImVec2(x, vy(e.lo)), ImVec2(x + 1.0f, bottom), fill);
+      ctx.dl->AddRectFilled(ImVec2(x, vy(e.hi)), ImVec2(x + 1.0f, vy(e.lo) + 1.0f), edge);
+    }
+    if (model_.queue_capacity > 0) {
+      float cy = vy(model_.queue_capacity);
+      for (float x = ctx.x0; x < ctx.x0 + ctx.view.width_px; x += 10)
+        ctx.dl->AddLine(ImVec2(x, cy), ImVec2(x + 5, cy), color::kWarn);
+    }
+    if (ctx.mouse_in && ctx.mouse.y >= top && ctx.mouse.y < bottom) {
+      double t = ctx.view.to_time(ctx.mouse.x - ctx.x0);
+      auto it = std::partition_point(samples_->begin(), samples_->end(),
+                                     [&](const store::CounterRow& s) { return static_cast<double>(s.t_ns) <= t; });
+      ImGui::BeginTooltip();
+      ImGui::TextColored(to_vec4(category_color(4)), "%s (rank %d)", model_.run.name(track_.name).c_str(), track_.rank);
+      if (it != samples_->begin()) ImGui::Text("depth %g of %d", std::prev(it)->value, model_.queue_capacity);
+      for (const auto& s : spells_)
+        if (t >= static_cast<double>(s.start_ns) && t <= static_cast<double>(s.end_ns))
+          ImGui::TextColored(to_vec4(color::kBad), "starved: empty for %s (step %d)", fmt_ns(static_cast<double>(s.duration_ns())).c_str(), s.step);
+      ImGui::TextColored(to_vec4(color::kDim), "red: queue empty (the consumer waits)   dashed: capacity");
+      ImGui::EndTooltip();
+    }
+  }
+
+ private:
+  const RunModel& model_;
+  store::TrackRow track_;
+  const std::vector<store::CounterRow>* samples_ = nullptr;
+  std::vector<analysis::Spell> spells_;
+  double max_ = 1.0;
+};
+
+class AllreduceLane final : public Lane {
+ public:
+  AllreduceLane(const RunModel& m, int rank) : model_(m), rank_(rank) {
+    for (std::size_t i = 0; i < m.run.allreduces.size(); ++i) {
+      const auto& a = m.run.allreduces[i];
+      if (a.rank != rank) continue;
+      rows_.push_back(i);
+      buckets_ = std::max(buckets_, a.bucket + 1);
+    }
+  }
+  bool empty() const { return rows_.empty(); }
+  std::string label() const override { return "allreduce buckets"; }
+  int rank() const override { return rank_; }
+  float height(float row_h) const override { return std::max(1, buckets_) * row_h * 0.75f + 4.0f; }
+  std::pair<std::int64_t, std::int64_t> time_range() const override {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (auto i : rows_) {
+      const auto& a = model_.run.allreduces[i];
+      lo = std::min(lo, a.ready_ns);
+      hi = std::max(hi, a.end_ns);
+    }
+    return {lo, hi};
+  }
+  void draw(LaneContext& ctx, float y) override {
+    const float rh = ctx.row_h * 0.75f;
+    for (auto i : rows_) {
+      const auto& a = model_.run.allreduces[i];
+      // The last bucket (produced first by backward) on top.
+      float ry = y + 2.0f + static_cast<float>(buckets_ - 1 - a.bucket) * rh;
+      float xr = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(a.ready_ns)));
+      float xs = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(a.start_ns)));
+      float xe = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(a.end_ns)));
+      if (xe < ctx.x0 - 2 || xr > ctx.x0 + ctx.view.width_px + 2) continue;
+      xs = std::max(xs, xr);
+      xe = std::max(xe, xs + 1.0f);
+      ImU32 c = category_color(6);
+      float mid = ry + rh * 0.5f;
+      ctx.dl->AddLine(ImVec2(xr, mid), ImVec2(xs, mid), color::kDim, 1.0f);
+      ctx.dl->AddLine(ImVec2(xr, ry + 2), ImVec2(xr, ry + rh - 2), color::kDim, 1.0f);
+      ctx.dl->AddRectFilled(ImVec2(xs, ry + 1), ImVec2(xe, ry + rh - 1), c);
+      clipped_text(ctx.dl, xs, xe, ry, IM_COL32(20, 20, 20, 255), "bucket " + std::to_string(a.bucket));
+      if (ctx.mouse_in && ctx.mouse.y >= ry && ctx.mouse.y < ry + rh && ctx.mouse.x >= xr - 2 && ctx.mouse.x <= xe + 2) {
+        ctx.dl->AddRect(ImVec2(xr, ry + 1), ImVec2(xe, ry + rh - 1), IM_COL32(255, 255, 255, 255));
+        ImGui::BeginTooltip();
+        ImGui::TextColored(to_vec4(c), "bucket %d, step %d (rank %d)", a.bucket, a.step, a.rank);
+        ImGui::Text("params     [%d, %d]  %s", a.first_param, a.last_param, fmt_bytes(static_cast<double>(a.bytes)).c_str());
+        ImGui::Text("ready -> start  %s (waited for the stream)", fmt_ns(static_cast<double>(a.start_ns - a.ready_ns)).c_str());
+        ImGui::Text("start -> end    %s", fmt_ns(static_cast<double>(a.end_ns - a.start_ns)).c_str());
+        if (a.end_ns > a.start_ns)
+          ImGui::Text("bandwidth       %s/s", fmt_bytes(static_cast<double>(a.bytes) / (static_cast<double>(a.end_ns - a.start_ns) / 1e9)).c_str());
+        ImGui::EndTooltip();
+      }
+    }
+  }
+
+ private:
+  const RunModel& model_;
+  int rank_;
+  std::vector<std::size_t> rows_;
+  int buckets_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
+  std::vector<std::shared_ptr<Lane>> lanes;
+  for (int rank : m.run.rank_ids()) {
+    std::uint32_t main = m.run.main_track(rank);
+    std::vector<const store::TrackRow*> threads, streams, queues;
+    for (const auto& t : m.run.tracks) {
+      if (t.rank != rank) continue;
+      if (t.kind == store::TrackKind::thread && m.levels.count(t.id)) threads.push_back(&t);
+      else if (t.kind == store::TrackKind::stream && m.kernels.count(t.id)) streams.push_back(&t);
+      else if (t.kind == store::TrackKind::queue && m.run.counters.count(t.id)) queues.push_back(&t);
+    }
+    std::stable_sort(threads.begin(), threads.end(), [&](auto* a, auto* b) { return (a->id == main) > (b->id == main); });
+    for (auto* t : threads) lanes.push_back(std::make_shared<HostLane>(m, *t));
+    for (auto* t : streams) lanes.push_back(std::make_shared<StreamLane>(m, *t));
+    for (auto* t : queues) lanes.push_back(std::make_shared<QueueLane>(m, *t));
+    auto ar = std::make_shared<AllreduceLane>(m, rank);
+    if (!ar->empty()) lanes.push_back(ar);
+  }
+  return lanes;
+}
+
+std::uint64_t corr_of(const RunModel& m, const EventRef& ref) {
+  if (ref.kernel) {
+    auto it = m.kernels.find(ref.track);
+    return it != m.kernels.end() && ref.row < it->second.size() ? it->second[ref.row].corr_id : 0;
+  }
+  const auto& rows = m.run.ranges_of(ref.track);
+  return ref.row < rows.size() ? rows[ref.row].corr_id : 0;
+}
+
+std::pair<std::int64_t, std::int64_t> extent_of(const RunModel& m, const EventRef& ref) {
+  if (ref.kernel) {
+    auto it = m.kernels.find(ref.track);
+    if (it != m.kernels.end() && ref.row < it->second.size()) return {it->second[ref.row].start_ns, it->second[ref.row].end_ns};
+    return {0, 0};
+  }
+  const auto& rows = m.run.ranges_of(ref.track);
+  if (ref.row < rows.size()) return {rows[ref.row].start_ns, rows[ref.row].end_ns};
+  return {0, 0};
+}
+
+}  // namespace wb::view

@@ -1,0 +1,228 @@
+// Ops: per-op statistics (count, total, self, mean, p50, p95, max, share of step time), sortable,
+// filterable and clipped for long lists. Selecting an op outlines its occurrences in the timeline and
+// shows the histogram of its durations (Tracy's find-zone).
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <numeric>
+
+#include <imgui.h>
+
+#include "app/view/app.hpp"
+#include "app/view/draw_util.hpp"
+#include "app/view/plot_logic.hpp"
+
+namespace wb::view {
+
+namespace {
+
+bool matches(std::string_view name, const char* filter) {
+  if (!filter[0]) return true;
+  std::string_view f(filter);
+  auto it = std::search(name.begin(), name.end(), f.begin(), f.end(), [](char a, char b) {
+    return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+  });
+  return it != name.end();
+}
+
+double step_time_total(const RunModel& m) {
+  double t = 0;
+  for (const auto& s : m.run.steps) t += static_cast<double>(s.end_ns - s.start_ns);
+  return t;
+}
+
+void rebuild_order(const RunModel& m, OpsState& st) {
+  const auto& ops = m.ops.by_name;
+  st.order.clear();
+  for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
+    const auto& o = ops[static_cast<std::size_t>(i)];
+    if (st.category >= 0 && static_cast<int>(o.category) != st.category) continue;
+    if (!matches(o.name, st.filter)) continue;
+    st.order.push_back(i);
+  }
+  auto key = [&](const analysis::OpStat& o) -> double {
+    switch (st.sort_column) {
+      case 2: return static_cast<double>(o.count);
+      case 3: return static_cast<double>(o.total_ns);
+      case 4: return static_cast<double>(o.self_ns);
+      case 5: return o.mean_ns;
+      case 6: return static_cast<double>(o.p50_ns);
+      case 7: return static_cast<double>(o.p95_ns);
+      case 8: return static_cast<double>(o.max_ns);
+      case 9: return static_cast<double>(o.total_ns);
+      default: return 0.0;
+    }
+  };
+  std::stable_sort(st.order.begin(), st.order.end(), [&](int a, int b) {
+    const auto& oa = ops[static_cast<std::size_t>(a)];
+    const auto& ob = ops[static_cast<std::size_t>(b)];
+    if (st.sort_column == 0) return st.sort_ascending ? oa.name < ob.name : oa.name > ob.name;
+    if (st.sort_column == 1) return st.sort_ascending ? oa.category < ob.category : oa.category > ob.category;
+    return st.sort_ascending ? key(oa) < key(ob) : key(oa) > key(ob);
+  });
+  st.dirty = false;
+}
+
+void duration_histogram(const RunModel& m, OpsState& st, const analysis::OpStat& op, ImVec2 size) {
+  if (st.durations.empty()) return;
+  std::vector<double> v(st.durations.begin(), st.durations.end());
+  const bool log = st.log_bins && v.front() > 0 && v.back() / std::max(v.front(), 1.0) > 20.0;
+  Histogram h = make_histogram(v, 60, log);
+  Plot plot("##hist", size, 0.0, static_cast<double>(h.counts.size()), 0.0, static_cast<double>(h.max_count()) * 1.1 + 1,
+            log ? "duration (log bins)" : "duration", "count", false,
+            [&](double b) {
+              int i = static_cast<int>(std::lround(b));
+              if (i < 0 || i > static_cast<int>(h.counts.size()) || std::abs(b - i) > 1e-6) return std::string();
+              return fmt_ns(h.edges[static_cast<std::size_t>(i)]);
+            },
+            [](double c) { return fmt_num(c, 4); });
+  ImDrawList* dl = plot.draw_list();
+  for (std::size_t i = 0; i < h.counts.size(); ++i) {
+    if (h.counts[i] == 0) continue;
+    dl->AddRectFilled(ImVec2(plot.x(static_cast<double>(i)) + 1, plot.y(static_cast<double>(h.counts[i]))),
+                      ImVec2(plot.x(static_cast<double>(i + 1)) - 1, plot.y(0)), category_color(static_cast<std::uint8_t>(op.category)));
+  }
+  // Mean, median and p95 as vertical markers at their bin positions.
+  auto mark = [&](double value, ImU32 c, const char* label) {
+    int b = h.bin_of(value);
+    if (b < 0) return;
+    double lo = h.edges[static_cast<std::size_t>(b)], hi = h.edges[static_cast<std::size_t>(b) + 1];
+    double frac = log ? (std::log10(value) - std::log10(lo)) / std::max(1e-12, std::log10(hi) - std::log10(lo))
+                      : (value - lo) / std::max(1e-12, hi - lo);
+    float x = plot.x(b + frac);
+    dl->AddLine(ImVec2(x, plot.min().y), ImVec2(x, plot.max().y), c, 2.0f);
+    const float tw = ImGui::CalcTextSize(label).x;
+    dl->AddText(ImVec2(x + 3 + tw > plot.max().x ? x - tw - 3 : x + 3, plot.min().y + 2), c, label);
+  };
+  mark(op.mean_ns, color::kSelect, "mean");
+  mark(static_cast<double>(op.p50_ns), color::kGood, "p50");
+  mark(static_cast<double>(op.p95_ns), color::kBad, "p95");
+  if (plot.hovered()) {
+    int b = static_cast<int>(plot.x_value(plot.mouse().x));
+    if (b >= 0 && b < static_cast<int>(h.counts.size()))
+      ImGui::SetTooltip("%s .. %s: %lld calls", fmt_ns(h.edges[static_cast<std::size_t>(b)]).c_str(),
+                        fmt_ns(h.edges[static_cast<std::size_t>(b) + 1]).c_str(), static_cast<long long>(h.counts[static_cast<std::size_t>(b)]));
+  }
+  (void)m;
+}
+
+}  // namespace
+
+void draw_ops(App& app) {
+  const RunModel& m = *app.model;
+  OpsState& st = app.ops;
+  const auto& ops = m.ops.by_name;
+  ImGui::SetNextItemWidth(260);
+  if (ImGui::InputTextWithHint("##filter", "filter by name", st.filter, sizeof st.filter)) st.dirty = true;
+  ImGui::SameLine();
+  const char* cats[] = {"all categories", "forward", "backward", "optimizer", "loss", "data", "h2d", "comm", "step"};
+  ImGui::SetNextItemWidth(150);
+  int ci = st.category + 1;
+  if (ImGui::Combo("##cat", &ci, cats, IM_ARRAYSIZE(cats))) {
+    st.category = ci - 1;
+    st.dirty = true;
+  }
+  if (st.dirty || st.order.empty()) rebuild_order(m, st);
+  ImGui::SameLine(0, 20);
+  const double steps_total = step_time_total(m);
+  ImGui::TextColored(to_vec4(color::kDim), "%zu of %zu ops   %% of step: total time over the sum of step times (%s)", st.order.size(),
+                     ops.size(), fmt_ns(steps_total).c_str());
+
+  const float detail_h = st.selected >= 0 ? std::max(240.0f, ImGui::GetContentRegionAvail().y * 0.38f) : 0.0f;
+  ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV |
+                          ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingFixedFit;
+  if (ImGui::BeginTable("##ops", 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
+    ImGui::TableSetupScrollFreeze(0, 1);
+    ImGui::TableSetupColumn("op", ImGuiTableColumnFlags_WidthStretch);
+    ImGui::TableSetupColumn("category");
+    ImGui::TableSetupColumn("count", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("self", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("mean", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("p50", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("p95", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("max", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableSetupColumn("% of step", ImGuiTableColumnFlags_PreferSortDescending);
+    ImGui::TableHeadersRow();
+    if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
+      if (specs->SpecsCount > 0) {
+        st.sort_column = specs->Specs[0].ColumnIndex;
+        st.sort_ascending = specs->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
+      }
+      specs->SpecsDirty = false;
+      rebuild_order(m, st);
+    }
+    // On first show, select the costliest op that is not a whole step, so its histogram is there.
+    int pick = -1;
+    if (!st.auto_selected) {
+      st.auto_selected = true;
+      for (int i : st.order)
+        if (ops[static_cast<std::size_t>(i)].category != store::Category::step) {
+          pick = i;
+          break;
+        }
+    }
+    ImGuiListClipper clipper;
+    clipper.Begin(static_cast<int>(st.order.size()));
+    if (pick >= 0) clipper.ForceDisplayRangeByIndices(static_cast<int>(std::find(st.order.begin(), st.order.end(), pick) - st.order.begin()),
+                                                       static_cast<int>(std::find(st.order.begin(), st.order.end(), pick) - st.order.begin()) + 1);
+    while (clipper.Step()) {
+      for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r) {
+        int i = st.order[static_cast<std::size_t>(r)];
+        const auto& o = ops[static_cast<std::size_t>(i)];
+        ImGui::TableNextRow();
+        ImGui::TableNextColumn();
+        ImGui::PushID(i);
+        if (ImGui::Selectable(o.name.c_str(), st.selected == i, ImGuiSelectableFlags_SpanAllColumns) || pick == i) {
+          st.selected = i;
+          auto id = m.find_name(o.name);
+          st.durations = id ? m.durations(*id, o.category) : std::vector<std::int64_t>{};
+          // Outline its occurrences in the timeline and let find step through them.
+          if (id) {
+            app.timeline.highlight = std::make_pair(*id, static_cast<std::uint8_t>(o.category));
+            std::snprintf(app.timeline.find, sizeof app.timeline.find, "%s", o.name.c_str());
+            app.timeline.find_done.clear();
+            app.timeline.occurrences.clear();
+          }
+        }
+        ImGui::PopID();
+        ImGui::TableNextColumn();
+        ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s",
+                           std::string(store::category_name(o.category)).c_str());
+        ImGui::TableNextColumn();
+        ImGui::Text("%lld", static_cast<long long>(o.count));
+        for (double v : {static_cast<double>(o.total_ns), static_cast<double>(o.self_ns), o.mean_ns, static_cast<double>(o.p50_ns),
+                         static_cast<double>(o.p95_ns), static_cast<double>(o.max_ns)}) {
+          ImGui::TableNextColumn();
+          ImGui::TextUnformatted(fmt_ns(v).c_str());
+        }
+        ImGui::TableNextColumn();
+        double share = steps_total > 0 ? static_cast<double>(o.total_ns) / steps_total : 0.0;
+        ImVec2 p = ImGui::GetCursorScreenPos();
+        float w = ImGui::GetContentRegionAvail().x;
+        ImGui::GetWindowDrawList()->AddRectFilled(p, ImVec2(p.x + w * static_cast<float>(std::min(share, 1.0)), p.y + ImGui::GetTextLineHeight()),
+                                                  with_alpha(category_color(static_cast<std::uint8_t>(o.category)), 90));
+        ImGui::TextUnformatted(fmt_pct(share).c_str());
+      }
+    }
+    ImGui::EndTable();
+  }
+  if (st.selected >= 0 && st.selected < static_cast<int>(ops.size())) {
+    const auto& o = ops[static_cast<std::size_t>(st.selected)];
+    ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s", o.name.c_str());
+    ImGui::SameLine();
+    ImGui::Text(" %lld calls   mean %s   p50 %s   p95 %s   max %s", static_cast<long long>(o.count), fmt_ns(o.mean_ns).c_str(),
+                fmt_ns(static_cast<double>(o.p50_ns)).c_str(), fmt_ns(static_cast<double>(o.p95_ns)).c_str(),
+                fmt_ns(static_cast<double>(o.max_ns)).c_str());
+    ImGui::SameLine(0, 20);
+    ImGui::Checkbox("log bins", &st.log_bins);
+    ImGui::SameLine();
+    if (ImGui::SmallButton("show in timeline")) {
+      app.timeline.find_done.clear();
+      app.show_view(ViewId::timeline);
+    }
+    duration_histogram(m, st, o, ImVec2(-1, ImGui::GetContentRegionAvail().y));
+  }
+}
+
+}  // namespace wb::view

@@ -1,0 +1,290 @@
+// Overview: what ran (config, ranks, devices), how each step's time splits into compute, data wait,
+// exposed communication and the rest per rank, the loss and learning-rate curves, throughput, the
+// analysis warnings, and a side-by-side of a second run when one is open.
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include <imgui.h>
+
+#include "app/view/app.hpp"
+#include "app/view/draw_util.hpp"
+#include "app/view/plot_logic.hpp"
+
+namespace wb::view {
+
+namespace {
+
+std::string config_value(const nlohmann::json& config, const char* key) {
+  if (!config.contains(key)) return "-";
+  const auto& v = config[key];
+  if (v.is_string()) return v.get<std::string>().empty() ? "-" : v.get<std::string>();
+  return v.dump();
+}
+
+void run_table(const RunModel& m) {
+  const auto& run = m.run;
+  int steps = 0;
+  for (const auto& s : run.steps) steps = std::max(steps, s.step + 1);
+  if (ImGui::BeginTable("##run", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV)) {
+    ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed, 150);
+    ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch);
+    auto row = [](const char* k, const std::string& v) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextColored(to_vec4(color::kDim), "%s", k);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(v.c_str());
+    };
+    auto meta = [&](const char* k) {
+      auto it = run.meta.find(k);
+      return it == run.meta.end() ? std::string("-") : it->second;
+    };
+    row("file", run.path.string());
+    row("created", meta("created_utc"));
+    row("complete", run.complete() ? "yes" : "no (the recorder stopped early)");
+    row("device", m.device);
+    row("world size", std::to_string(run.rank_ids().size()));
+    row("steps", std::to_string(steps));
+    const char* keys[] = {"data", "batch_size", "image_size", "data_workers", "prefetch", "lr", "lr_schedule",
+                          "momentum", "weight_decay", "precision", "threads", "allreduce_split", "bucket_mb", "seed"};
+    for (const char* k : keys) row(k, config_value(run.config, k));
+    row("parameters", std::to_string(run.params.size()) + " tensors");
+    ImGui::EndTable();
+  }
+  if (ImGui::TreeNode("All settings (meta.config_json)")) {
+    for (auto it = m.run.config.begin(); it != m.run.config.end(); ++it)
+      ImGui::Text("%-20s %s", it.key().c_str(), it.value().dump().c_str());
+    ImGui::TreePop();
+  }
+}
+
+void ranks_table(const RunModel& m) {
+  if (ImGui::BeginTable("##ranks", 7, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
+    for (const char* h : {"rank", "host", "device", "pid", "clock offset", "drift", "dropped"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (const auto& r : m.run.ranks) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", r.rank);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.host.c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(r.device.c_str());
+      ImGui::TableNextColumn();
+      ImGui::Text("%lld", static_cast<long long>(r.pid));
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_ns(static_cast<double>(r.clock_offset_ns)).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_ns(static_cast<double>(r.clock_offset_end_ns - r.clock_offset_ns)).c_str());
+      ImGui::TableNextColumn();
+      if (r.dropped_events > 0) ImGui::TextColored(to_vec4(color::kBad), "%lld", static_cast<long long>(r.dropped_events));
+      else ImGui::TextUnformatted("0");
+    }
+    ImGui::EndTable();
+  }
+}
+
+void warnings_box(const RunModel& m) {
+  if (m.warnings.empty()) {
+    ImGui::TextColored(to_vec4(color::kGood), "No warnings: not input-bound, communication hidden, no stragglers.");
+    return;
+  }
+  for (const auto& w : m.warnings) {
+    ImU32 c = w.kind == "input-bound" || w.kind == "exposed-comm" || w.kind == "straggler" ? color::kWarn : color::kBad;
+    ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(c));
+    ImGui::Bullet();
+    ImGui::TextUnformatted(w.kind.c_str());
+    ImGui::PopStyleColor();
+    ImGui::SameLine();
+    ImGui::PushTextWrapPos(0.0f);
+    ImGui::TextUnformatted(w.message.c_str());
+    ImGui::PopTextWrapPos();
+  }
+}
+
+struct Means {
+  double step = 0, compute = 0, wait = 0, comm = 0, other = 0, images_per_s = 0;
+  int n = 0;
+};
+Means means(const RunModel& m) {
+  Means r;
+  double images = 0, time = 0;
+  for (const auto& b : m.breakdown) {
+    r.step += static_cast<double>(b.total_ns);
+    r.compute += static_cast<double>(b.compute_ns);
+    r.wait += static_cast<double>(b.data_wait_ns);
+    r.comm += static_cast<double>(b.comm_exposed_ns);
+    r.other += static_cast<double>(b.other_ns);
+    ++r.n;
+  }
+  for (const auto& s : m.run.steps) {
+    images += static_cast<double>(s.images);
+    time += static_cast<double>(s.end_ns - s.start_ns);
+  }
+  if (r.n > 0) {
+    r.step /= r.n;
+    r.compute /= r.n;
+    r.wait /= r.n;
+    r.comm /= r.n;
+    r.other /= r.n;
+  }
+  int ranks = std::max<int>(1, static_cast<int>(m.run.rank_ids().size()));
+  if (time > 0) r.images_per_s = images / (time / ranks / 1e9);
+  return r;
+}
+
+void compare_table(const RunModel& a, const RunModel& b) {
+  Means ma = means(a), mb = means(b);
+  if (ImGui::BeginTable("##cmp", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
+    ImGui::TableSetupColumn("mean per step");
+    ImGui::TableSetupColumn(a.title().c_str());
+    ImGui::TableSetupColumn(b.title().c_str());
+    ImGui::TableSetupColumn("B / A");
+    ImGui::TableHeadersRow();
+    auto row = [](const char* k, double va, double vb, bool time) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(k);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(time ? fmt_ns(va).c_str() : fmt_num(va, 4).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(time ? fmt_ns(vb).c_str() : fmt_num(vb, 4).c_str());
+      ImGui::TableNextColumn();
+      if (va > 0) ImGui::Text("%.3fx", vb / va);
+    };
+    row("step time", ma.step, mb.step, true);
+    row("compute", ma.compute, mb.compute, true);
+    row("data wait", ma.wait, mb.wait, true);
+    row("exposed comm", ma.comm, mb.comm, true);
+    row("other", ma.other, mb.other, true);
+    row("images/s", ma.images_per_s, mb.images_per_s, false);
+    ImGui::EndTable();
+  }
+}
+
+// Per step, one stacked bar per rank.
+void breakdown_bars(const RunModel& m, float height) {
+  const auto& bd = m.breakdown;
+  int steps = 0;
+  double hi = 0;
+  std::vector<int> ranks = m.run.rank_ids();
+  for (const auto& b : bd) {
+    steps = std::max(steps, b.step + 1);
+    hi = std::max(hi, static_cast<double>(b.total_ns));
+  }
+  if (bd.empty()) {
+    ImGui::TextColored(to_vec4(color::kDim), "No step records in this run.");
+    return;
+  }
+  Axis ax = nice_axis(0.0, hi * 1.05 / 1e6);
+  Plot plot("##breakdown", ImVec2(-1, height), -0.5, steps - 0.5, 0.0, ax.hi, "step (one bar per rank)", "step time (ms)",
+            false, [](double v) { return std::abs(v - std::round(v)) < 1e-6 ? fmt_num(std::round(v) + 0.0, 6) : std::string(); },
+            [](double v) { return fmt_num(v, 6); });
+  const ImU32 cols[4] = {category_color(0), category_color(4), category_color(6), IM_COL32(110, 115, 130, 255)};
+  const char* names[4] = {"compute", "data wait", "exposed comm", "other"};
+  const int nr = std::max<int>(1, static_cast<int>(ranks.size()));
+  const double slot = 0.8 / nr;
+  ImDrawList* dl = plot.draw_list();
+  std::optional<std::size_t> hover;
+  for (std::size_t i = 0; i < bd.size(); ++i) {
+    const auto& b = bd[i];
+    int ri = static_cast<int>(std::find(ranks.begin(), ranks.end(), b.rank) - ranks.begin());
+    double xl = b.step - 0.4 + ri * slot, xr = xl + slot * 0.9;
+    double parts[4] = {static_cast<double>(b.compute_ns), static_cast<double>(b.data_wait_ns),
+                       static_cast<double>(b.comm_exposed_ns), static_cast<double>(b.other_ns)};
+    double acc = 0;
+    for (int k = 0; k < 4; ++k) {
+      float y0 = plot.y(acc / 1e6), y1 = plot.y((acc + parts[k]) / 1e6);
+      dl->AddRectFilled(ImVec2(plot.x(xl), y1), ImVec2(plot.x(xr), y0), cols[k]);
+      acc += parts[k];
+    }
+    ImVec2 mouse = plot.mouse();
+    if (plot.hovered() && mouse.x >= plot.x(xl) && mouse.x <= plot.x(xr)) hover = i;
+  }
+  std::vector<std::pair<std::string, ImU32>> legend;
+  for (int k = 0; k < 4; ++k) legend.emplace_back(names[k], cols[k]);
+  plot.legend(legend);
+  if (hover) {
+    const auto& b = bd[*hover];
+    ImGui::BeginTooltip();
+    ImGui::Text("rank %d  step %d:  %s", b.rank, b.step, fmt_ns(static_cast<double>(b.total_ns)).c_str());
+    double t = std::max<double>(1.0, static_cast<double>(b.total_ns));
+    ImGui::Text("compute       %s  (%s)", fmt_ns(static_cast<double>(b.compute_ns)).c_str(), fmt_pct(b.compute_ns / t).c_str());
+    ImGui::Text("data wait     %s  (%s)", fmt_ns(static_cast<double>(b.data_wait_ns)).c_str(), fmt_pct(b.data_wait_ns / t).c_str());
+    ImGui::Text("exposed comm  %s  (%s)", fmt_ns(static_cast<double>(b.comm_exposed_ns)).c_str(), fmt_pct(b.comm_exposed_ns / t).c_str());
+    ImGui::Text("other         %s  (%s)", fmt_ns(static_cast<double>(b.other_ns)).c_str(), fmt_pct(b.other_ns / t).c_str());
+    ImGui::EndTooltip();
+  }
+}
+
+}  // namespace
+
+void draw_overview(App& app) {
+  const RunModel& m = *app.model;
+  const float w = ImGui::GetContentRegionAvail().x;
+  const float h = ImGui::GetContentRegionAvail().y;
+  ImGui::BeginChild("##left", ImVec2(w * 0.38f, 0), false);
+  section("Run");
+  run_table(m);
+  section("Ranks");
+  ranks_table(m);
+  section("Warnings");
+  warnings_box(m);
+  if (app.second) {
+    section("Compared with a second run");
+    compare_table(m, *app.second);
+  }
+  ImGui::EndChild();
+  ImGui::SameLine();
+  ImGui::BeginChild("##right", ImVec2(0, 0), false);
+  section("Step time per rank: compute / data wait / exposed communication / other");
+  breakdown_bars(m, std::max(220.0f, h * 0.42f));
+  // Loss and learning rate per rank, images per second over all ranks.
+  std::map<int, PlotSeries> loss, lr;
+  std::map<int, std::pair<double, double>> thr;  // step -> (images, max step seconds)
+  for (const auto& s : m.run.steps) {
+    auto& l = loss[s.rank];
+    l.name = "rank " + std::to_string(s.rank);
+    l.color = series_color(s.rank);
+    l.xs.push_back(s.step);
+    l.ys.push_back(s.loss);
+    if (s.rank == m.run.steps.front().rank) {
+      auto& r = lr[0];
+      r.name = "lr";
+      r.color = series_color(4);
+      r.xs.push_back(s.step);
+      r.ys.push_back(s.lr);
+    }
+    auto& t = thr[s.step];
+    t.first += static_cast<double>(s.images);
+    t.second = std::max(t.second, static_cast<double>(s.end_ns - s.start_ns) / 1e9);
+  }
+  std::vector<PlotSeries> loss_v, lr_v;
+  for (auto& [k, v] : loss) loss_v.push_back(v);
+  for (auto& [k, v] : lr) lr_v.push_back(v);
+  PlotSeries tp{"images/s", {}, {}, series_color(2)};
+  for (const auto& [step, v] : thr) {
+    tp.xs.push_back(step);
+    tp.ys.push_back(v.second > 0 ? v.first / v.second : 0.0);
+  }
+  const float pw = (ImGui::GetContentRegionAvail().x - 16) / 3.0f;
+  const float ph = std::max(180.0f, ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing() * 2.5f);
+  ImGui::BeginGroup();
+  section("Loss");
+  line_plot("##loss", ImVec2(pw, ph), loss_v, "step", "loss");
+  ImGui::EndGroup();
+  ImGui::SameLine();
+  ImGui::BeginGroup();
+  section("Learning rate");
+  line_plot("##lr", ImVec2(pw, ph), lr_v, "step", "lr");
+  ImGui::EndGroup();
+  ImGui::SameLine();
+  ImGui::BeginGroup();
+  section("Throughput (all ranks)");
+  line_plot("##thr", ImVec2(pw, ph), std::span<const PlotSeries>(&tp, 1), "step", "images/s");
+  ImGui::EndGroup();
+  ImGui::EndChild();
+}
+
+}  // namespace wb::view

@@ -1,0 +1,252 @@
+// Loading a run for the app (synchronously and on the loader thread), bad files, the precision
+// details with known answers, and every view drawn headless (an ImGui context without a window)
+// from a synthetic run: draw lists must hold real geometry, and the timeline's cost must follow the
+// pixels, not the events.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <thread>
+
+#include <imgui.h>
+
+#include "app/view/app.hpp"
+#include "app/view/precision_model.hpp"
+#include "app/view/run_model.hpp"
+#include "app/view/synthetic_run.hpp"
+#include "compare/compare.hpp"
+#include "store/db.hpp"
+#include "store_test_util.hpp"
+
+using namespace wb::view;
+using Catch::Matchers::WithinAbs;
+using Catch::Matchers::WithinRel;
+
+namespace {
+
+std::shared_ptr<const RunModel> wait_for(RunLoader& loader) {
+  for (int i = 0; i < 6000 && !loader.done(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  REQUIRE(loader.done());
+  return loader.result();
+}
+
+// An ImGui context with a font atlas and a display, as the window would give, but no backend.
+struct Headless {
+  ImGuiContext* ctx;
+  Headless() {
+    ctx = ImGui::CreateContext();
+    ImGuiIO& io = ImGui::GetIO();
+    io.IniFilename = nullptr;
+    io.DisplaySize = ImVec2(1400, 900);
+    unsigned char* pixels;
+    int w, h;
+    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
+  }
+  ~Headless() { ImGui::DestroyContext(ctx); }
+  // Runs one frame and returns the vertices drawn.
+  int frame(App& app, double dt = 1.0 / 60) {
+    ImGui::GetIO().DeltaTime = static_cast<float>(dt);
+    ImGui::NewFrame();
+    app.frame();
+    ImGui::Render();
+    return ImGui::GetDrawData()->TotalVtxCount;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a run loads into the app's model with its levels and analyses", "[app]") {
+  wb::test::TempDir dir;
+  SyntheticRun spec;
+  spec.ranks = 2;
+  spec.steps = 3;
+  spec.ranges_per_rank = 600;
+  std::int64_t written = write_synthetic_run(dir / "run.sqlite", spec);
+  auto m = load_run_model(dir / "run.sqlite");
+  REQUIRE(m);
+  CHECK(m->range_count == written);
+  CHECK(m->run.rank_ids() == std::vector<int>{0, 1});
+  CHECK(m->queue_capacity == 4);
+  CHECK(m->device == "cpu");
+  // Every thread track's levels hold all its ranges, one level per depth.
+  std::size_t in_levels = 0;
+  for (const auto& [track, levels] : m->levels) {
+    for (const auto& l : levels) {
+      in_levels += l.spans.size();
+      for (std::size_t i = 1; i < l.spans.size(); ++i) CHECK(l.spans[i].start_ns >= l.spans[i - 1].end_ns);  // disjoint
+    }
+  }
+  CHECK(static_cast<std::int64_t>(in_levels) == written);
+  std::uint32_t main0 = m->run.main_track(0);
+  REQUIRE(m->levels.at(main0).size() == 3);  // step, layers, ops
+  // The extent covers all steps.
+  for (const auto& s : m->run.steps) {
+    CHECK(s.start_ns >= m->t_min_ns);
+    CHECK(s.end_ns <= m->t_max_ns);
+  }
+  CHECK(m->breakdown.size() == 6);
+  CHECK_FALSE(m->ops.by_name.empty());
+  REQUIRE(m->split_model.has_value());
+  CHECK(m->split_model->size() == 16);
+  CHECK(m->split_model->current_split == std::vector<int>{8});
+  // Durations of one op gather every occurrence over both ranks.
+  auto id = m->find_name("step");
+  REQUIRE(id.has_value());
+  auto d = m->durations(*id, wb::store::Category::step);
+  REQUIRE(d.size() == 6);
+  CHECK(std::is_sorted(d.begin(), d.end()));
+  CHECK_FALSE(m->find_name("no such op").has_value());
+
+  RunLoader loader(dir / "run.sqlite");
+  auto async = wait_for(loader);
+  REQUIRE(async);
+  CHECK(async->range_count == written);
+  CHECK_THAT(loader.fraction(), WithinAbs(1.0, 1e-12));
+  CHECK(loader.error().empty());
+}
+
+TEST_CASE("bad run files are errors naming the file, never crashes", "[app]") {
+  wb::test::TempDir dir;
+  std::ofstream(dir / "junk.sqlite") << "this is not a database";
+  REQUIRE_THROWS_AS(load_run_model(dir / "junk.sqlite"), wb::store::StoreError);
+  REQUIRE_THROWS_AS(load_run_model(dir / "missing.sqlite"), wb::store::StoreError);
+  // A truncated run: the first 4 KiB of a real one.
+  SyntheticRun spec;
+  spec.ranks = 1;
+  write_synthetic_run(dir / "ok.sqlite", spec);
+  {
+    std::ifstream in(dir / "ok.sqlite", std::ios::binary);
+    std::string head(4096, '\0');
+    in.read(head.data(), 4096);
+    std::ofstream(dir / "cut.sqlite", std::ios::binary) << head;
+  }
+  REQUIRE_THROWS_AS(load_run_model(dir / "cut.sqlite"), wb::store::StoreError);
+  RunLoader loader(dir / "junk.sqlite");
+  CHECK_FALSE(wait_for(loader));
+  CHECK(loader.error().find("junk.sqlite") != std::string::npos);
+}
+
+TEST_CASE("per-channel errors and heat maps have known answers", "[app]") {
+  // (N=1, C=2, H=2, W=2): channel 0 differs by 1 at one element, channel 1 is equal.
+  std::vector<double> b = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<double> a = b;
+  a[3] = 5;  // channel 0, (1,1)
+  auto ch = channel_errors(a, b, {1, 2, 2, 2}, 1);
+  REQUIRE(ch.max_abs.size() == 2);
+  CHECK_THAT(ch.max_abs[0], WithinAbs(1.0, 0.0));
+  CHECK_THAT(ch.max_abs[1], WithinAbs(0.0, 0.0));
+  CHECK_THAT(ch.rel_l2[0], WithinRel(1.0 / std::sqrt(1 + 4 + 9 + 16.0), 1e-12));
+  CHECK_THAT(ch.rel_l2[1], WithinAbs(0.0, 0.0));
+  auto h = heat_map(a, b, {1, 2, 2, 2}, 0, 0);
+  CHECK(h.rows == 2);
+  CHECK(h.cols == 2);
+  CHECK(h.values == std::vector<double>{0, 0, 0, 1});
+  CHECK_THAT(h.max, WithinAbs(1.0, 0.0));
+  auto h1 = heat_map(a, b, {1, 2, 2, 2}, 0, 1);
+  CHECK_THAT(h1.max, WithinAbs(0.0, 0.0));
+  // A parameter (O=2, I=4): channels along axis 0, heat map of the whole matrix.
+  CHECK(channel_axis(wb::compare::TensorKind::param, {2, 4}) == 0);
+  CHECK(channel_axis(wb::compare::TensorKind::act, {8, 64, 4, 4}) == 1);
+  CHECK(channel_axis(wb::compare::TensorKind::loss, {}) == -1);
+  auto hp = heat_map(a, b, {2, 4}, 0, 0);
+  CHECK(hp.rows == 2);
+  CHECK(hp.cols == 4);
+  CHECK_THAT(hp.values[3], WithinAbs(1.0, 0.0));
+  // Error only in b-zero channel: +inf relative error.
+  auto zero = channel_errors({1, 0}, {0, 0}, {2}, 0);
+  CHECK(std::isinf(zero.rel_l2[0]));
+}
+
+TEST_CASE("a tensor's detail: histograms over a shared range, error bins, worst elements", "[app]") {
+  auto make = [](const std::string& key, std::vector<float> v, std::vector<std::int64_t> shape) {
+    wb::compare::NamedTensor t;
+    t.key = key;
+    t.tensor.name = key;
+    t.tensor.dtype = wb::store::DType::F32;
+    t.tensor.shape = std::move(shape);
+    t.tensor.data.resize(v.size() * 4);
+    std::memcpy(t.tensor.data.data(), v.data(), v.size() * 4);
+    return t;
+  };
+  PrecisionData data;
+  data.a.tensors.push_back(make("act.conv1", {0, 1, 2, 3, 4, 5, 6, 7.5f}, {1, 2, 2, 2}));
+  data.b.tensors.push_back(make("act.conv1", {0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 2, 2}));
+  data.a.index();
+  data.b.index();
+  data.comparison = wb::compare::compare_sets(data.a, data.b);
+  REQUIRE(data.comparison.rows.size() == 1);
+  auto d = tensor_detail(data, 0, 0, 1, 8);
+  CHECK(d.equal == 7);
+  CHECK(d.err_hist.counts.size() == 1);  // one unequal element: a one-bin range
+  CHECK(d.a_hist.edges.front() == 0.0);
+  CHECK_THAT(d.a_hist.edges.back(), WithinAbs(7.5, 1e-12));
+  CHECK(d.b_hist.edges == d.a_hist.edges);
+  REQUIRE_FALSE(d.worst.empty());
+  CHECK(d.worst[0].index == 7);
+  CHECK(d.worst[0].coord == std::vector<std::int64_t>{0, 1, 1, 1});
+  CHECK_THAT(d.worst[0].abs_err, WithinAbs(0.5, 1e-6));
+  CHECK_THAT(d.heat.values[3], WithinAbs(0.5, 1e-6));  // channel 1, (1,1)
+  CHECK_THAT(d.channels.max_abs[1], WithinAbs(0.5, 1e-6));
+  REQUIRE_THROWS_AS(tensor_detail(data, 5, 0, 0), wb::compare::CompareError);
+}
+
+TEST_CASE("every view draws headless from a loaded run", "[app]") {
+  wb::test::TempDir dir;
+  SyntheticRun spec;
+  spec.ranks = 2;
+  spec.steps = 4;
+  spec.ranges_per_rank = 4000;
+  write_synthetic_run(dir / "run.sqlite", spec);
+  auto model = load_run_model(dir / "run.sqlite");
+  Headless ui;
+  App::Options opt;
+  opt.persist_recent = false;
+  App app(opt);
+  app.set_model(model);
+  CHECK_FALSE(app.busy());
+  std::map<ViewId, int> vertices;
+  for (ViewId v : kAllViews) {
+    CAPTURE(view_name(v));
+    app.show_view(v);
+    for (int i = 0; i < 3; ++i) vertices[v] = ui.frame(app);
+    CHECK(app.current == v);
+    CHECK(vertices[v] > 1000);  // text, tables and plots, not an empty window
+  }
+  CHECK_FALSE(app.error_shown());
+  // The split editor started from the run's split and has suggestions to offer.
+  CHECK(app.tuner.split == std::vector<int>{8});
+  CHECK(app.tuner.suggestions.size() >= 4);
+  // The timeline fitted the whole run.
+  CHECK(app.timeline.view.t0_ns <= static_cast<double>(model->t_min_ns));
+  CHECK(app.timeline.view.t1_ns >= static_cast<double>(model->t_max_ns));
+  CHECK(app.timeline.lanes.size() == 8);  // per rank: main, worker, queue, allreduce
+}
+
+TEST_CASE("the app shows an error for a bad file and stays usable", "[app]") {
+  wb::test::TempDir dir;
+  std::ofstream(dir / "junk.sqlite") << "SQLite format 3 but not really";
+  Headless ui;
+  App::Options opt;
+  opt.persist_recent = false;
+  opt.run = (dir / "junk.sqlite").string();
+  App app(opt);
+  for (int i = 0; i < 2000 && app.busy(); ++i) {
+    ui.frame(app);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ui.frame(app);
+  CHECK(app.error_shown());
+  CHECK(app.error().find("junk.sqlite") != std::string::npos);
+  CHECK_FALSE(app.model);
+  // Opening a good file afterwards works.
+  write_synthetic_run(dir / "ok.sqlite", SyntheticRun{});
+  app.open(dir / "ok.sqlite");
+  for (int i = 0; i < 2000 && app.busy(); ++i) {
+    ui.frame(app);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ui.frame(app);
+  REQUIRE(app.model);
+  CHECK(app.model->run.rank_ids().size() == 2);
+}

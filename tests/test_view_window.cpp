@@ -1,0 +1,181 @@
+// Window tests: wb-view renders each view of a real recorded run (a short 2-rank CPU training with
+// profiling and a step-one dump, compared against the PyTorch baseline of that step) into a PNG under
+// the current display, or under xvfb-run when there is none. Each screenshot must be a real picture
+// (many distinct colours) and differ from the other views'; a bad file must show the error popup.
+#include <catch2/catch.hpp>
+
+#include <stb_image.h>
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "store_test_util.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBin = std::string(WB_BINARY_DIR) + "/bin/";
+
+std::string quote(const std::string& s) { return "'" + s + "'"; }
+
+// Runs a shell command, its output into log; returns the exit status.
+int run(const std::string& cmd, const fs::path& log) {
+  int rc = std::system((cmd + " > " + quote(log.string()) + " 2>&1").c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
+}
+
+std::string with_display(const std::string& cmd) {
+  const char* d = std::getenv("DISPLAY");
+  if (d && *d) return cmd;
+  return "xvfb-run -a -s '-screen 0 1600x1000x24' " + cmd;
+}
+
+struct Image {
+  int w = 0, h = 0;
+  std::vector<unsigned char> rgb;
+  std::size_t distinct() const {
+    std::set<std::uint32_t> colours;
+    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3) colours.insert(rgb[i] << 16 | rgb[i + 1] << 8 | rgb[i + 2]);
+    return colours.size();
+  }
+  // Share of pixels within tol of a colour on every channel.
+  double share_near(int r, int g, int b, int tol) const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
+      if (std::abs(rgb[i] - r) <= tol && std::abs(rgb[i + 1] - g) <= tol && std::abs(rgb[i + 2] - b) <= tol) ++n;
+    return static_cast<double>(n) / static_cast<double>(rgb.size() / 3);
+  }
+  // Pixels of strong red (the popup's title text, anti-aliased onto the dark popup).
+  std::size_t reds() const {
+    std::size_t n = 0;
+    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
+      if (rgb[i] > 140 && rgb[i + 1] < 120 && rgb[i + 2] < 120) ++n;
+    return n;
+  }
+};
+
+Image load_png(const fs::path& p) {
+  Image img;
+  int n = 0;
+  unsigned char* data = stbi_load(p.string().c_str(), &img.w, &img.h, &n, 3);
+  REQUIRE(data != nullptr);
+  img.rgb.assign(data, data + static_cast<std::size_t>(img.w) * static_cast<std::size_t>(img.h) * 3);
+  stbi_image_free(data);
+  return img;
+}
+
+double differing_fraction(const Image& a, const Image& b) {
+  if (a.w != b.w || a.h != b.h) return 1.0;
+  std::size_t diff = 0;
+  for (std::size_t i = 0; i + 2 < a.rgb.size(); i += 3)
+    if (a.rgb[i] != b.rgb[i] || a.rgb[i + 1] != b.rgb[i + 1] || a.rgb[i + 2] != b.rgb[i + 2]) ++diff;
+  return static_cast<double>(diff) / static_cast<double>(a.rgb.size() / 3);
+}
+
+// The recorded runs, made once for all test cases of this executable.
+struct Runs {
+  wb::test::TempDir dir;
+  fs::path one, two, reference;
+  Runs() {
+    one = dir / "one.sqlite";
+    two = dir / "two.sqlite";
+    const std::string train = kBin + "wb-train --steps 3 --batch-size 4 --dump-step 1 --data-workers 1 ";
+    REQUIRE(run(train + "--run " + quote(one.string()), dir / "one.log") == 0);
+    REQUIRE(run(train + "--nproc 2 --run " + quote(two.string()), dir / "two.log") == 0);
+    // The PyTorch baseline of the dumped step; a second run is the documented fallback reference.
+    reference = dir / "ref.safetensors";
+    std::string torch = std::string(WB_PYTHON) + " " + WB_SOURCE_DIR + "/compare/reference/torch_step.py " + quote(two.string()) +
+                        " --out " + quote(reference.string());
+    if (run(torch, dir / "ref.log") != 0) reference = one;
+  }
+};
+
+Runs& runs() {
+  static Runs r;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("each view of a real 2-rank run renders a distinct, non-blank screenshot", "[app]") {
+  Runs& r = runs();
+  const char* views[] = {"overview", "timeline", "ops", "queue", "allreduce", "precision"};
+  std::map<std::string, Image> shots;
+  for (const char* v : views) {
+    CAPTURE(v);
+    fs::path png = r.dir / (std::string(v) + ".png");
+    std::string cmd = kBin + "wb-view " + quote(r.two.string()) + " --view " + v + " --screenshot " + quote(png.string()) + " --size 1400x860";
+    if (std::string(v) == "precision") cmd += " --reference " + quote(r.reference.string());
+    int rc = run(with_display(cmd), r.dir / (std::string(v) + ".log"));
+    REQUIRE(rc == 0);
+    REQUIRE(fs::exists(png));
+    Image img = load_png(png);
+    CHECK(img.w == 1400);
+    CHECK(img.h == 860);
+    std::size_t colours = img.distinct();
+    CAPTURE(colours);
+    CHECK(colours >= 200);
+    shots[v] = std::move(img);
+  }
+  for (const char* a : views)
+    for (const char* b : views) {
+      if (std::string(a) >= std::string(b)) continue;
+      CAPTURE(a, b);
+      CHECK(differing_fraction(shots[a], shots[b]) > 0.05);
+    }
+}
+
+TEST_CASE("a single-rank run renders its overview and timeline", "[app]") {
+  Runs& r = runs();
+  for (const char* v : {"overview", "timeline"}) {
+    CAPTURE(v);
+    fs::path png = r.dir / (std::string("one-") + v + ".png");
+    REQUIRE(run(with_display(kBin + "wb-view " + quote(r.one.string()) + " --view " + v + " --screenshot " + quote(png.string())),
+                r.dir / "one-view.log") == 0);
+    CHECK(load_png(png).distinct() >= 200);
+  }
+}
+
+TEST_CASE("a bad file shows the error popup in the screenshot and exits 2", "[app]") {
+  Runs& r = runs();
+  struct Case {
+    std::string name;
+    std::string bytes;
+  };
+  // Not SQLite; an SQLite header cut short (a truncated file).
+  for (const Case& c : {Case{"junk.sqlite", "definitely not a run"}, Case{"cut.sqlite", std::string("SQLite format 3\0", 16) + std::string(50, 'x')}}) {
+    CAPTURE(c.name);
+    fs::path bad = r.dir / c.name;
+    {
+      std::ofstream out(bad, std::ios::binary);
+      out << c.bytes;
+    }
+    fs::path png = r.dir / (c.name + ".png");
+    fs::path log = r.dir / (c.name + ".log");
+    int rc = run(with_display(kBin + "wb-view " + quote(bad.string()) + " --screenshot " + quote(png.string())), log);
+    CHECK(rc == 2);
+    REQUIRE(fs::exists(png));
+    Image img = load_png(png);
+    // A modal popup dims the whole window behind it (the dark background turns grey), and its title
+    // "The file could not be opened" is red.
+    CHECK(img.share_near(89, 90, 92, 8) > 0.3);
+    CHECK(img.reds() > 40);
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(text.find(c.name) != std::string::npos);
+  }
+  // A good run shows no popup: nothing dimmed.
+  fs::path ok = r.dir / "ok.png";
+  REQUIRE(run(with_display(kBin + "wb-view " + quote(r.one.string()) + " --view allreduce --screenshot " + quote(ok.string())), r.dir / "ok.log") == 0);
+  CHECK(load_png(ok).share_near(89, 90, 92, 8) < 0.05);
+}
