@@ -20,6 +20,9 @@ struct Option {
   const char* help;
 };
 
+// Accepted but left out of --help: testing and diagnosis aids (documented in config.hpp).
+bool is_hidden(std::string_view key) { return key == "shard" || key == "profile_buffer_events"; }
+
 const Option kOptions[] = {
     {"config_file", &TrainConfig::config_file, "F.json: read settings from a JSON file (flags override it)"},
     {"data", &TrainConfig::data, "synthetic|cifar10|fashion-mnist (default synthetic)"},
@@ -60,7 +63,10 @@ const Option kOptions[] = {
     {"nproc", &TrainConfig::nproc, "N: relaunch under mpirun with N ranks on this host"},
     {"eval", &TrainConfig::eval, "report top-1/top-5 accuracy on the test split after training"},
     {"save", &TrainConfig::save, "F.safetensors: save a checkpoint (torchvision names) at the end"},
-    {"resume", &TrainConfig::resume, "F.safetensors: start from a checkpoint"},
+    {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
+    {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
+    {"shard", &TrainConfig::shard, "R/N: one process trains on rank R's data shard of an N-rank job"},
+    {"profile_buffer_events", &TrainConfig::profile_buffer_events, "N: cap the profiler's event buffers at N events"},
     {"log_every", &TrainConfig::log_every, "N: progress line every N steps (default: automatic)"},
 };
 
@@ -246,6 +252,19 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
   return cfg;
 }
 
+Shard parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  const std::string what = "--shard '" + text + "'";
+  if (slash == std::string::npos) throw ConfigError(what + ": expected R/N (rank R of N ranks), e.g. 0/2");
+  Shard s;
+  s.rank = parse_number<int>(text.substr(0, slash), what + ": rank");
+  s.count = parse_number<int>(text.substr(slash + 1), what + ": rank count");
+  if (s.count < 1 || s.rank < 0 || s.rank >= s.count) {
+    throw ConfigError(what + ": expected 0 <= R < N");
+  }
+  return s;
+}
+
 void validate(const TrainConfig& c) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw ConfigError(msg);
@@ -275,7 +294,12 @@ void validate(const TrainConfig& c) {
   need(c.threads >= 0, "--threads: expected a non-negative number");
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
+  need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
   need(c.allreduce_split.empty() || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
+  if (!c.shard.empty()) {
+    parse_shard(c.shard);
+    need(c.nproc <= 1, "--shard: a single-process aid; drop --nproc " + std::to_string(c.nproc));
+  }
   for (size_t i = 0; i < c.allreduce_split.size(); ++i) {
     need(c.allreduce_split[i] > 0 && (i == 0 || c.allreduce_split[i] > c.allreduce_split[i - 1]),
          "--allreduce-split: expected ascending positive parameter indices");
@@ -289,6 +313,7 @@ std::string usage() {
        "into a SQLite run file. Flags override --config; every setting is also a JSON key (flag without\n"
        "the dashes, '-' -> '_').\n\n";
   for (const Option& o2 : kOptions) {
+    if (is_hidden(o2.key)) continue;
     std::string flag = std::string_view(o2.key) == "config_file" ? "--config" : flag_of(o2.key);
     if (std::string_view(o2.key) == "profile") flag = "--no-profile";
     o << "  " << flag;

@@ -63,7 +63,14 @@ struct TrainConfig {
   int nproc = 0;           // >0: relaunch under mpirun with N ranks
   bool eval = false;
   std::filesystem::path save;
-  std::filesystem::path resume;
+  std::filesystem::path resume;  // --steps/--epochs stay the schedule's total: training goes on from the saved step
+  bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
+  // Testing and diagnosis aid (not in --help): "R/N" makes a single process train on the data shard that
+  // rank R of an N-rank job would get, so its gradients can be set beside one rank of a distributed run.
+  std::string shard;
+  // Diagnosis aid (not in --help): caps the profiler's event buffers at N events in all (0: the default
+  // pool), so a run that outgrows them shows its dropped events counted in the run file and `wb report`.
+  int64_t profile_buffer_events = 0;
   int log_every = 0;  // 0: automatic
   std::string config_file;
 
@@ -73,6 +80,14 @@ struct TrainConfig {
     return steps > 0 ? steps : epochs * steps_per_epoch;
   }
 };
+
+// The data shard of --shard "R/N" (rank R of N). A process without --shard is shard 0 of 1.
+struct Shard {
+  int rank = 0;
+  int count = 1;
+};
+// Parses --shard's value; throws ConfigError naming the flag unless it is "R/N" with 0 <= R < N.
+Shard parse_shard(const std::string& text);
 
 // Applies a JSON object (keys as in to_json) onto cfg; unknown keys are errors naming the file.
 void apply_json(TrainConfig& cfg, const nlohmann::json& j, const std::string& origin);

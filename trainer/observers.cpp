@@ -1,5 +1,6 @@
 #include "trainer/observers.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace wb::trainer {
@@ -16,6 +17,16 @@ store::Category category_of(model::Phase phase) {
 }
 
 }  // namespace
+
+profiler::RecorderOptions cap_recorder_pool(profiler::RecorderOptions options, std::int64_t events) {
+  if (events <= 0) return options;
+  const auto n = static_cast<std::uint64_t>(events);
+  options.chunk_records = static_cast<std::uint32_t>(std::min<std::uint64_t>(options.chunk_records, n));
+  options.max_chunks = static_cast<std::uint32_t>(
+      std::clamp<std::uint64_t>(n / options.chunk_records, 1, options.max_chunks));
+  options.initial_chunks = std::min(options.initial_chunks, options.max_chunks);
+  return options;
+}
 
 StepObserver::StepObserver(profiler::Recorder* recorder, dist::GradientSync* sync, backend::Backend& backend)
     : profiling_(recorder != nullptr), sync_(sync), backend_(backend) {

@@ -20,6 +20,11 @@
 
 namespace wb::trainer {
 
+// --profile-buffer-events N (a diagnosis aid): caps the recorder's chunk pool at N events in all, so a
+// run outgrowing it drops events and counts them (rank.dropped_events, `wb report`'s warning).
+// N <= 0 leaves the options as they are.
+profiler::RecorderOptions cap_recorder_pool(profiler::RecorderOptions options, std::int64_t events);
+
 class StepObserver final : public model::ModelObserver {
  public:
   // `recorder` null: no ranges. `sync` null: single process, nothing to reduce.

@@ -17,3 +17,8 @@ target_link_libraries(wb-train PRIVATE wb_trainer wb_warnings)
 add_library(wb_trainer_test_support INTERFACE)
 add_dependencies(wb_trainer_test_support wb-train wb)
 target_compile_definitions(wb_trainer_test_support INTERFACE WB_TRAIN="$<TARGET_FILE:wb-train>" WB_CLI="$<TARGET_FILE:wb>")
+
+# The analysis tests on real runs (tests/test_analysis_trainer_run.cpp) start both programs the same way.
+add_library(wb_analysis_test_support INTERFACE)
+add_dependencies(wb_analysis_test_support wb-train wb)
+target_compile_definitions(wb_analysis_test_support INTERFACE WB_TRAIN="$<TARGET_FILE:wb-train>" WB_CLI="$<TARGET_FILE:wb>")

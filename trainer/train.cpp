@@ -367,8 +367,11 @@ int run_training(const TrainConfig& cfg_in) {
     if (cfg.check_sync && world > 1) {
       const std::vector<float> params = model.params_to_host();  // host copy: the buffer may live on a GPU
       if (!dist::identical_across_ranks(*comm, params.data(), params.size())) {
-        std::cerr << "wb-train: rank " << rank << ": --check-sync: parameters differ across ranks after step " << step
-                  << " (this rank's fingerprint " << dist::fingerprint(params.data(), params.size()) << ")\n";
+        // One write, so the ranks' lines do not interleave on the shared stderr.
+        std::ostringstream msg;
+        msg << "wb-train: rank " << rank << ": --check-sync: parameters differ across ranks after step " << step
+            << " (this rank's fingerprint " << dist::fingerprint(params.data(), params.size()) << ")\n";
+        std::cerr << msg.str() << std::flush;
         exit_code = 1;
       }
     }
