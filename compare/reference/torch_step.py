@@ -2,6 +2,7 @@
 """PyTorch baseline of the step a wb-train run dumped (wb-train --dump-step N).
 
     torch_step.py RUN.sqlite --out REF.safetensors [--rank R] [--step N] [--device cpu|cuda] [--threads N]
+                  [--fault NAME]
 
 Reads the run file's configuration, the dumped batch (input, label) and the parameters and buffers
 before the step; builds torchvision's resnet50(num_classes=...) with exactly those tensors; runs the
@@ -16,12 +17,21 @@ Loss conventions (config loss_convention, label smoothing s, C classes):
 Optimizer: torch.optim.SGD with {decay params, weight_decay} and {the others, weight_decay 0}, where
 "decay" is the run's param.decay column; lr is the step table's lr for the step (else config lr).
 
-What is comparable. With world size 1, everything. With world size > 1 the run's gradients are
-the average over all ranks, which one process holding one rank's batch cannot reproduce: input,
-label, params, buffers, activations, loss and buffer_after are comparable; grad, param_after and
-momentum are not (recorded in the metadata as "wb.not_comparable"). Likewise, a dump of a step after
-the first lacks the momentum buffers from before the step, so with momentum > 0 param_after and
+What is comparable. With world size 1, everything. With world size W > 1 and every rank's dump of
+the step in the run file (wb-train --dump-ranks all), the step is replayed as DistributedDataParallel
+without SyncBatchNorm runs it: each rank's batch goes forward and backward separately from the same
+parameters, with that rank's own BN statistics (batch statistics per rank; each rank's running stats
+updated from its own batch), the gradients are averaged over the W ranks, and one SGD step follows.
+The output holds the chosen --rank's input, label, params, buffers, activations, loss and
+buffer_after, and the averaged grad, param_after and momentum, so everything is comparable. When only
+some ranks dumped the step, one process holding one rank's batch cannot reproduce the average:
+input, label, params, buffers, activations, loss and buffer_after are comparable; grad, param_after
+and momentum are not (recorded in the metadata as "wb.not_comparable"). Likewise, a dump of a step
+after the first lacks the momentum buffers from before the step, so with momentum > 0 param_after and
 momentum are not comparable there.
+
+--fault NAME is a testing aid: it plants one known mistake (see FAULTS) into this side, so a test can
+check that `wb compare` names the tensor where it first shows.
 
 Bad input (not a run file, no dump, missing or mismatched tensors) prints one line on stderr naming
 the file and what was expected, and exits 2. Progress goes to stderr.
@@ -39,6 +49,21 @@ import wbformat  # noqa: E402
 
 PROG = "torch_step.py"
 LOSS_CONVENTIONS = ("mindspore", "torch")
+
+# Planted faults (--fault, for testing the comparison): each is one mistake a port could make, placed
+# at one known tensor, so a test can check that `wb compare` names that tensor as the first divergence.
+FAULTS = {
+    "bn_eps": "layer2.1.bn2 normalises with eps 1e-2 instead of 1e-5",
+    "conv_transpose": "layer3.0.conv2 convolves with its weight's kh and kw swapped",
+    "missing_relu": "layer1.1 skips the relu after bn1 (its relu.0 passes the input through)",
+    "stride": "layer2.0.conv2 has stride 1 instead of 2 (and the block's downsample, so the sum still fits)",
+    "bn_momentum": "layer3.1.bn1 updates its running statistics with momentum 0.01 instead of 0.1",
+    "no_smoothing": "the loss ignores label smoothing",
+    "grad_scale": "the gradient of layer4.2.conv3.weight is doubled before the update",
+    "lr": "the update uses twice the learning rate",
+    "wd_on_bn": "weight decay applies to the BatchNorm weights and biases too",
+    "nesterov": "nesterov momentum is flipped (on when the run has it off, and the reverse)",
+}
 
 
 class InputError(Exception):
@@ -180,11 +205,8 @@ def decay_flags(run, model):
 
 # ------------------------------------------------------------------------------------------------ the step
 
-def run_step(args):
-    run = wbformat.RunFile(args.run)
-    rank = args.rank
-    step = choose_step(run, rank, args.step)
-    settings = read_settings(run, step, rank)
+def read_dump(run, step, rank):
+    """The batch and the state before the step dumped by `rank`: key -> RunTensor, input/label checked."""
     dumped = {t.key: t for t in run.tensors(step, rank, kinds=("input", "label", "param", "buffer"))}
     for key, dtypes in (("input", ("F32",)), ("label", ("I32", "I64"))):
         if key not in dumped:
@@ -193,7 +215,103 @@ def run_step(args):
             raise InputError(f"{run.path}: tensor '{key}' is {dumped[key].dtype}, expected {' or '.join(dtypes)}")
     x, y = dumped["input"].array, dumped["label"].array
     if x.ndim != 4 or x.shape[1] != 3 or y.shape != (x.shape[0],):
-        raise InputError(f"{run.path}: input is {list(x.shape)} and label {list(y.shape)}, expected [N,3,H,W] and [N]")
+        raise InputError(f"{run.path}: input is {list(x.shape)} and label {list(y.shape)} on rank {rank}, "
+                         "expected [N,3,H,W] and [N]")
+    return dumped
+
+
+def replica_ranks(run, step, rank, world_size):
+    """The ranks to replay: all of them when every rank of the job dumped `step`, else `rank` alone."""
+    if world_size == 1:
+        return [rank]
+    dumped = [r for r in run.dumped_ranks() if step in run.dumped_steps(r)]
+    return list(range(world_size)) if dumped == list(range(world_size)) else [rank]
+
+
+def check_replicas(path, dumps, rank):
+    """Data-parallel replicas start a step from the same parameters; a difference is a broken dump."""
+    import numpy as np
+    mine = dumps[rank]
+    for r, other in dumps.items():
+        for key, t in other.items():
+            if key.startswith("param.") and not np.array_equal(t.array, mine[key].array):
+                raise InputError(f"{path}: tensor '{key}' of rank {r} differs from rank {rank}'s (expected "
+                                 "every rank to start the step from the same parameters)")
+
+
+def load_state(model, state, kinds=("param", "buffer")):
+    """Copy the dumped tensors of `kinds` into the model (on whatever device it is)."""
+    import numpy as np
+    import torch
+    with torch.no_grad():
+        if "param" in kinds:
+            for name, p in model.named_parameters():
+                p.copy_(torch.from_numpy(np.array(state[f"param.{name}"].array)).reshape(p.shape))
+        if "buffer" in kinds:
+            for name, b in model.named_buffers():
+                b.copy_(torch.from_numpy(np.array(state[f"buffer.{name}"].array)).reshape(b.shape))
+
+
+def plant_fault(model, fault, settings):
+    """Apply --fault NAME's change to the model or the settings (see FAULTS). Faults in the update
+    (grad_scale, lr, wd_on_bn) are applied where the optimizer is built and run."""
+    import torch
+    if fault == "bn_eps":
+        model.get_submodule("layer2.1.bn2").eps = 1e-2
+    elif fault == "conv_transpose":
+        conv = model.get_submodule("layer3.0.conv2")
+        # An instance attribute shadows Conv2d.forward; hooks still see the module's call.
+        conv.forward = lambda x: conv._conv_forward(x, conv.weight.transpose(2, 3), conv.bias)
+    elif fault == "missing_relu":
+        class ReluAfterFirstCall(torch.nn.Module):
+            """Bottleneck calls its one relu three times per forward; the first call (relu.0) does nothing."""
+
+            def __init__(self):
+                super().__init__()
+                self.calls = 0
+
+            def forward(self, x):
+                self.calls += 1
+                return x if self.calls % 3 == 1 else torch.relu(x)
+
+        model.get_submodule("layer1.1").relu = ReluAfterFirstCall()
+    elif fault == "stride":
+        model.get_submodule("layer2.0.conv2").stride = (1, 1)
+        model.get_submodule("layer2.0.downsample.0").stride = (1, 1)
+    elif fault == "bn_momentum":
+        model.get_submodule("layer3.1.bn1").momentum = 0.01
+    elif fault == "no_smoothing":
+        settings["label_smoothing"] = 0.0
+    elif fault == "nesterov":
+        if settings["momentum"] == 0:
+            raise InputError("--fault nesterov: the run has momentum 0, and nesterov needs momentum > 0")
+        settings["nesterov"] = not settings["nesterov"]
+
+
+def make_optimizer(model, decay, settings, fault):
+    import torch
+    decays = dict(decay)
+    if fault == "wd_on_bn":
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                decays[f"{name}.weight"] = decays[f"{name}.bias"] = True
+    params = list(model.named_parameters())
+    groups = [{"params": [p for n, p in params if decays[n]], "weight_decay": settings["weight_decay"]},
+              {"params": [p for n, p in params if not decays[n]], "weight_decay": 0.0}]
+    lr = settings["lr"] * (2.0 if fault == "lr" else 1.0)
+    optimizer = torch.optim.SGD(groups, lr=lr, momentum=settings["momentum"], nesterov=settings["nesterov"])
+    return optimizer, len(groups[0]["params"]), len(params)
+
+
+def run_step(args):
+    run = wbformat.RunFile(args.run)
+    rank = args.rank
+    step = choose_step(run, rank, args.step)
+    settings = read_settings(run, step, rank)
+    world = settings["world_size"]
+    ranks = replica_ranks(run, step, rank, world)
+    dumps = {r: read_dump(run, step, r) for r in ranks}
+    x, y = dumps[rank]["input"].array, dumps[rank]["label"].array
 
     import numpy as np
     import torch
@@ -203,22 +321,29 @@ def run_step(args):
 
     # Everything is validated before the first progress line, so bad input answers with one line.
     model = torchvision.models.resnet50(num_classes=settings["num_classes"])
-    state = {k: v for k, v in dumped.items() if k.startswith(("param.", "buffer."))}
-    check_state(run.path, model, state)
+    for dumped in dumps.values():
+        check_state(run.path, model, {k: v for k, v in dumped.items() if k.startswith(("param.", "buffer."))})
+        labels = dumped["label"].array
+        if labels.size and (labels.min() < 0 or labels.max() >= settings["num_classes"]):
+            raise InputError(f"{run.path}: labels range over [{labels.min()}, {labels.max()}], expected "
+                             f"[0, {settings['num_classes'] - 1}]")
+    check_replicas(run.path, dumps, rank)
     decay = decay_flags(run, model)
     run.close()
-    if y.size and (y.min() < 0 or y.max() >= settings["num_classes"]):
-        raise InputError(f"{run.path}: labels range over [{y.min()}, {y.max()}], expected [0, {settings['num_classes'] - 1}]")
+    plant_fault(model, args.fault, settings)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: this PyTorch has no usable CUDA device (use --device cpu)")
-    progress(f"{run.path}: rank {rank}, step {step}, world size {settings['world_size']}, batch {list(x.shape)}")
+    ddp = len(ranks) > 1
+    progress(f"{run.path}: rank {rank}, step {step}, world size {world}, batch {list(x.shape)}"
+             + (f"; replaying all {world} ranks as DistributedDataParallel does" if ddp else ""))
 
     not_comparable, caveats = [], []
-    if settings["world_size"] > 1:
+    if world > 1 and not ddp:
         not_comparable += ["grad", "param_after", "momentum"]
-        caveats.append(f"world size {settings['world_size']}: the run's gradients are averaged over all ranks, "
-                       "which this single process cannot reproduce; only input, label, params, buffers, "
-                       "activations, loss and buffer_after are comparable")
+        caveats.append(f"world size {world}: the run's gradients are averaged over all ranks, but not every rank "
+                       f"dumped step {step}, so this single batch cannot reproduce them; only input, label, params, "
+                       "buffers, activations, loss and buffer_after are comparable (dump every rank with "
+                       "wb-train --dump-ranks all)")
     if settings["steps_before"] > 0 and settings["momentum"] != 0:
         not_comparable += [k for k in ("param_after", "momentum") if k not in not_comparable]
         caveats.append(f"step {step} follows {settings['steps_before']} recorded steps whose momentum buffers "
@@ -226,6 +351,8 @@ def run_step(args):
                        "are not comparable")
     for text in caveats:
         progress("NOTE: " + text)
+    if args.fault:
+        progress(f"FAULT planted: {args.fault}: {FAULTS[args.fault]}")
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -241,35 +368,61 @@ def run_step(args):
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(settings["seed"])
 
-    with torch.no_grad():
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            kind = "param" if isinstance(t, torch.nn.Parameter) else "buffer"
-            t.copy_(torch.from_numpy(np.array(state[f"{kind}.{name}"].array)).reshape(t.shape))
+    load_state(model, dumps[rank])
     model.to(device).train()
-
-    params = list(model.named_parameters())
-    groups = [{"params": [p for n, p in params if decay[n]], "weight_decay": settings["weight_decay"]},
-              {"params": [p for n, p in params if not decay[n]], "weight_decay": 0.0}]
-    optimizer = torch.optim.SGD(groups, lr=settings["lr"], momentum=settings["momentum"],
-                                nesterov=settings["nesterov"])
+    optimizer, decayed, total = make_optimizer(model, decay, settings, args.fault)
     criterion = make_criterion(settings["loss_convention"], settings["label_smoothing"])
     progress(f"loss {settings['loss_convention']} (smoothing {settings['label_smoothing']}), lr {settings['lr']} "
              f"({settings['lr_from']}), momentum {settings['momentum']}, weight decay {settings['weight_decay']} on "
-             f"{len(groups[0]['params'])} of {len(params)} params, nesterov {str(settings['nesterov']).lower()}, "
+             f"{decayed} of {total} params, nesterov {str(settings['nesterov']).lower()}, "
              f"device {device}, {torch.get_num_threads()} threads")
 
+    def batch_of(r):
+        return (torch.from_numpy(np.array(dumps[r]["input"].array)).to(device),
+                torch.from_numpy(np.array(dumps[r]["label"].array)).to(device))
+
+    # The other replicas first, each from its own BN state; the chosen rank last, so that its
+    # buffer_after is what the model holds when the dumper reads it.
+    params = [p for _, p in model.named_parameters()]
+    grads = {}
+    for r in ranks:
+        if r == rank:
+            continue
+        load_state(model, dumps[r], kinds=("buffer",))
+        optimizer.zero_grad(set_to_none=True)
+        inputs, labels = batch_of(r)
+        loss_r = criterion(model(inputs), labels)
+        loss_r.backward()
+        grads[r] = [p.grad.detach().clone() for p in params]
+        progress(f"rank {r}: loss {loss_r.item():.9g}")
+    load_state(model, dumps[rank], kinds=("buffer",))
+    optimizer.zero_grad(set_to_none=True)
+
     metadata = {"run": str(args.run), "step": str(step), "rank": str(rank),
-                "wb.world_size": str(settings["world_size"]), "wb.loss_convention": settings["loss_convention"],
+                "wb.world_size": str(world), "wb.replayed_ranks": json.dumps(ranks),
+                "wb.loss_convention": settings["loss_convention"],
                 "wb.lr": repr(settings["lr"]), "wb.not_comparable": json.dumps(not_comparable),
                 "wb.caveats": json.dumps(caveats)}
+    if args.fault:
+        metadata["wb.fault"] = args.fault
     dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG)
-    inputs = torch.from_numpy(np.array(x)).to(device)
-    labels = torch.from_numpy(np.array(y)).to(device)
+    inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
     loss = dumper.loss(criterion(model(inputs), labels))
     loss.backward()
+    if ddp:
+        # The allreduce: a sum over the ranks in rank order, divided by the world size.
+        grads[rank] = [p.grad.detach().clone() for p in params]
+        with torch.no_grad():
+            for i, p in enumerate(params):
+                total_grad = grads[ranks[0]][i].clone()
+                for r in ranks[1:]:
+                    total_grad += grads[r][i]
+                p.grad.copy_(total_grad / world)
+    if args.fault == "grad_scale":
+        model.get_parameter("layer4.2.conv3.weight").grad.mul_(2.0)
     optimizer.step()
-    progress(f"loss {loss.item():.9g}")
+    progress(f"loss {loss.item():.9g}" + (f" (rank {rank})" if ddp else ""))
     try:
         dumper.end()
     except OSError as e:
@@ -285,6 +438,9 @@ def main(argv=None):
     parser.add_argument("--step", type=int, help="dumped step to replay (default: the only one)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: PyTorch's choice)")
+    parser.add_argument("--fault", choices=sorted(FAULTS), metavar="NAME",
+                        help="testing aid: plant one known mistake into the replay, to check that wb compare "
+                             "finds it: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
     args = parser.parse_args(argv)
     if args.threads < 0:
         parser.error("--threads must be >= 0")

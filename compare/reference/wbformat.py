@@ -84,8 +84,10 @@ def bf16_to_f32(bits):
 
 
 def dump_key(kind, name):
-    """The dump key of a tensor: 'input', 'label', 'loss', or '<kind>.<name>' (e.g. 'act.layer1.0')."""
-    if kind in ("input", "label", "loss") and not name:
+    """The dump key of a tensor: 'input', 'label', 'loss', or '<kind>.<name>' (e.g. 'act.layer1.0').
+    wb-train names its batch and loss rows after their kind (kind 'input', name 'input'); an empty name
+    means the same."""
+    if kind in ("input", "label", "loss") and name in ("", kind):
         return kind
     return f"{kind}.{name}"
 

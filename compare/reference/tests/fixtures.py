@@ -116,16 +116,30 @@ def write_run(path, model, x, y, config, *, step=1, rank=0, world_size=1, step_r
     for s, lr in step_rows:
         db.execute("INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, "
                    "images) VALUES (?, ?, 0, 1, 0, 0, 2.3, ?, ?)", (rank, s, lr, len(y)))
+    insert_dump(db, model, x, y, step=step, rank=rank)
+    db.commit()
+    db.close()
+
+
+def insert_dump(db, model, x, y, *, step, rank):
+    """The tensors one rank dumps before the step: input, label, param.*, buffer.* (the batch rows named
+    after their kind, as wb-train writes them)."""
     order = 0
-    insert_tensor(db, "input", "", x, step=step, rank=rank, order=order)
+    insert_tensor(db, "input", "input", x, step=step, rank=rank, order=order)
     order += 1
-    insert_tensor(db, "label", "", y, step=step, rank=rank, order=order)
+    insert_tensor(db, "label", "label", y, step=step, rank=rank, order=order)
     for name, p in model.named_parameters():
         order += 1
         insert_tensor(db, "param", name, p.detach().numpy(), step=step, rank=rank, order=order)
     for name, b in model.named_buffers():
         order += 1
         insert_tensor(db, "buffer", name, b.detach().numpy(), step=step, rank=rank, order=order)
+
+
+def add_rank_dump(path, model, x, y, *, step, rank):
+    """Another rank's dump of the same step, added to a run file made by write_run (--dump-ranks all)."""
+    db = sqlite3.connect(path)
+    insert_dump(db, model, x, y, step=step, rank=rank)
     db.commit()
     db.close()
 

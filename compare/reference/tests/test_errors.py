@@ -97,6 +97,13 @@ def main():
                                             ("UPDATE meta SET value = ? WHERE key = 'config_json'", (json.dumps(cfg),))),
                  "tensor 'param.fc.weight' is F32[10, 2048], expected F32[7, 2048]")
 
+    # Every rank of a 2-rank job dumped the step, but rank 1 does not start from rank 0's parameters.
+    replicas = tmp / "replicas.sqlite"
+    fixtures.write_run(replicas, model, x, y, config, world_size=2)
+    fixtures.add_rank_dump(replicas, fixtures.make_model(6), x, y, step=1, rank=1)
+    expect_error(tmp, "replicas_differ", replicas,
+                 "tensor 'param.conv1.weight' of rank 1 differs from rank 0's (expected every rank to start")
+
     # A flag the parser rejects also exits 2 (argparse prints its usage line first).
     rc, _, stderr = fixtures.run_torch_step(good, tmp / "x.safetensors", "--device", "tpu")
     check(rc == 2 and "--device" in stderr, f"bad --device: exit {rc}: {stderr}")

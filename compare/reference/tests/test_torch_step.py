@@ -5,7 +5,8 @@ classes) before the step. torch_step.py replays it; this script recomputes the s
 a hand-written forward (no hooks), the loss and its logit gradient in float64 numpy, backward from
 those logit gradients, the BN running-stat update in numpy, and SGD with the decay groups by hand.
 Cases cover both loss conventions, nesterov off/on, lr from the step table or the config, a decay
-flag the name rule would not give (the table wins), and a multi-rank dump (caveats recorded).
+flag the name rule would not give (the table wins), a multi-rank dump of one rank (caveats recorded),
+and a dump of every rank of a 2-rank job (replayed as DDP: against two single-rank replays averaged).
 
 Usage: test_torch_step.py [--tmp DIR]   (leaves DIR/torch_step_ref.safetensors for the C++ side)
 """
@@ -181,6 +182,74 @@ def verify_multi_rank(tmp, case):
     print(f"  {case['name']}: {seconds:.1f} s; not comparable {meta['wb.not_comparable']}; "
           f"{len(notes)} NOTE lines on stderr")
 
+def verify_ddp(tmp, seed):
+    """Both ranks of a 2-rank job dumped step 0: torch_step.py replays it as DDP does, which must equal
+    two independent single-rank replays (one per rank's batch and BN state) with their gradients
+    averaged and one SGD step on the average."""
+    lr, m, wd = 0.1, 0.9, 0.01
+    config = {"num_classes": 10, "image_size": 32, "batch_size": 4, "lr": lr, "momentum": m, "weight_decay": wd,
+              "nesterov": False, "label_smoothing": 0.1, "loss_convention": "mindspore", "lr_schedule": "constant",
+              "seed": seed, "dump_step": 0}
+    model0 = fixtures.make_model(seed)
+    # Same parameters, its own running statistics (as ranks hold after steps without buffer broadcast).
+    model1 = fixtures.make_model(seed)
+    with torch.no_grad():
+        for name, b in model1.named_buffers():
+            if name.endswith("running_mean"):
+                b.add_(0.05)
+            elif name.endswith("running_var"):
+                b.mul_(1.5)
+    batches = [fixtures.make_batch(seed), fixtures.make_batch(seed + 1)]
+    run = tmp / "run_ddp.sqlite"
+    fixtures.write_run(run, model0, *batches[0], config, step=0, rank=0, world_size=2)
+    fixtures.add_rank_dump(run, model1, *batches[1], step=0, rank=1)
+    singles = []
+    for r, model in enumerate((model0, model1)):
+        single = tmp / f"run_single{r}.sqlite"
+        fixtures.write_run(single, model, *batches[r], config, step=0, rank=0, world_size=1)
+        rc, _, err = fixtures.run_torch_step(single, tmp / f"ref_single{r}.safetensors", "--threads", 2)
+        check(rc == 0, f"torch_step.py on rank {r}'s batch alone exited {rc}: {err}")
+        singles.append(wbformat.read_safetensors(tmp / f"ref_single{r}.safetensors")[0])
+    t0 = time.time()
+    rc, _, err = fixtures.run_torch_step(run, tmp / "ref_ddp.safetensors", "--threads", 2, "--rank", 1)
+    seconds = time.time() - t0
+    check(rc == 0, f"torch_step.py on the 2-rank run exited {rc}: {err}")
+    t, meta = wbformat.read_safetensors(tmp / "ref_ddp.safetensors")
+
+    check(json.loads(meta["wb.not_comparable"]) == [] and json.loads(meta["wb.caveats"]) == [],
+          f"every rank dumped: everything comparable, got {meta['wb.not_comparable']} {meta['wb.caveats']}")
+    check(json.loads(meta["wb.replayed_ranks"]) == [0, 1] and meta["rank"] == "1", "replayed ranks / rank metadata")
+    check("NOTE:" not in err and "replaying all 2 ranks" in err, f"stderr: {err}")
+    check(list(t) == expected_keys(model1, True), "keys differ from the contract")
+
+    # Rank 1's side of the step is exactly its single-rank replay: batch, state, forward, loss, BN update.
+    own = [k for k in t if k.split(".")[0] in ("input", "label", "param", "buffer", "act", "loss", "buffer_after")]
+    worst_own = max((rel_err(t[k], singles[1][k]), k) for k in own)
+    check(worst_own[0] <= 1e-6, f"{worst_own[1]} differs from rank 1's own replay by {worst_own[0]:.3g}")
+    check(not np.array_equal(t["buffer_after.bn1.running_mean"], singles[0]["buffer_after.bn1.running_mean"]),
+          "rank 1's running stats must come from its own batch, not rank 0's")
+
+    # Gradients: the mean of the two single-rank gradients; far from either one alone.
+    params = dict(model1.named_parameters())
+    worst_grad, apart = (0.0, ""), 0
+    for n in params:
+        mean = (singles[0][f"grad.{n}"].astype(np.float64) + singles[1][f"grad.{n}"]) / 2
+        worst_grad = max(worst_grad, (rel_err(t[f"grad.{n}"], mean), n))
+        apart += rel_err(t[f"grad.{n}"], singles[1][f"grad.{n}"]) > 1e-2
+    check(worst_grad[0] <= 1e-6, f"grad.{worst_grad[1]} is off the mean of the ranks by {worst_grad[0]:.3g}")
+    check(apart >= 150, f"only {apart} of {len(params)} averaged gradients differ from rank 1's own")
+
+    # One SGD step on the average (first step: buf = d = g + wd * p in the decay group).
+    worst_sgd = 0.0
+    for n, p in params.items():
+        p0 = t[f"param.{n}"].astype(np.float64)
+        d = t[f"grad.{n}"] + (wd if fixtures.decays(n, list(p.shape)) else 0.0) * p0
+        worst_sgd = max(worst_sgd, rel_err(t[f"param_after.{n}"], p0 - lr * d), rel_err(t[f"momentum.{n}"], d))
+    check(worst_sgd <= 1e-6, f"param_after/momentum off one SGD step on the averaged gradients by {worst_sgd:.3g}")
+    print(f"  ddp_two_ranks: {seconds:.1f} s; rank 1's tensors within {worst_own[0]:.2g} of its own replay; "
+          f"averaged grads within {worst_grad[0]:.2g} of the mean of two single-rank replays ({apart}/{len(params)} "
+          f"differ from rank 1's alone by > 1e-2); SGD on the average within {worst_sgd:.2g}")
+
 
 def main():
     tmp = fixtures.tmp_dir_from_argv()
@@ -198,6 +267,7 @@ def main():
     verify_multi_rank(tmp, dict(base, name="two_ranks", seed=13, convention="mindspore", smoothing=0.1,
                                 nesterov=False, config_lr=0.1, rank=1, world_size=2, step=3,
                                 step_rows=[(1, 0.05), (2, 0.06), (3, 0.07)]))
+    verify_ddp(tmp, seed=14)
     print("test_torch_step: all checks passed")
 
 

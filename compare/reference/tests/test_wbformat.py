@@ -121,7 +121,7 @@ def run_file(tmp):
     fixtures.insert_tensor(db, "loss", "", loss0d, step=1, rank=0, order=5)
     fixtures.insert_tensor(db, "act", "layer1.0", np.arange(6, dtype=np.float32).reshape(1, 2, 3), step=1, rank=0,
                            order=2)
-    fixtures.insert_tensor(db, "loss", "", loss1, step=2, rank=3, order=0)
+    fixtures.insert_tensor(db, "loss", "loss", loss1, step=2, rank=3, order=0)  # wb-train names it so
     db.execute("INSERT INTO param(idx, name, shape, numel, bucket, decay) VALUES (0, 'conv1.weight', '[2,3]', 6, 0, 1)")
     db.execute("INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
                "VALUES (0, 1, 0, 1, 0, 0, 2.25, 0.125, 4)")
@@ -138,7 +138,7 @@ def run_file(tmp):
         check(np.array_equal(ts[0].array, np.arange(6, dtype=np.float32).reshape(1, 2, 3)), "act values")
         check(ts[1].array.shape == () and float(ts[1].array) == 2.25, "0-d loss")
         (l3,) = run.tensors(2, 3, kinds=("loss",))
-        check(l3.array.shape == (1,) and float(l3.array[0]) == 2.5, "[1] loss")
+        check(l3.array.shape == (1,) and float(l3.array[0]) == 2.5 and l3.key == "loss", "[1] loss named 'loss'")
         check(run.tensors(1, 0, kinds=("grad",)) == [], "kind filter")
     print("  run file: config, world size, param table, step lr, dumped tensors ([] and [1] losses): ok")
 

@@ -1,0 +1,206 @@
+#include "compare/compare.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+#include <thread>
+#include <tuple>
+
+namespace wb::compare {
+namespace {
+
+// Below this many elements in all, threads cost more than they save.
+constexpr std::int64_t kParallelMinElements = 1 << 20;
+
+std::string dtype_text(store::DType d) { return std::string(store::dtype_name(d)); }
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// What an optimizer output is measured against on one side: the starting value param.<name> for
+// param_after.<name> (the update), the gradient grad.<name> for momentum.<name> (what the optimizer
+// adds to the gradient: weight decay and the previous momentum).
+const NamedTensor* base_of(const TensorSet& set, const std::string& key) {
+  switch (kind_of_key(key)) {
+    case TensorKind::param_after: return set.find(make_key("param", base_name(key)));
+    case TensorKind::momentum: return set.find(make_key("grad", base_name(key)));
+    default: return nullptr;
+  }
+}
+
+void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
+  const NamedTensor& ta = a.tensors[*row.a_index];
+  const NamedTensor& tb = b.tensors[*row.b_index];
+  row.metrics = compute_metrics(ta.tensor, tb.tensor, row.thresholds.tolerance);
+  if (row.kind == TensorKind::param_after || row.kind == TensorKind::momentum) {
+    const NamedTensor* a0 = base_of(a, ta.key);
+    const NamedTensor* b0 = base_of(b, tb.key);
+    if (a0 != nullptr && b0 != nullptr && a0->tensor.numel() == ta.tensor.numel() &&
+        b0->tensor.numel() == tb.tensor.numel()) {
+      row.update_metrics = compute_update_metrics(view_of(ta.tensor), view_of(a0->tensor), view_of(tb.tensor),
+                                                  view_of(b0->tensor), row.thresholds.tolerance);
+    }
+  }
+  const bool same_dtype = ta.tensor.dtype == tb.tensor.dtype;
+  const Verdict v = judge(row.thresholds, *row.metrics, row.update_metrics ? &*row.update_metrics : nullptr, same_dtype,
+                          row.kind == TensorKind::momentum ? "momentum-grad" : "update");
+  row.status = v.pass ? RowStatus::pass : RowStatus::fail;
+  row.reason = v.reason;
+  if (!same_dtype) {
+    const std::string note = "dtypes differ: " + dtype_text(ta.tensor.dtype) + " vs " + dtype_text(tb.tensor.dtype);
+    row.reason = row.reason.empty() ? note : row.reason + "; " + note;
+  }
+}
+
+}  // namespace
+
+std::string_view status_name(RowStatus status) {
+  switch (status) {
+    case RowStatus::pass: return "pass";
+    case RowStatus::fail: return "fail";
+    case RowStatus::shape_mismatch: return "shape_mismatch";
+    case RowStatus::missing_a: return "missing_a";
+    case RowStatus::missing_b: return "missing_b";
+    case RowStatus::skipped: return "skipped";
+  }
+  return "?";
+}
+
+Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOptions& options) {
+  MatchOptions mo;
+  mo.mapping = options.mapping;
+  mo.auto_match = options.auto_match;
+  MatchResult matched = match_tensors(a, b, mo);
+  const bool any_pair = std::any_of(matched.pairs.begin(), matched.pairs.end(),
+                                    [](const MatchedPair& p) { return p.a && p.b; });
+  if (!any_pair && !a.tensors.empty() && !b.tensors.empty()) {
+    throw CompareError(a.source + " vs " + b.source +
+                       ": no tensor of A matches one of B by name, mapping or order and shape "
+                       "(expected the same dump keys, or a mapping file given with --map)");
+  }
+
+  Comparison cmp;
+  cmp.a_source = a.source;
+  cmp.b_source = b.source;
+  cmp.profile = options.profile;
+  cmp.ambiguities = std::move(matched.ambiguities);
+
+  std::vector<std::int64_t> a_pos(a.tensors.size()), b_pos(b.tensors.size());
+  {
+    const auto wa = a.walk_order(), wb = b.walk_order();
+    for (std::size_t p = 0; p < wa.size(); ++p) a_pos[wa[p]] = static_cast<std::int64_t>(p);
+    for (std::size_t p = 0; p < wb.size(); ++p) b_pos[wb[p]] = static_cast<std::int64_t>(p);
+  }
+
+  std::vector<std::tuple<int, std::int64_t, int>> sort_keys;
+  for (const MatchedPair& p : matched.pairs) {
+    RowResult row;
+    row.a_index = p.a;
+    row.b_index = p.b;
+    row.method = p.method;
+    if (p.a) {
+      const auto& t = a.tensors[*p.a];
+      row.a_key = t.key;
+      row.a_dtype = t.tensor.dtype;
+      row.a_shape = t.tensor.shape;
+    }
+    if (p.b) {
+      const auto& t = b.tensors[*p.b];
+      row.b_key = t.key;
+      row.b_dtype = t.tensor.dtype;
+      row.b_shape = t.tensor.shape;
+    }
+    row.name = p.b ? row.b_key : row.a_key;
+    row.kind = kind_of_key(row.name);
+    if (row.kind == TensorKind::other && p.a) row.kind = kind_of_key(row.a_key);
+    row.thresholds = default_thresholds(options.profile, row.kind, row.b_dtype ? *row.b_dtype : *row.a_dtype);
+    if (options.mapping != nullptr) {
+      for (const auto& rule : options.mapping->thresholds) {
+        if ((!row.a_key.empty() && std::regex_search(row.a_key, rule.re)) ||
+            (!row.b_key.empty() && std::regex_search(row.b_key, rule.re))) {
+          apply_threshold_override(row.thresholds, rule.fields, options.mapping->origin + ": thresholds \"" + rule.pattern + "\"");
+        }
+      }
+    }
+    if (!p.a) {
+      row.status = RowStatus::missing_a;
+      row.reason = "missing in A";
+    } else if (!p.b) {
+      row.status = RowStatus::missing_b;
+      row.reason = "missing in B";
+    } else if (row.a_shape != row.b_shape) {
+      row.status = RowStatus::shape_mismatch;
+      row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
+    }
+    sort_keys.emplace_back(walk_rank(row.kind), p.b ? b_pos[*p.b] : a_pos[*p.a], p.b ? 0 : 1);
+    cmp.rows.push_back(std::move(row));
+  }
+
+  // Metrics, largest tensors first so the threads finish together.
+  std::vector<std::size_t> work;
+  std::int64_t total_elements = 0;
+  for (std::size_t r = 0; r < cmp.rows.size(); ++r) {
+    const RowResult& row = cmp.rows[r];
+    if (row.a_index && row.b_index && row.status == RowStatus::pass) {
+      work.push_back(r);
+      total_elements += b.tensors[*row.b_index].tensor.numel();
+    }
+  }
+  std::stable_sort(work.begin(), work.end(), [&](std::size_t x, std::size_t y) {
+    return b.tensors[*cmp.rows[x].b_index].tensor.numel() > b.tensors[*cmp.rows[y].b_index].tensor.numel();
+  });
+  unsigned threads = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  if (total_elements < kParallelMinElements) threads = 1;
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(work.size(), 1)));
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t k = next++; k < work.size(); k = next++) compute_row(cmp.rows[work[k]], a, b);
+  };
+  if (threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::jthread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  }
+
+  // Kinds a side marked as not comparable keep their metrics but no verdict.
+  for (RowResult& row : cmp.rows) {
+    if (!row.metrics || !(a.not_comparable.count(row.kind) || b.not_comparable.count(row.kind))) continue;
+    row.status = RowStatus::skipped;
+    row.reason = "not judged: " + std::string(kind_name(row.kind)) + " marked not comparable (" +
+                 (b.not_comparable.count(row.kind) ? b.source : a.source) + ")";
+  }
+
+  // Walk order.
+  std::vector<std::size_t> order(cmp.rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sort_keys[x] < sort_keys[y]; });
+  std::vector<RowResult> sorted;
+  sorted.reserve(cmp.rows.size());
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    sorted.push_back(std::move(cmp.rows[order[p]]));
+    sorted.back().walk_position = static_cast<std::int64_t>(p);
+  }
+  cmp.rows = std::move(sorted);
+
+  for (const RowResult& row : cmp.rows) {
+    switch (row.status) {
+      case RowStatus::pass: ++cmp.passed; break;
+      case RowStatus::fail:
+      case RowStatus::shape_mismatch: ++cmp.failed; break;
+      case RowStatus::missing_a: ++cmp.missing_a; break;
+      case RowStatus::missing_b: ++cmp.missing_b; break;
+      case RowStatus::skipped: ++cmp.skipped; break;
+    }
+  }
+  cmp.first_divergence = find_first_divergence(cmp, a, b, options.worst_count);
+  return cmp;
+}
+
+}  // namespace wb::compare

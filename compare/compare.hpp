@@ -1,0 +1,69 @@
+// The comparison pipeline: match A's tensors with the reference B's, compute metrics for every pair
+// (in parallel across tensors), judge each with its profile's thresholds, order the rows in walk
+// order and find the first divergence.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compare/divergence.hpp"
+#include "compare/match.hpp"
+#include "compare/metrics.hpp"
+#include "compare/tensor_set.hpp"
+#include "compare/verdict.hpp"
+
+namespace wb::compare {
+
+// skipped: a kind one side marked as not comparable; its metrics are shown but not judged.
+enum class RowStatus { pass, fail, shape_mismatch, missing_a, missing_b, skipped };
+std::string_view status_name(RowStatus status);
+
+// One row of the report: a matched pair or a tensor present on one side only.
+struct RowResult {
+  std::string name;   // B's key when present (the reference names rows), else A's
+  std::string a_key;  // empty when missing in A
+  std::string b_key;  // empty when missing in B
+  std::optional<std::size_t> a_index, b_index;  // into the sets' tensors
+  TensorKind kind = TensorKind::other;
+  MatchMethod method = MatchMethod::none;
+  RowStatus status = RowStatus::pass;
+  std::optional<store::DType> a_dtype, b_dtype;
+  std::vector<std::int64_t> a_shape, b_shape;
+  std::optional<Metrics> metrics;         // absent for missing tensors and shape mismatches
+  // param_after: the update (after - before); momentum: momentum - grad, the optimizer's own share.
+  // Present when both sides hold the base tensor.
+  std::optional<Metrics> update_metrics;
+  Thresholds thresholds;
+  std::string reason;                     // why it failed, or a note (e.g. dtypes differ)
+  std::int64_t walk_position = 0;         // position in the walk (rows are sorted by it)
+
+  bool failed() const { return status == RowStatus::fail || status == RowStatus::shape_mismatch; }
+};
+
+struct CompareOptions {
+  Profile profile = Profile::migration_fp32;
+  const MappingFile* mapping = nullptr;
+  bool auto_match = true;
+  unsigned threads = 0;           // 0: std::thread::hardware_concurrency()
+  std::size_t worst_count = 5;    // worst elements listed for the first divergence
+};
+
+struct Comparison {
+  std::string a_source, b_source;
+  Profile profile = Profile::migration_fp32;
+  std::vector<RowResult> rows;  // in walk order
+  std::vector<Ambiguity> ambiguities;
+  std::optional<FirstDivergence> first_divergence;
+  std::int64_t passed = 0, failed = 0, missing_a = 0, missing_b = 0, skipped = 0;
+
+  // Missing tensors are reported but do not fail a comparison: dumps legitimately differ in extras.
+  bool all_pass() const { return failed == 0; }
+};
+
+// Throws CompareError when nothing at all could be matched (a wrong file or a mapping file is needed).
+Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOptions& options = {});
+
+}  // namespace wb::compare

@@ -1,0 +1,42 @@
+// Loading one side of a comparison: a run file (its `tensor` table), a .safetensors file, an .npz,
+// a single .npy, or a directory of .npy files (TroubleShooter's "{index}_{name}.npy" accepted).
+//
+// Execution order: a run file's exec_order column; a safetensors file's __metadata__["wb.exec_order"]
+// (a JSON object key -> order) when present; otherwise derived from the kind order (input, label,
+// param, buffer, act, loss, grad, param_after, buffer_after, momentum, other) and then file order.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "compare/tensor_set.hpp"
+
+namespace wb::compare {
+
+enum class SetFormat { run_file, safetensors, npz, npy, npy_dir };
+
+std::string_view format_name(SetFormat format);
+
+// Which dump of a run file to read. Unset fields pick the only value present; with several, step
+// and rank pick the smallest and source prefers "run".
+struct LoadOptions {
+  std::optional<std::string> source;
+  std::optional<std::int32_t> step;
+  std::optional<std::int32_t> rank;
+};
+
+// Detects the format by content (SQLite magic) and extension. Throws CompareError for a missing path
+// or an unrecognised file, naming the path and the accepted formats.
+SetFormat detect_format(const std::filesystem::path& path);
+
+// Throws CompareError (bad path, unknown format, run file without tensors), store::StoreError or
+// store::TensorFileError (malformed files); every message names the file.
+TensorSet load_tensor_set(const std::filesystem::path& path, const LoadOptions& options = {});
+
+// The safetensors metadata keys holding the execution order and the kinds not to judge.
+inline constexpr const char* kExecOrderMetadataKey = "wb.exec_order";
+inline constexpr const char* kNotComparableMetadataKey = "wb.not_comparable";
+
+}  // namespace wb::compare

@@ -1,0 +1,74 @@
+// Named tensor sets (one side of a comparison) and the dump-key conventions of DESIGN.md:
+// `input`, `label`, `loss`, `param.<name>`, `buffer.<name>`, `act.<module>`, `grad.<name>`,
+// `param_after.<name>`, `buffer_after.<name>`, `momentum.<name>`. Keys without a known kind prefix
+// (a TroubleShooter dump, say) are of kind `other`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "store/tensor_file.hpp"
+
+namespace wb::compare {
+
+// Bad input to a comparison (unknown format, bad mapping file, bad profile name, ...). what() names the
+// file or flag and what was expected.
+class CompareError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// In the walk order of a training step (first divergence): inputs, initial state, forward, loss,
+// backward, update.
+enum class TensorKind { input, label, param, buffer, act, loss, grad, param_after, buffer_after, momentum, other };
+
+std::string_view kind_name(TensorKind kind);
+// The kind of a dump key; `other` when the key has no known prefix.
+TensorKind kind_of_key(std::string_view key);
+// The kind named by kind_name; std::nullopt for any other text.
+std::optional<TensorKind> kind_from_name(std::string_view name);
+// The key without its kind prefix ("param.conv1.weight" -> "conv1.weight"; "loss" -> "loss").
+std::string_view base_name(std::string_view key);
+// The dump key of a run file's (kind, name) pair: input/label/loss are the kind alone.
+std::string make_key(std::string_view kind, std::string_view name);
+// Position of a kind in the walk (input 0 ... momentum 9, other 10).
+int walk_rank(TensorKind kind);
+
+struct NamedTensor {
+  std::string key;
+  std::int64_t exec_order = 0;  // execution order within the set (see load.hpp)
+  store::HostTensor tensor;
+};
+
+// One side of a comparison.
+class TensorSet {
+ public:
+  std::string source;  // file or directory it came from, for messages
+  std::vector<NamedTensor> tensors;
+  // Kinds the producer marked as not comparable (safetensors __metadata__["wb.not_comparable"], a JSON
+  // list of kind names; e.g. gradients of a multi-rank step replayed from one rank's dump).
+  std::set<TensorKind> not_comparable;
+
+  // Rebuilds the key index; call after filling `tensors`. Throws CompareError on a duplicate key.
+  void index();
+  // The tensor with this key, or nullptr.
+  const NamedTensor* find(std::string_view key) const;
+  std::optional<std::size_t> position(std::string_view key) const;
+
+  // Indices of `tensors` in walk order: by kind (walk_rank), then by exec_order, except gradients,
+  // which are walked in reverse layer order: descending position of param.<name> in the set, or of
+  // their own exec_order when the parameter is absent (a dumper writes gradients from a buffer in
+  // forward order, so its order cannot be trusted to be the backward order).
+  std::vector<std::size_t> walk_order() const;
+
+ private:
+  std::unordered_map<std::string, std::size_t> by_key_;
+};
+
+}  // namespace wb::compare

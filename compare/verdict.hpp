@@ -1,0 +1,76 @@
+// Verdict profiles: which checks a tensor must pass, by kind and dtype, and the judgement itself.
+//
+//   migration-fp32 (default)  a port against its PyTorch fp32 reference: inputs and initial state
+//                             bit-exact; activations cos >= 0.9999, relL2 <= 1e-3; loss |d| <= 1e-4;
+//                             gradients cos >= 0.995, relL2 <= 0.1; updates likewise; momentum - grad
+//                             relL2 <= 0.5; running statistics relL2 <= 1e-4. Measured on correct fp32
+//                             implementations of one ResNet-50 step (verdict.cpp has the evidence,
+//                             bench/compare_thresholds.py reproduces it)
+//   strict                    torch.testing.assert_close's defaults: every element within
+//                             atol + rtol |b| for the reference dtype, same dtype, NaN fails
+//   msprobe                   Ascend msprobe's "Accuracy Reached or Not": fails when cosine < 0.99 and
+//                             max abs > 1e-3, or cosine < 0.9, or max abs > 1, or any NaN/Inf
+//
+// Every profile fails a shape mismatch and non-finite values at different positions. Per-tensor
+// thresholds come from the mapping file (match.hpp) and replace single fields.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "compare/metrics.hpp"
+#include "compare/tensor_set.hpp"
+
+namespace wb::compare {
+
+enum class Profile { migration_fp32, strict, msprobe };
+
+std::string_view profile_name(Profile profile);
+// Throws CompareError naming the text and the valid names.
+Profile profile_from_name(std::string_view name);
+
+// The checks applied to one tensor; unset optionals are not checked.
+struct Thresholds {
+  bool bit_exact = false;                    // identical dtype and bytes
+  std::optional<double> cosine_min;          // cosine >= this (a NaN cosine fails)
+  std::optional<double> rel_l2_max;          // rel-L2 <= this
+  std::optional<double> max_abs_max;         // max abs error <= this
+  std::optional<double> allclose_ratio_min;  // fraction within atol + rtol |b| >= this
+  // Limits on the update metrics (compare.hpp): after - before for param_after, momentum - grad for
+  // momentum, when both sides hold the base tensor.
+  std::optional<double> update_cosine_min;
+  std::optional<double> update_rel_l2_max;
+  bool all_close = false;          // strict: every element within tolerance
+  bool dtype_must_match = false;   // strict
+  bool nan_fails = false;          // strict: NaN fails even at matching positions (equal_nan = False)
+  bool nonfinite_fails = false;    // msprobe: any NaN/Inf fails
+  bool msprobe_rule = false;       // msprobe's cosine / max abs rule
+  Tolerance tolerance;             // of the allclose count
+};
+
+// The thresholds a profile gives a tensor of this kind whose reference has this dtype.
+Thresholds default_thresholds(Profile profile, TensorKind kind, store::DType reference_dtype);
+
+// Replaces the fields named in a JSON object ({"cosine_min": 0.999, "rel_l2_max": 1e-3, ...}; a null
+// value removes a check). Throws CompareError naming `origin` and the field for unknown fields or
+// wrong types.
+void apply_threshold_override(Thresholds& thresholds, const nlohmann::json& fields, std::string_view origin);
+
+// Short human description ("cos>=0.9999 relL2<=0.001").
+std::string describe(const Thresholds& thresholds);
+nlohmann::json to_json(const Thresholds& thresholds);
+
+struct Verdict {
+  bool pass = true;
+  std::string reason;  // the first failed check, empty when passing
+};
+
+// `update` holds the update metrics (compare.hpp) when they could be computed; `update_label` names
+// them in the reason ("update", "momentum-grad").
+Verdict judge(const Thresholds& thresholds, const Metrics& metrics, const Metrics* update, bool same_dtype,
+              std::string_view update_label = "update");
+
+}  // namespace wb::compare
