@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <map>
 
 #include "profiler/analysis/allreduce.hpp"
@@ -22,6 +23,26 @@ Intervals intervals_of(const std::vector<store::RangeRow>& rows, std::uint8_t ca
   Intervals out;
   for (const auto& r : rows)
     if (r.category == category && r.end_ns > lo && r.start_ns < hi) out.emplace_back(r.start_ns, r.end_ns);
+  return out;
+}
+
+// Durations of the ranges of `category` that no other range of the track contains. A worker records a
+// sample's transforms before the batch range that encloses them (the batch ends last), all at the same
+// recorded depth, so containment, not the depth column, tells a batch from its transforms.
+std::vector<std::int64_t> outermost_durations(const std::vector<store::RangeRow>& rows, std::uint8_t category) {
+  std::vector<std::pair<std::int64_t, std::int64_t>> iv;
+  for (const auto& r : rows)
+    if (r.category == category) iv.emplace_back(r.start_ns, r.end_ns);
+  // By start, the longer first on a tie, so an enclosing range comes before what it contains.
+  std::sort(iv.begin(), iv.end(),
+            [](const auto& a, const auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+  std::vector<std::int64_t> out;
+  std::int64_t reach = INT64_MIN;  // the latest end so far
+  for (const auto& [start, end] : iv) {
+    if (end <= reach) continue;  // inside an earlier range (which starts no later)
+    out.push_back(end - start);
+    reach = end;
+  }
   return out;
 }
 
@@ -168,8 +189,8 @@ Starvation starvation(const RunData& run, std::size_t top_spells) {
   for (const auto& t : run.tracks) {
     if (t.kind != store::TrackKind::thread || run.name(t.name).rfind("data-worker", 0) != 0) continue;
     ++worker_tracks[t.rank];
-    for (const auto& r : run.ranges_of(t.id))
-      if (r.depth == 0 && r.category == static_cast<std::uint8_t>(store::Category::data)) batch_ns.push_back(r.end_ns - r.start_ns);
+    for (std::int64_t d : outermost_durations(run.ranges_of(t.id), static_cast<std::uint8_t>(store::Category::data)))
+      batch_ns.push_back(d);
   }
   if (run.config.contains("data_workers") && run.config["data_workers"].is_number_integer()) {
     st.workers = run.config["data_workers"].get<int>();
