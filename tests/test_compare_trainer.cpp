@@ -4,13 +4,13 @@
 //
 //   - one rank (32x32 and 224x224): every tensor passes; the worst metrics per kind are printed;
 //   - two ranks dumping every rank (--dump-ranks all) against torch_step.py's DDP replay: all pass,
-//     and the same comparison without rank 1's dump fails at the gradients (the average matters);
+//     while rank 0's batch replayed alone gives gradients far off the run's (the average matters);
 //   - no false alarms: a dump against itself, and two replays of one run against each other;
 //   - localisation: faults planted into the PyTorch side (torch_step.py --fault NAME), each of which
 //     `wb compare` must report as the first divergence at the tensor where it first shows.
 //
-// The run files are made once per test process and shared by the test cases (the trainer is the
-// slow part). The Python processes run a few at a time: they are mostly waiting on a loaded machine.
+// The run files and replays are made once per test process and shared by the test cases. The fault
+// replays run a few at a time, one thread each.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -108,8 +108,8 @@ std::vector<std::vector<CommandResult>> run_jobs(const std::vector<std::vector<s
   return results;
 }
 
-// Batch of the 224x224 run: its dump is ~110 MB of activations per image on each side.
-// Batch 8 takes about 4 minutes on a loaded 2-core machine (train, replay, compare), batch 2 a quarter.
+// Batch of the 224x224 run: its dump is ~110 MB of activations per image on each side. Batch 8 (1.5 GB
+// per side) took 4 minutes on 2 cores at load average 20 (train, replay, compare; 30 s at load 5).
 constexpr int kBatch224 = 2;
 
 // Fault jobs (replay, then compare) at once, one thread each: three keep two cores busy while the
@@ -339,36 +339,46 @@ TEST_CASE("a 2-rank step 0 dumped on every rank passes against torch_step.py's D
   const json rank1 = replay_and_compare(run, "ranks2_rank1", "--rank 1", "--rank 1");
   check_coverage(rank1);
 
-  // The two ranks saw different batches, so their own gradients differ; with rank 1's dump removed,
-  // torch_step.py can replay rank 0's batch alone, and its gradients must then fail against the run's
-  // averaged ones (the comparison above could not have passed without the average).
+  // The two ranks saw different batches, so their own gradients differ. With rank 1's dump removed,
+  // torch_step.py replays rank 0's batch alone and marks grad, param_after and momentum as not
+  // comparable: wb compare shows their metrics without judging them, and judged they would fail
+  // against the run's averaged gradients (the comparisons above could not pass without the average).
   const fs::path alone = dir / "ranks2_rank0_alone.sqlite";
   fs::copy_file(run, alone, fs::copy_options::overwrite_existing);
   require_ok(run_command(quote(std::string(WB_PYTHON)) + " -c " +
                          quote(std::string("import sqlite3, sys; db = sqlite3.connect(sys.argv[1]); "
-                               "db.execute('DELETE FROM tensor WHERE rank = 1'); db.commit()")) +
+                                           "db.execute('DELETE FROM tensor WHERE rank = 1'); db.commit()")) +
                          " " + quote(alone)));
-  const fs::path ref = dir / "ranks2_alone_ref.safetensors";
+  const fs::path ref = Workspace::get().replay(alone, "ranks2_rank0_alone", 2);
   const fs::path report = dir / "ranks2_alone_compare.json";
-  require_ok(run_command(torch_step_command(alone, ref, 2)));
   const CommandResult cmp = run_command(compare_command(run, ref, report, "--rank 0"));
   const json j = read_json(report);
   INFO(tail(cmp.output, 1500));
-  CHECK(cmp.exit_code == 1);
-  REQUIRE(!j.at("first_divergence").is_null());
-  CHECK(j.at("first_divergence").at("kind") == "grad");
-  int failed_grads = 0, failed_forward = 0;
+  CHECK(cmp.exit_code == 0);
+  CHECK(j.at("summary").at("failed") == 0);
+  int skipped = 0, grads_off = 0, forward_passed = 0;
   for (const json& row : j.at("rows")) {
-    const bool failed = row.at("status").get<std::string>() != "pass";
     const std::string kind = row.at("kind").get<std::string>();
-    failed_grads += failed && kind == "grad";
-    failed_forward += failed && (kind == "act" || kind == "loss" || kind == "buffer_after");
+    const std::string status = row.at("status").get<std::string>();
+    if (kind == "grad" || kind == "param_after" || kind == "momentum") {
+      skipped += status == "skipped";
+      if (kind != "grad" || row.at("metrics").is_null()) continue;
+      // Judged by the row's own thresholds, as if it were comparable.
+      const json& m = row.at("metrics");
+      const json& t = row.at("thresholds");
+      const bool off = (t.contains("rel_l2_max") && number(m.at("rel_l2")) > t.at("rel_l2_max").get<double>()) ||
+                       (t.contains("cosine_min") && number(m.at("cosine")) < t.at("cosine_min").get<double>());
+      grads_off += off;
+    } else if (kind == "act" || kind == "loss" || kind == "buffer_after") {
+      forward_passed += status == "pass";
+    }
   }
-  std::cout << "without rank 1's dump: first divergence " << j.at("first_divergence").at("name").get<std::string>()
-            << "; " << failed_grads << " of 161 gradients fail, " << failed_forward
-            << " forward tensors fail\n";
-  CHECK(failed_grads >= 100);
-  CHECK(failed_forward == 0);
+  std::cout << "without rank 1's dump: " << skipped << " grad/param_after/momentum rows not judged; " << grads_off
+            << " of 161 gradients off the run's averaged ones beyond the grad thresholds; " << forward_passed
+            << " of 334 act/loss/buffer_after rows pass\n";
+  CHECK(skipped == 3 * 161);
+  CHECK(grads_off >= 100);
+  CHECK(forward_passed == 174 + 1 + 159);
 }
 
 TEST_CASE("no false alarms: a dump against itself, two replays of one run against each other",
