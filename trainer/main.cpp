@@ -1,5 +1,8 @@
 // wb-train: the instrumented ResNet-50 data-parallel trainer. One process per device; `--nproc N`
 // relaunches itself under mpirun. Bad input gets one line and exit code 2.
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -24,6 +27,8 @@ int main(int argc, char** argv) {
     }
     trainer::validate(cfg);
     if (cfg.nproc > 0 && dist::launch_info().launcher == "none") {
+      // mpirun hands the ranks a pseudo-terminal; tell them whether the user's stdout really is one.
+      setenv("WB_STDOUT_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
       dist::relaunch_under_mpirun(cfg.nproc, argc, argv);  // returns only by throwing
     }
     return trainer::run_training(cfg);

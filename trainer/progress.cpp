@@ -4,12 +4,23 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace wb::trainer {
+namespace {
+
+// Under mpirun every rank's stdout is a pseudo-terminal, whatever the user's stdout is; the launching
+// process records the truth in WB_STDOUT_TTY.
+bool stdout_is_tty() {
+  if (const char* v = std::getenv("WB_STDOUT_TTY")) return v[0] == '1';
+  return isatty(STDOUT_FILENO) != 0;
+}
+
+}  // namespace
 
 Progress::Progress(bool enabled, int64_t total_steps, int64_t steps_per_epoch, int64_t images_per_step, int log_every)
     : enabled_(enabled),
-      tty_(isatty(STDOUT_FILENO) != 0),
+      tty_(stdout_is_tty()),
       total_(total_steps),
       per_epoch_(std::max<int64_t>(1, steps_per_epoch)),
       images_per_step_(images_per_step),
