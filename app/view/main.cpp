@@ -173,6 +173,9 @@ int main(int argc, char** argv) {
       ImGui_ImplGlfw_NewFrame();
       // Xvfb's pointer sits mid-screen; a screenshot shows no hover effects.
       if (shot) io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+      // Fades (the modal popup's dimmed background) advance with DeltaTime: in a screenshot every frame
+      // counts as 100 ms, so the picture does not depend on how fast this machine renders.
+      if (shot) io.DeltaTime = 0.1f;
       ImGui::NewFrame();
       app.frame();
       ImGui::Render();
