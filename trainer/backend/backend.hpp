@@ -178,4 +178,24 @@ struct CpuOptions {
 // The oneDNN backend (trainer/backend/cpu/).
 std::unique_ptr<Backend> make_cpu_backend(const CpuOptions& options = {});
 
+// Arithmetic of the CUDA backend's convolutions and classifier. fp32: FMA-only kernels, no TF32 (the
+// accuracy mode, comparable with the CPU backend). tf32: TF32 tensor cores for conv and linear. bf16:
+// conv and linear compute on bf16 copies of their inputs and weights with fp32 accumulation; activations,
+// parameters (the fp32 master copy), batch-norm statistics and the loss stay fp32.
+enum class Precision { fp32, tf32, bf16 };
+
+struct CudaOptions {
+  int device = 0;
+  Precision precision = Precision::fp32;
+  bool channels_last = false;  // activations NHWC inside the backend (is_plain() false); weights stay OIHW
+};
+
+// Number of usable CUDA devices: 0 when built without CUDA or when no driver or device is present.
+// Never throws.
+int cuda_device_count();
+
+// The cuDNN + cuBLAS backend (trainer/backend/cuda/). Throws BackendError "built without CUDA",
+// "no CUDA device" or "device N out of range".
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options = {});
+
 }  // namespace wb::backend

@@ -1,0 +1,312 @@
+// Convolution on cuDNN's legacy API: forward, backward-data, backward-filter. Descriptors are made once
+// per (input shape, weight shape, stride, pad); the layout (NCHW or NHWC) and the precision are fixed per
+// backend. Each direction's algorithm is chosen once with cudnnFind* (measured, fastest first) among the
+// algorithms its precision allows, and the one workspace grows to the largest choice.
+//
+// Precision: fp32 sets CUDNN_FMA_MATH (no TF32) and skips FFT and Winograd, whose transforms cost
+// accuracy the fp32 mode promises (it is compared with the CPU backend at 1e-5); tf32 uses
+// CUDNN_DEFAULT_MATH, which lets fp32 convolutions run on TF32 tensor cores (ALLOW_CONVERSION would also
+// permit fp16 down-conversion); bf16 runs on bf16 copies of the inputs and filters with fp32
+// accumulation (PSEUDO_BFLOAT16 configuration) and converts the result back to fp32.
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "trainer/backend/cuda/cuda_backend.hpp"
+#include "trainer/backend/cuda/kernels.hpp"
+
+namespace wb::backend::cuda {
+
+namespace {
+
+constexpr std::size_t kMaxWorkspaceBytes = std::size_t{1} << 30;
+
+struct ConvEntry final : CacheEntry {
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  // One convolution descriptor per direction: each carries the math type of its chosen algorithm.
+  cudnnConvolutionDescriptor_t fwd_desc = nullptr, data_desc = nullptr, filter_desc = nullptr;
+  Shape y_shape;
+  bool have_fwd = false, have_data = false, have_filter = false;
+  cudnnConvolutionFwdAlgo_t fwd{};
+  cudnnConvolutionBwdDataAlgo_t data{};
+  cudnnConvolutionBwdFilterAlgo_t filter{};
+  std::size_t fwd_ws = 0, data_ws = 0, filter_ws = 0;
+
+  ConvEntry() = default;
+  ConvEntry(const ConvEntry&) = delete;
+  ConvEntry& operator=(const ConvEntry&) = delete;
+  ~ConvEntry() override {
+    if (x) cudnnDestroyTensorDescriptor(x);
+    if (y) cudnnDestroyTensorDescriptor(y);
+    if (w) cudnnDestroyFilterDescriptor(w);
+    if (fwd_desc) cudnnDestroyConvolutionDescriptor(fwd_desc);
+    if (data_desc) cudnnDestroyConvolutionDescriptor(data_desc);
+    if (filter_desc) cudnnDestroyConvolutionDescriptor(filter_desc);
+  }
+};
+
+int as_int(std::int64_t v, const char* op) {
+  if (v > 0x7fffffff) throw BackendError(std::string(op) + ": dimension " + std::to_string(v) + " exceeds cuDNN's int");
+  return static_cast<int>(v);
+}
+
+Shape geometry(const Shape& x, const Shape& w, const Conv2dParams& p, const char* op) {
+  if (x.rank() != 4 || w.rank() != 4) {
+    throw BackendError(std::string(op) + ": expected x (N,C,H,W) and w (O,C,K,K), got x " + x.to_string() + " w " +
+                       w.to_string());
+  }
+  if (w[1] != x[1] || w[2] != w[3]) {
+    throw BackendError(std::string(op) + ": weight " + w.to_string() + " does not fit input " + x.to_string() +
+                       " (need w[1] == C and a square kernel)");
+  }
+  if (p.stride < 1 || p.pad < 0) {
+    throw BackendError(std::string(op) + ": stride must be >= 1 and pad >= 0, got stride " + std::to_string(p.stride) +
+                       " pad " + std::to_string(p.pad));
+  }
+  if (x[2] + 2 * p.pad < w[2] || x[3] + 2 * p.pad < w[3]) {
+    throw BackendError(std::string(op) + ": kernel " + std::to_string(w[2]) + " is larger than the padded input " +
+                       x.to_string());
+  }
+  return Shape{x[0], w[0], (x[2] + 2 * p.pad - w[2]) / p.stride + 1, (x[3] + 2 * p.pad - w[3]) / p.stride + 1};
+}
+
+cudnnMathType_t search_math(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return CUDNN_FMA_MATH;
+    case Precision::tf32: return CUDNN_DEFAULT_MATH;
+    case Precision::bf16: return CUDNN_TENSOR_OP_MATH;
+  }
+  return CUDNN_FMA_MATH;
+}
+
+// The math type to run a found algorithm with: cuDNN requires the one it was measured with, except that
+// fp32 insists on FMA kernels.
+cudnnMathType_t run_math(Precision precision, cudnnMathType_t found) {
+  return precision == Precision::fp32 ? CUDNN_FMA_MATH : found;
+}
+
+bool math_allowed(Precision precision, cudnnMathType_t m) {
+  return precision != Precision::fp32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+}
+
+bool fwd_allowed(Precision precision, cudnnConvolutionFwdAlgo_t a) {
+  if (precision != Precision::fp32) return true;
+  return a != CUDNN_CONVOLUTION_FWD_ALGO_FFT && a != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
+         a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD && a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+}
+
+bool data_allowed(Precision precision, cudnnConvolutionBwdDataAlgo_t a) {
+  if (precision != Precision::fp32) return true;
+  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT && a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
+         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD && a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+}
+
+bool filter_allowed(Precision precision, cudnnConvolutionBwdFilterAlgo_t a) {
+  if (precision != Precision::fp32) return true;
+  return a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT && a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING &&
+         a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+}
+
+std::string describe(const Shape& x, const Shape& w, const Conv2dParams& p) {
+  return "x " + x.to_string() + " w " + w.to_string() + " stride " + std::to_string(p.stride) + " pad " +
+         std::to_string(p.pad);
+}
+
+ConvEntry& conv_entry(CudaBackend& be, const Shape& xs, const Shape& ws, const Conv2dParams& p, const char* op) {
+  const Shape ys = geometry(xs, ws, p, op);
+  CacheKey key;
+  key.add(kOpConv).add(xs).add(ws).add(p.stride).add(p.pad);
+  if (auto* e = be.find(key)) return static_cast<ConvEntry&>(*e);
+
+  auto e = std::make_unique<ConvEntry>();
+  const cudnnDataType_t dt = be.precision() == Precision::bf16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+  const cudnnTensorFormat_t fmt = be.channels_last() ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  WB_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->x));
+  WB_CUDNN_CHECK(cudnnCreateTensorDescriptor(&e->y));
+  WB_CUDNN_CHECK(cudnnCreateFilterDescriptor(&e->w));
+  WB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->x, fmt, dt, as_int(xs[0], op), as_int(xs[1], op), as_int(xs[2], op),
+                                            as_int(xs[3], op)));
+  WB_CUDNN_CHECK(cudnnSetTensor4dDescriptor(e->y, fmt, dt, as_int(ys[0], op), as_int(ys[1], op), as_int(ys[2], op),
+                                            as_int(ys[3], op)));
+  WB_CUDNN_CHECK(cudnnSetFilter4dDescriptor(e->w, dt, fmt, as_int(ws[0], op), as_int(ws[1], op), as_int(ws[2], op),
+                                            as_int(ws[3], op)));
+  for (cudnnConvolutionDescriptor_t* d : {&e->fwd_desc, &e->data_desc, &e->filter_desc}) {
+    WB_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(d));
+    // Accumulation in fp32 for every precision (bf16 data: the PSEUDO_BFLOAT16 configuration).
+    WB_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(*d, p.pad, p.pad, p.stride, p.stride, 1, 1,
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(*d, search_math(be.precision())));
+  }
+  int n = 0, c = 0, h = 0, w = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolution2dForwardOutputDim(e->fwd_desc, e->x, e->w, &n, &c, &h, &w));
+  if (!(Shape{n, c, h, w} == ys)) {
+    throw BackendError(std::string(op) + ": cuDNN's output " + Shape{n, c, h, w}.to_string() + " differs from " +
+                       ys.to_string() + " for " + describe(xs, ws, p));
+  }
+  e->y_shape = ys;
+  return static_cast<ConvEntry&>(*be.insert(key, std::move(e)));
+}
+
+void find_forward(CudaBackend& be, ConvEntry& e, const std::string& what) {
+  int max_count = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(be.cudnn(), &max_count));
+  std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  WB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(be.cudnn(), e.x, e.w, e.fwd_desc, e.y,
+                                                      static_cast<int>(perf.size()), &returned, perf.data()));
+  ++be.algorithm_searches_;
+  for (int i = 0; i < returned; ++i) {
+    const auto& r = perf[static_cast<std::size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes || !fwd_allowed(be.precision(), r.algo) ||
+        !math_allowed(be.precision(), r.mathType)) {
+      continue;
+    }
+    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.fwd_desc, run_math(be.precision(), r.mathType)));
+    std::size_t ws = 0;
+    WB_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(be.cudnn(), e.x, e.w, e.fwd_desc, e.y, r.algo, &ws));
+    e.fwd = r.algo;
+    e.fwd_ws = std::max(ws, r.memory);
+    e.have_fwd = true;
+    return;
+  }
+  throw BackendError("conv2d_forward: cuDNN offers no usable algorithm for " + what);
+}
+
+void find_data(CudaBackend& be, ConvEntry& e, const std::string& what) {
+  int max_count = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(be.cudnn(), &max_count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  WB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(be.cudnn(), e.w, e.y, e.data_desc, e.x,
+                                                           static_cast<int>(perf.size()), &returned, perf.data()));
+  ++be.algorithm_searches_;
+  for (int i = 0; i < returned; ++i) {
+    const auto& r = perf[static_cast<std::size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes || !data_allowed(be.precision(), r.algo) ||
+        !math_allowed(be.precision(), r.mathType)) {
+      continue;
+    }
+    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.data_desc, run_math(be.precision(), r.mathType)));
+    std::size_t ws = 0;
+    WB_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardDataWorkspaceSize(be.cudnn(), e.w, e.y, e.data_desc, e.x, r.algo, &ws));
+    e.data = r.algo;
+    e.data_ws = std::max(ws, r.memory);
+    e.have_data = true;
+    return;
+  }
+  throw BackendError("conv2d_backward_data: cuDNN offers no usable algorithm for " + what);
+}
+
+void find_filter(CudaBackend& be, ConvEntry& e, const std::string& what) {
+  int max_count = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(be.cudnn(), &max_count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(static_cast<std::size_t>(std::max(max_count, 1)));
+  int returned = 0;
+  WB_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(be.cudnn(), e.x, e.y, e.filter_desc, e.w,
+                                                             static_cast<int>(perf.size()), &returned, perf.data()));
+  ++be.algorithm_searches_;
+  for (int i = 0; i < returned; ++i) {
+    const auto& r = perf[static_cast<std::size_t>(i)];
+    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes ||
+        !filter_allowed(be.precision(), r.algo) || !math_allowed(be.precision(), r.mathType)) {
+      continue;
+    }
+    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.filter_desc, run_math(be.precision(), r.mathType)));
+    std::size_t ws = 0;
+    WB_CUDNN_CHECK(
+        cudnnGetConvolutionBackwardFilterWorkspaceSize(be.cudnn(), e.x, e.y, e.filter_desc, e.w, r.algo, &ws));
+    e.filter = r.algo;
+    e.filter_ws = std::max(ws, r.memory);
+    e.have_filter = true;
+    return;
+  }
+  throw BackendError("conv2d_backward_weights: cuDNN offers no usable algorithm for " + what);
+}
+
+kernels::Dims4 dims(const Shape& s) { return {s[0], s[1], s[2], s[3]}; }
+
+}  // namespace
+
+void CudaBackend::conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) {
+  activate();
+  check_f32(x, 4, "conv2d_forward", "x");
+  check_f32(w, 4, "conv2d_forward", "w");
+  ConvEntry& e = conv_entry(*this, x.shape(), w.shape(), p, "conv2d_forward");
+  if (!e.have_fwd) find_forward(*this, e, describe(x.shape(), w.shape(), p));
+  const bool bf16 = precision_ == Precision::bf16;
+  const Layout layout = channels_last_ ? Layout::nhwc : Layout::nchw;
+  const void* xin = as_form(x, layout, bf16, kScratchIn);
+  const void* win = weights_as(w, layout, bf16, kWeightConv);
+  ensure(y, e.y_shape, act_layout(e.y_shape));                       // (N, O, OH, OW)
+  void* yout = bf16 ? scratch(kScratchOut, static_cast<std::size_t>(e.y_shape.numel()) * 2) : y.data();
+  void* ws = workspace(e.fwd_ws);
+  const float one = 1.0f, zero = 0.0f;
+  WB_CUDNN_CHECK(cudnnConvolutionForward(cudnn_, &one, e.x, xin, e.w, win, e.fwd_desc, e.fwd, ws, e.fwd_ws, &zero,
+                                         e.y, yout));
+  if (bf16) {
+    WB_CUDA_CHECK(kernels::convert(yout, true, channels_last_, y.data(), false, layout_of(y) == Layout::nhwc,
+                                   dims(e.y_shape), stream_));
+  }
+}
+
+void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor& dx, const Shape& x_shape,
+                                       const Conv2dParams& p) {
+  activate();
+  check_f32(dy, 4, "conv2d_backward_data", "dy");
+  check_f32(w, 4, "conv2d_backward_data", "w");
+  ConvEntry& e = conv_entry(*this, x_shape, w.shape(), p, "conv2d_backward_data");
+  if (!(dy.shape() == e.y_shape)) {
+    throw BackendError("conv2d_backward_data: dy must be " + e.y_shape.to_string() + " for " +
+                       describe(x_shape, w.shape(), p) + ", got " + dy.shape().to_string());
+  }
+  if (!e.have_data) find_data(*this, e, describe(x_shape, w.shape(), p));
+  const bool bf16 = precision_ == Precision::bf16;
+  const Layout layout = channels_last_ ? Layout::nhwc : Layout::nchw;
+  const void* dyin = as_form(dy, layout, bf16, kScratchIn);
+  const void* win = weights_as(w, layout, bf16, kWeightConv);
+  ensure(dx, x_shape, act_layout(x_shape));                          // (N, C, H, W)
+  void* dxout = bf16 ? scratch(kScratchOut, static_cast<std::size_t>(x_shape.numel()) * 2) : dx.data();
+  void* ws = workspace(e.data_ws);
+  const float one = 1.0f, zero = 0.0f;
+  WB_CUDNN_CHECK(cudnnConvolutionBackwardData(cudnn_, &one, e.w, win, e.y, dyin, e.data_desc, e.data, ws, e.data_ws,
+                                              &zero, e.x, dxout));
+  if (bf16) {
+    WB_CUDA_CHECK(kernels::convert(dxout, true, channels_last_, dx.data(), false, layout_of(dx) == Layout::nhwc,
+                                   dims(x_shape), stream_));
+  }
+}
+
+void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                          const Conv2dParams& p) {
+  activate();
+  check_f32(x, 4, "conv2d_backward_weights", "x");
+  check_f32(dy, 4, "conv2d_backward_weights", "dy");
+  check_f32(dw, 4, "conv2d_backward_weights", "dw");
+  if (!dw.is_plain()) throw BackendError("conv2d_backward_weights: dw must be plain OIHW");
+  ConvEntry& e = conv_entry(*this, x.shape(), dw.shape(), p, "conv2d_backward_weights");
+  if (!(dy.shape() == e.y_shape)) {
+    throw BackendError("conv2d_backward_weights: dy must be " + e.y_shape.to_string() + " for " +
+                       describe(x.shape(), dw.shape(), p) + ", got " + dy.shape().to_string());
+  }
+  if (!e.have_filter) find_filter(*this, e, describe(x.shape(), dw.shape(), p));
+  const bool bf16 = precision_ == Precision::bf16;
+  const Layout layout = channels_last_ ? Layout::nhwc : Layout::nchw;
+  // cuDNN writes plain OIHW fp32 itself, into an aligned slice (see as_form).
+  const bool direct = !bf16 && !channels_last_ && reinterpret_cast<std::uintptr_t>(dw.data()) % 16 == 0;
+  const void* xin = as_form(x, layout, bf16, kScratchIn);
+  const void* dyin = as_form(dy, layout, bf16, kScratchIn2);
+  void* dwout = direct ? dw.data() : scratch(kScratchOut, static_cast<std::size_t>(dw.numel()) * (bf16 ? 2 : 4));
+  void* ws = workspace(e.filter_ws);
+  const float one = 1.0f, zero = 0.0f;
+  WB_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cudnn_, &one, e.x, xin, e.y, dyin, e.filter_desc, e.filter, ws,
+                                                e.filter_ws, &zero, e.w, dwout));
+  if (!direct) {
+    // (O, K, K, I) or bf16 back to the plain OIHW fp32 gradient slice.
+    WB_CUDA_CHECK(kernels::convert(dwout, bf16, channels_last_, dw.data(), false, false, dims(dw.shape()), stream_));
+  }
+}
+
+}  // namespace wb::backend::cuda

@@ -1,0 +1,381 @@
+// CUDA backend core: device selection and handles, tensor allocation and views, host transfers (through
+// the compute stream, then a synchronisation: the caller's host buffer is free when the call returns),
+// layout and type conversions, scratch buffers, and the cache of converted weights. Weight copies are
+// invalidated by a generation counter that every write into memory they were made from advances
+// (sgd_update always; from_host / copy / fill when the destination overlaps cached weights;
+// params_written on request).
+#include "trainer/backend/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "trainer/backend/cuda/kernels.hpp"
+
+namespace wb::backend::cuda {
+
+void throw_vendor_error(const char* library, const char* statement, const char* file, int line,
+                        const char* message) {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
+  cudaGetLastError();  // leave no sticky launch error behind for the next check
+  throw BackendError(std::string("cuda backend: ") + library + " call " + statement + " failed at " + file + ":" +
+                     std::to_string(line) + " (device " + std::to_string(device) + "): " + message);
+}
+
+void check_cublas(cublasStatus_t rc, const char* statement, const char* file, int line) {
+  if (rc != CUBLAS_STATUS_SUCCESS) throw_vendor_error("cuBLAS", statement, file, line, cublasGetStatusString(rc));
+}
+
+namespace {
+
+kernels::Dims4 dims_of(const Shape& s) {
+  if (s.rank() == 4) return {s[0], s[1], s[2], s[3]};
+  return {s.numel(), 1, 1, 1};
+}
+
+void check_host_size(const Tensor& t, std::size_t n, const char* what) {
+  if (n != static_cast<std::size_t>(t.numel())) {
+    throw BackendError(std::string("cuda backend ") + what + ": host buffer has " + std::to_string(n) +
+                       " elements, tensor " + t.shape().to_string() + " has " + std::to_string(t.numel()));
+  }
+}
+
+// cuDNN's vectorised kernels may assume 16-byte aligned operands; views into the parameter buffers can
+// start anywhere.
+bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+void check_dtype(const Tensor& t, DType want, const char* what) {
+  if (t.dtype() != want) {
+    throw BackendError(std::string("cuda backend ") + what + ": tensor is " + dtype_name(t.dtype()) + ", expected " +
+                       dtype_name(want));
+  }
+}
+
+}  // namespace
+
+// ---- construction -----------------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(const CudaOptions& options)
+    : device_(options.device), precision_(options.precision), channels_last_(options.channels_last) {
+  try {
+    activate();
+    WB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    WB_CUDNN_CHECK(cudnnCreate(&cudnn_));
+    WB_CUDNN_CHECK(cudnnSetStream(cudnn_, stream_));
+    WB_CUBLAS_CHECK(cublasCreate(&cublas_));
+    WB_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // fp32 keeps cuBLAS off TF32 (the default math mode uses it only when asked); bf16 runs GemmEx on
+    // bf16 inputs, which uses tensor cores in any mode.
+    WB_CUBLAS_CHECK(cublasSetMathMode(
+        cublas_, precision_ == Precision::tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    alloc_ = CachingAllocator::create(device_);
+  } catch (...) {
+    if (cublas_) cublasDestroy(cublas_);
+    if (cudnn_) cudnnDestroy(cudnn_);
+    if (stream_) cudaStreamDestroy(stream_);
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  // Outstanding work may still use scratch blocks that go back to the cache below.
+  if (cudaSetDevice(device_) == cudaSuccess) cudaStreamSynchronize(stream_);
+  cache_.clear();
+  for (auto& s : scratch_) s.block.reset();
+  workspace_.block.reset();
+  for (auto& m : weights_) m.clear();
+  sgd_chunks_.reset();
+  if (cublas_) cublasDestroy(cublas_);
+  if (cudnn_) cudnnDestroy(cudnn_);
+  if (stream_) cudaStreamDestroy(stream_);
+  cudaGetLastError();
+}
+
+void CudaBackend::activate() const { WB_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void CudaBackend::synchronize() {
+  activate();
+  WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaBackend::Stats CudaBackend::stats() const {
+  Stats s;
+  s.memory = alloc_->stats();
+  s.algorithm_searches = algorithm_searches_;
+  s.weight_conversions = weight_conversions_;
+  s.input_conversions = input_conversions_;
+  return s;
+}
+
+// ---- tensors ----------------------------------------------------------------------------------------
+
+CudaTensorImpl& CudaBackend::impl(const Tensor& t) {
+  if (!t.defined()) throw BackendError("cuda backend: an input tensor is undefined");
+  auto* p = dynamic_cast<CudaTensorImpl*>(t.impl());
+  if (!p) throw BackendError("cuda backend: tensor " + t.shape().to_string() + " belongs to another backend");
+  return *p;
+}
+
+void CudaBackend::check_f32(const Tensor& t, int rank, const char* op, const char* what) const {
+  if (!t.defined()) throw BackendError(std::string(op) + ": " + what + " is undefined");
+  if (t.backend() != this) {
+    throw BackendError(std::string(op) + ": " + what + " " + t.shape().to_string() +
+                       " belongs to another backend (expected one made by this cuda backend)");
+  }
+  if (t.dtype() != DType::f32) {
+    throw BackendError(std::string(op) + ": " + what + " must be f32, got " + dtype_name(t.dtype()));
+  }
+  if (rank > 0 && t.shape().rank() != rank) {
+    throw BackendError(std::string(op) + ": " + what + " must have " + std::to_string(rank) + " dimensions, got " +
+                       t.shape().to_string());
+  }
+}
+
+Layout CudaBackend::act_layout(const Shape& shape) const {
+  if (!channels_last_ || shape.rank() != 4 || shape[2] * shape[3] == 1) return Layout::nchw;
+  return Layout::nhwc;
+}
+
+Tensor CudaBackend::allocate(const Shape& shape, DType dtype, Layout layout) {
+  activate();
+  auto t = std::make_shared<CudaTensorImpl>();
+  t->shape = shape;
+  t->dtype = dtype;
+  t->owner = this;
+  // NHWC and NCHW are the same bytes unless a 4-D tensor has more than one spatial position.
+  if (shape.rank() != 4 || shape[2] * shape[3] == 1) layout = Layout::nchw;
+  t->layout = layout;
+  t->plain = layout == Layout::nchw;
+  t->bytes = static_cast<std::size_t>(shape.numel()) * dtype_size(dtype);
+  t->storage = alloc_->allocate(t->bytes);
+  t->data = t->storage.get();
+  return Tensor(t);
+}
+
+void CudaBackend::ensure(Tensor& t, const Shape& shape, Layout layout, DType dtype) {
+  if (shape.rank() != 4 || shape[2] * shape[3] == 1) layout = Layout::nchw;
+  if (t.defined()) {
+    auto* p = dynamic_cast<CudaTensorImpl*>(t.impl());
+    if (p && p->owner == this && p->shape == shape && p->layout == layout && p->dtype == dtype) return;
+  }
+  t = allocate(shape, dtype, layout);
+}
+
+Tensor CudaBackend::empty(const Shape& shape, DType dtype) { return allocate(shape, dtype, Layout::nchw); }
+
+Tensor CudaBackend::view(const Tensor& base, std::size_t offset, const Shape& shape) {
+  auto& b = impl(base);
+  if (!b.plain) throw BackendError("cuda backend view: the base tensor " + b.shape.to_string() + " is not plain");
+  const std::size_t n = static_cast<std::size_t>(shape.numel());
+  if (offset + n > static_cast<std::size_t>(b.shape.numel())) {
+    throw BackendError("cuda backend view: elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
+                       ") exceed the base tensor's " + std::to_string(b.shape.numel()));
+  }
+  auto t = std::make_shared<CudaTensorImpl>();
+  t->shape = shape;
+  t->dtype = b.dtype;
+  t->owner = this;
+  t->storage = b.storage;
+  t->data = static_cast<char*>(b.data) + offset * dtype_size(b.dtype);
+  t->bytes = n * dtype_size(b.dtype);
+  t->layout = Layout::nchw;
+  t->plain = true;
+  return Tensor(t);
+}
+
+void* CudaBackend::scratch(ScratchSlot slot, std::size_t bytes) {
+  Scratch& s = scratch_[static_cast<std::size_t>(slot)];
+  if (!s.block || s.bytes < bytes) {
+    // The old block returns to the cache; work already queued on the stream finishes with it before any
+    // later user of the block, which is queued behind that work.
+    s.block.reset();
+    s.block = alloc_->allocate(bytes);
+    s.bytes = bytes;
+  }
+  return s.block.get();
+}
+
+void* CudaBackend::workspace(std::size_t bytes) {
+  if (bytes == 0) return workspace_.block.get();
+  if (!workspace_.block || workspace_.bytes < bytes) {
+    workspace_.block.reset();
+    workspace_.block = alloc_->allocate(bytes);
+    workspace_.bytes = bytes;
+  }
+  return workspace_.block.get();
+}
+
+const void* CudaBackend::as_form(const Tensor& t, Layout layout, bool bf16, ScratchSlot slot) {
+  auto& ti = impl(t);
+  Layout want = layout;
+  if (ti.shape.rank() != 4 || ti.shape[2] * ti.shape[3] == 1) want = Layout::nchw;
+  if (ti.layout == want && !bf16 && aligned(ti.data)) return ti.data;
+  const std::int64_t n = ti.shape.numel();
+  void* dst = scratch(slot, static_cast<std::size_t>(n) * (bf16 ? 2 : 4));
+  WB_CUDA_CHECK(kernels::convert(ti.data, false, ti.layout == Layout::nhwc, dst, bf16, want == Layout::nhwc,
+                                 dims_of(ti.shape), stream_));
+  if (ti.layout != want || !aligned(ti.data)) ++input_conversions_;
+  return dst;
+}
+
+const void* CudaBackend::weights_as(const Tensor& w, Layout layout, bool bf16, WeightForm form) {
+  auto& wi = impl(w);
+  if (!wi.plain) throw BackendError("cuda backend: weights " + wi.shape.to_string() + " must be plain");
+  if (wi.shape.rank() != 4) layout = Layout::nchw;
+  if (layout == Layout::nchw && !bf16 && aligned(wi.data)) return wi.data;
+  WeightCopy& wc = weights_[static_cast<std::size_t>(form)][wi.data];
+  if (wc.block && wc.generation == param_generation_ && wc.layout == layout && wc.bf16 == bf16 &&
+      wc.shape == wi.shape) {
+    return wc.block.get();
+  }
+  const std::size_t bytes = static_cast<std::size_t>(wi.shape.numel()) * (bf16 ? 2 : 4);
+  if (!wc.block || wc.bytes != bytes) {
+    wc.block.reset();
+    wc.block = alloc_->allocate(bytes);
+    wc.bytes = bytes;
+  }
+  // OIHW -> OHWI is NCHW -> NHWC with (N, C, H, W) = (O, I, K, K).
+  WB_CUDA_CHECK(kernels::convert(wi.data, false, false, wc.block.get(), bf16, layout == Layout::nhwc,
+                                 dims_of(wi.shape), stream_));
+  ++weight_conversions_;
+  wc.generation = param_generation_;
+  wc.layout = layout;
+  wc.bf16 = bf16;
+  wc.shape = wi.shape;
+  const char* lo = static_cast<const char*>(wi.data);
+  const char* hi = lo + wi.bytes;
+  cached_lo_ = cached_lo_ ? std::min(cached_lo_, lo) : lo;
+  cached_hi_ = cached_hi_ ? std::max(cached_hi_, hi) : hi;
+  return wc.block.get();
+}
+
+void CudaBackend::note_write(const void* data, std::size_t bytes) {
+  const char* lo = static_cast<const char*>(data);
+  if (cached_lo_ && lo < cached_hi_ && lo + bytes > cached_lo_) ++param_generation_;
+}
+
+// ---- host transfers ---------------------------------------------------------------------------------
+
+void CudaBackend::from_host(const Tensor& dst, std::span<const float> src) {
+  activate();
+  auto& d = impl(dst);
+  check_dtype(dst, DType::f32, "from_host");
+  check_host_size(dst, src.size(), "from_host");
+  note_write(d.data, d.bytes);
+  if (src.empty()) return;
+  if (d.plain) {
+    WB_CUDA_CHECK(cudaMemcpyAsync(d.data, src.data(), src.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  } else {
+    void* staging = scratch(kScratchHost, src.size_bytes());
+    WB_CUDA_CHECK(cudaMemcpyAsync(staging, src.data(), src.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    WB_CUDA_CHECK(kernels::convert(staging, false, false, d.data, false, true, dims_of(d.shape), stream_));
+  }
+  WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::from_host(const Tensor& dst, std::span<const std::int32_t> src) {
+  activate();
+  auto& d = impl(dst);
+  check_dtype(dst, DType::i32, "from_host");
+  check_host_size(dst, src.size(), "from_host");
+  if (src.empty()) return;
+  WB_CUDA_CHECK(cudaMemcpyAsync(d.data, src.data(), src.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::to_host(const Tensor& src, std::span<float> dst) {
+  activate();
+  auto& s = impl(src);
+  check_dtype(src, DType::f32, "to_host");
+  check_host_size(src, dst.size(), "to_host");
+  if (dst.empty()) return;
+  const void* from = s.data;
+  if (!s.plain) {
+    void* staging = scratch(kScratchHost, dst.size_bytes());
+    WB_CUDA_CHECK(kernels::convert(s.data, false, true, staging, false, false, dims_of(s.shape), stream_));
+    from = staging;
+  }
+  WB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), from, dst.size_bytes(), cudaMemcpyDeviceToHost, stream_));
+  WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::to_host(const Tensor& src, std::span<std::int32_t> dst) {
+  activate();
+  auto& s = impl(src);
+  check_dtype(src, DType::i32, "to_host");
+  check_host_size(src, dst.size(), "to_host");
+  if (dst.empty()) return;
+  WB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), s.data, dst.size_bytes(), cudaMemcpyDeviceToHost, stream_));
+  WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  activate();
+  auto& s = impl(src);
+  auto& d = impl(dst);
+  if (!(s.shape == d.shape) || s.dtype != d.dtype) {
+    throw BackendError("cuda backend copy: source " + s.shape.to_string() + " " + dtype_name(s.dtype) +
+                       " and destination " + d.shape.to_string() + " " + dtype_name(d.dtype) + " differ");
+  }
+  note_write(d.data, d.bytes);
+  const std::size_t bytes = static_cast<std::size_t>(s.shape.numel()) * dtype_size(s.dtype);
+  if (bytes == 0) return;
+  if (s.layout == d.layout) {
+    if (s.data != d.data) WB_CUDA_CHECK(cudaMemcpyAsync(d.data, s.data, bytes, cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  if (s.dtype != DType::f32) {
+    throw BackendError("cuda backend copy: layout conversion of " + std::string(dtype_name(s.dtype)) +
+                       " tensors is not supported");
+  }
+  if (s.data == d.data) throw BackendError("cuda backend copy: source and destination alias in different layouts");
+  WB_CUDA_CHECK(kernels::convert(s.data, false, s.layout == Layout::nhwc, d.data, false, d.layout == Layout::nhwc,
+                                 dims_of(s.shape), stream_));
+}
+
+void CudaBackend::fill(const Tensor& dst, float value) {
+  activate();
+  auto& d = impl(dst);
+  check_dtype(dst, DType::f32, "fill");
+  note_write(d.data, d.bytes);
+  // A constant is the same in every layout.
+  WB_CUDA_CHECK(kernels::fill(static_cast<float*>(d.data), d.shape.numel(), value, stream_));
+}
+
+cudaStream_t compute_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) {
+    throw BackendError("compute_stream: the backend is '" + std::string(backend.name()) +
+                       "', not the cuda backend");
+  }
+  return cuda->stream();
+}
+
+}  // namespace wb::backend::cuda
+
+namespace wb::backend {
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the "no driver / no device" error
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
+  const int count = cuda_device_count();
+  if (count == 0) {
+    throw BackendError("cuda backend: no CUDA device (cudaGetDeviceCount found no usable device or driver); use "
+                       "the cpu backend");
+  }
+  if (options.device < 0 || options.device >= count) {
+    throw BackendError("cuda backend: device " + std::to_string(options.device) + " out of range (" +
+                       std::to_string(count) + " device(s) visible, expected 0.." + std::to_string(count - 1) + ")");
+  }
+  return std::make_unique<cuda::CudaBackend>(options);
+}
+
+}  // namespace wb::backend

@@ -1,0 +1,14 @@
+// The CUDA entry points of a build without the CUDA backend: no devices, and a clear error on request.
+#include "trainer/backend/backend.hpp"
+
+namespace wb::backend {
+
+int cuda_device_count() { return 0; }
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
+  (void)options;
+  throw BackendError(
+      "cuda backend: built without CUDA (configure with -DWB_CUDA=ON on a machine with the CUDA toolkit and cuDNN)");
+}
+
+}  // namespace wb::backend
