@@ -5,6 +5,7 @@
 #include "store/merge.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <regex>
 #include <string>
@@ -46,6 +47,42 @@ std::string quoted(const std::filesystem::path& p) {
   std::string out = "'";
   for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
   return out + "'";
+}
+
+// Linear clock-drift correction of one rank's stored times. A rank stores local time + the offset to
+// rank 0 measured at start (o0, at local time t0); the offset measured at the end (o1, at t1) says how
+// far the clocks drifted meanwhile. A stored time s (local time s - o0) maps to
+//   s + (o1 - o0) * (s - o0 - t0) / (t1 - t0),
+// interpolating the offset linearly in local time (and extrapolating outside [t0, t1]).
+struct DriftCorrection {
+  double slope = 0.0;     // (o1 - o0) / (t1 - t0)
+  std::int64_t base = 0;  // o0 + t0: the stored time at which the correction is zero
+  bool active = false;
+
+  std::string apply(const std::string& column) const {
+    if (!active) return column;
+    char slope_text[40];
+    std::snprintf(slope_text, sizeof slope_text, "%.17g", slope);
+    return "(" + column + " + CAST(round(" + slope_text + " * (" + column + " - " + std::to_string(base) +
+           ")) AS INTEGER))";
+  }
+};
+
+DriftCorrection drift_correction(Db& db, const RankFile& f) {
+  DriftCorrection d;
+  const std::int64_t t0 = meta_int(f, "clock_sync_start_ns", 0);
+  const std::int64_t t1 = meta_int(f, "clock_sync_end_ns", 0);
+  if (t0 == 0 || t1 <= t0) return d;  // not measured at both ends (older files, single-process runs)
+  const std::string where = " FROM src.rank WHERE rank = " + std::to_string(f.rank);
+  if (db.query_int64("SELECT count(*)" + where) != 1) return d;
+  const std::int64_t o0 = db.query_int64("SELECT clock_offset_ns" + where);
+  const std::int64_t o1 = db.query_int64("SELECT clock_offset_end_ns" + where);
+  if (o1 != o0) {
+    d.slope = static_cast<double>(o1 - o0) / static_cast<double>(t1 - t0);
+    d.base = o0 + t0;
+    d.active = true;
+  }
+  return d;
 }
 
 }  // namespace
@@ -117,6 +154,8 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
         std::string r = std::to_string(f.rank);
         std::string corr = "(CASE WHEN x.corr_id = 0 THEN 0 ELSE x.corr_id + (" + r + " << " +
                            std::to_string(kCorrRankShift) + ") END)";
+        const DriftCorrection drift = drift_correction(db, f);
+        auto t = [&](const char* column) { return drift.apply(std::string("x.") + column); };
         db.exec(
             "INSERT OR IGNORE INTO main.string(text) SELECT text FROM src.string ORDER BY id;"
             "CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
@@ -124,18 +163,23 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
         db.exec("INSERT INTO main.track(id, rank, kind, name_id) SELECT x.id + " + track_offset + ", " + r +
                 ", x.kind, smap.new FROM src.track x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.id");
         db.exec("INSERT INTO main.range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) "
-                "SELECT x.track_id + " + track_offset + ", x.start_ns, x.end_ns, smap.new, x.category, x.depth, x.step, " +
+                "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + ", " + t("end_ns") +
+                ", smap.new, x.category, x.depth, x.step, " +
                 corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
         db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
                 "block_x, block_y, block_z, bytes) SELECT x.track_id + " + track_offset +
-                ", x.start_ns, x.end_ns, smap.new, " + corr +
+                ", " + t("start_ns") + ", " + t("end_ns") + ", smap.new, " + corr +
                 ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes "
                 "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
-        db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT track_id + " + track_offset +
-                ", t_ns, value FROM src.counter ORDER BY rowid");
-        db.exec("INSERT INTO main.allreduce SELECT * FROM src.allreduce ORDER BY rowid;"
-                "INSERT INTO main.step SELECT * FROM src.step ORDER BY rowid;"
-                "INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
+        db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT x.track_id + " + track_offset + ", " +
+                t("t_ns") + ", x.value FROM src.counter x ORDER BY x.rowid");
+        db.exec("INSERT INTO main.allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, "
+                "end_ns) SELECT x.rank, x.step, x.bucket, x.first_param, x.last_param, x.bytes, " +
+                t("ready_ns") + ", " + t("start_ns") + ", " + t("end_ns") + " FROM src.allreduce x ORDER BY x.rowid");
+        db.exec("INSERT INTO main.step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
+                "SELECT x.rank, x.step, " + t("start_ns") + ", " + t("end_ns") +
+                ", x.data_wait_ns, x.comm_exposed_ns, x.loss, x.lr, x.images FROM src.step x ORDER BY x.rowid");
+        db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
                 "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
                 "DROP TABLE temp.smap;");
         if (f.rank == 0) {

@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -103,6 +104,9 @@ void remove_run_file(const std::filesystem::path& path) {
 inline int bind_i64(sqlite3_stmt* st, int i, std::int64_t v) { return sqlite3_bind_int64(st, i, v); }
 
 constexpr std::size_t kRowsPerInsert = 32;
+
+// Pending rows that make the background thread commit before its interval is up.
+constexpr std::size_t kEagerCommitRows = 65536;
 
 const std::string& range_insert_sql(std::size_t rows) {
   static const std::string one =
@@ -254,9 +258,10 @@ bool Writer::admit(std::size_t n) {
     return false;
   }
   pending_rows_ += n;
-  // Wake the committer early when the batch grows large, so bursts do not run into the limit.
-  if (pending_rows_ >= opts_.max_pending_rows / 4 && pending_rows_ - n < opts_.max_pending_rows / 4)
-    wake_.notify_one();
+  // Wake the committer as soon as a batch is big enough to amortise a transaction: it then commits back
+  // to back while rows keep coming instead of idling until the next interval, and bursts do not run into
+  // the limit.
+  if (pending_rows_ >= eager_rows() && pending_rows_ - n < eager_rows()) wake_.notify_one();
   return true;
 }
 
@@ -286,6 +291,10 @@ void Writer::add(ParamRow row) {
 void Writer::add(TensorRow row) {
   std::lock_guard lk(mutex_);
   if (admit(1)) pending_->tensors.push_back(std::move(row));
+}
+
+std::size_t Writer::eager_rows() const {
+  return std::min(kEagerCommitRows, std::max<std::size_t>(opts_.max_pending_rows / 4, 1));
 }
 
 void Writer::count_dropped(std::uint64_t n) { dropped_.fetch_add(n, std::memory_order_relaxed); }
@@ -325,7 +334,7 @@ void Writer::run_background() {
       std::unique_lock lk(mutex_);
       auto grace_over = [&] { return signal_seen && monotonic_ns() - g_signal_time_ns.load() >= kSignalGraceNs; };
       while (!stopping_ && flush_requested_ == flush_done_ && std::chrono::steady_clock::now() < next_commit &&
-             (signal_seen || g_signal.load() == 0) && !grace_over()) {
+             pending_rows_ < eager_rows() && (signal_seen || g_signal.load() == 0) && !grace_over()) {
         auto left = next_commit - std::chrono::steady_clock::now();
         wake_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(left, kPollInterval));
       }

@@ -113,6 +113,7 @@ class Writer {
   struct Pending;
   void run_background();
   bool admit(std::size_t n);  // under mutex_: room for n more rows, else counts them as dropped
+  std::size_t eager_rows() const;  // pending rows that start a commit before the interval is up
   bool commit(Pending& batch);  // true when the batch was committed
 
   WriterOptions opts_;

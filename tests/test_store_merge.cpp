@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <tuple>
 
@@ -172,4 +173,72 @@ TEST_CASE("merge: incomplete ranks, missing ranks and bad directories", "[store]
     CHECK(default_merge_output("runs/x/") == std::filesystem::path("runs/x.sqlite"));
     CHECK(default_merge_output("runs/x") == std::filesystem::path("runs/x.sqlite"));
   }
+}
+
+TEST_CASE("merge corrects a rank's clock drift linearly between its two offset measurements", "[store]") {
+  TempDir dir;
+  auto run = dir / "run";
+  std::filesystem::create_directories(run);
+  // Rank 1's offset to rank 0 was 1000 ns at local time 1e9 and 3000 ns at local time 2e9 (2 us of drift
+  // per second). Its rows were stored with the start offset: stored = local + 1000.
+  const std::int64_t t0 = 1'000'000'000, t1 = 2'000'000'000, o0 = 1000, o1 = 3000;
+  auto expected = [&](std::int64_t stored) {
+    const std::int64_t local = stored - o0;
+    // An independent statement of the same line: the offset at `local`, interpolated in long double.
+    const long double offset = o0 + static_cast<long double>(o1 - o0) * (local - t0) / (t1 - t0);
+    return static_cast<std::int64_t>(std::llround(static_cast<long double>(local) + offset));
+  };
+  std::vector<std::int64_t> stored_times;
+  for (int rank = 0; rank < 2; ++rank) {
+    WriterOptions o;
+    o.path = run / ("rank-" + std::to_string(rank) + ".sqlite");
+    o.rank = rank;
+    o.handle_signals = false;
+    Writer w(o);
+    w.set_meta("world_size", "2");
+    w.set_meta("clock_sync_start_ns", std::to_string(t0));
+    w.set_meta("clock_sync_end_ns", std::to_string(t1));
+    auto main = w.add_track(TrackKind::thread, "main");
+    auto queue = w.add_track(TrackKind::queue, "batch queue");
+    const std::int64_t off0 = rank == 0 ? 0 : o0;
+    // Before the first measurement, between them, and after the last (extrapolated).
+    for (std::int64_t local : {t0 - 200'000'000, t0, t0 + 250'000'000, t0 + 500'000'000, t1, t1 + 300'000'000}) {
+      const std::int64_t s = local + off0;
+      if (rank == 1) stored_times.push_back(s);
+      w.add(RangeRow{main, w.intern("op"), s, s + 1'000'000, 0, 0, 0, 0});
+      w.add(CounterRow{queue, s, 1.0});
+      w.add(StepRow{rank, static_cast<int>(stored_times.size()), s, s + 1'000'000, 0, 0, 1.0, 0.1, 8});
+      w.add(AllreduceRow{rank, 0, 0, 0, 160, 4096, s, s + 10, s + 20});
+    }
+    w.set_rank(RankRow{rank, "h", "cpu", 1, rank == 0 ? 0 : o0, rank == 0 ? 0 : o1, 0});
+    w.finish();
+  }
+  auto result = merge_run(run);
+  Db db = open_run(result.out, OpenMode::read_only);
+  auto column = [&](const std::string& sql) {
+    std::vector<std::int64_t> v;
+    auto& st = db.prepare(sql);
+    while (st.step()) v.push_back(st.column_int64(0));
+    st.reset();
+    return v;
+  };
+  std::vector<std::int64_t> want, want_end, want_ready, want_ar_end;
+  for (std::int64_t s : stored_times) {
+    want.push_back(expected(s));
+    want_end.push_back(expected(s + 1'000'000));
+    want_ar_end.push_back(expected(s + 20));
+  }
+
+  CHECK(column("SELECT r.start_ns FROM range r JOIN track t ON t.id = r.track_id WHERE t.rank = 1 ORDER BY r.rowid") == want);
+  CHECK(column("SELECT r.end_ns FROM range r JOIN track t ON t.id = r.track_id WHERE t.rank = 1 ORDER BY r.rowid") == want_end);
+  CHECK(column("SELECT c.t_ns FROM counter c JOIN track t ON t.id = c.track_id WHERE t.rank = 1 ORDER BY c.rowid") == want);
+  CHECK(column("SELECT start_ns FROM step WHERE rank = 1 ORDER BY rowid") == want);
+  CHECK(column("SELECT ready_ns FROM allreduce WHERE rank = 1 ORDER BY rowid") == want);
+  CHECK(column("SELECT end_ns FROM allreduce WHERE rank = 1 ORDER BY rowid") == want_ar_end);
+  // At the start measurement nothing moves; at the end one the full 2 us of drift is applied.
+  CHECK(want[1] == stored_times[1]);
+  CHECK(want[4] == stored_times[4] + (o1 - o0));
+  // Rank 0 is the reference clock: its times are untouched.
+  CHECK(column("SELECT start_ns FROM step WHERE rank = 0 ORDER BY rowid") ==
+        std::vector<std::int64_t>{t0 - 200'000'000, t0, t0 + 250'000'000, t0 + 500'000'000, t1, t1 + 300'000'000});
 }

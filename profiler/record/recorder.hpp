@@ -198,14 +198,15 @@ inline void counter(CounterTrack track, double value, std::int64_t t_ns) noexcep
 inline void counter(CounterTrack track, double value) noexcept { counter(track, value, now_ns()); }
 
 // A range measured elsewhere (start/end on the now_ns() clock), recorded on this thread's track at the
-// current nesting depth.
+// current nesting depth plus `extra_depth`: a range recorded after the fact that lies inside another
+// one recorded later (a transform inside its batch) passes 1, so the timeline nests it.
 inline void record_range(NameId name, Category category, std::int64_t start_ns, std::int64_t end_ns,
-                         std::int32_t step) noexcept {
+                         std::int32_t step, int extra_depth = 0) noexcept {
   if (!detail::g_active.load(std::memory_order_relaxed)) return;
   detail::ThreadState* s = detail::state();
   if (s == nullptr) return;
   detail::push(s, detail::Record{start_ns, end_ns, name, 0, step, static_cast<std::uint8_t>(category),
-                                 static_cast<std::uint8_t>(s->depth), detail::kRangeNs, 0});
+                                 static_cast<std::uint8_t>(s->depth + extra_depth), detail::kRangeNs, 0});
 }
 inline void record_range(NameId name, Category category, std::int64_t start_ns, std::int64_t end_ns) noexcept {
   record_range(name, category, start_ns, end_ns, current_step());
@@ -223,7 +224,7 @@ class Range {
 };
 inline void counter(CounterTrack, double, std::int64_t) noexcept {}
 inline void counter(CounterTrack, double) noexcept {}
-inline void record_range(NameId, Category, std::int64_t, std::int64_t, std::int32_t) noexcept {}
+inline void record_range(NameId, Category, std::int64_t, std::int64_t, std::int32_t, int = 0) noexcept {}
 inline void record_range(NameId, Category, std::int64_t, std::int64_t) noexcept {}
 
 }  // namespace disabled_build
