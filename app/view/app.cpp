@@ -47,6 +47,8 @@ std::optional<ViewId> view_from_name(std::string_view name) {
 
 App::App(Options options) : options_(std::move(options)) {
   current = options_.view;
+  // A scripted drag aims at the tuner's strip, which only its view draws.
+  if (options_.tuner_drag) current = ViewId::allreduce;
   if (options_.persist_recent) recent_ = read_recent(recent_files_path());
   std::error_code ec;
   browse_dir_ = std::filesystem::current_path(ec);
@@ -58,7 +60,8 @@ App::App(Options options) : options_(std::move(options)) {
 App::~App() = default;
 
 bool App::busy() const {
-  return loader_ || second_loader_ || precision.loader || (!options_.reference.empty() && !precision.data && precision.error.empty());
+  return loader_ || second_loader_ || precision.loader || (!options_.reference.empty() && !precision.data && precision.error.empty()) ||
+         scripted_busy();
 }
 
 void App::remember(const std::filesystem::path& path) {
@@ -94,9 +97,19 @@ void App::set_model(std::shared_ptr<const RunModel> m) {
   ops = OpsState{};
   tuner.split.clear();
   tuner.initialised = false;
+  tuner.strip.reset();
   precision.data.reset();
   precision.detail.reset();
   precision.selected = -1;
+}
+
+void App::set_second(std::shared_ptr<const RunModel> m) {
+  // Lanes and deltas refer into the second model: drop them before it goes.
+  timeline.second_lanes.clear();
+  timeline.second_for = nullptr;
+  ops.deltas.clear();
+  ops.deltas_for = nullptr;
+  second = std::move(m);
 }
 
 void App::show_view(ViewId v) {
@@ -109,8 +122,9 @@ void App::browse_reference() {
   browse_open_request_ = true;
 }
 
-void App::show_error(std::string message) {
+void App::show_error(std::string message, std::string title) {
   error_ = std::move(message);
+  error_title_ = std::move(title);
   error_popup_open_ = true;
 }
 
@@ -129,13 +143,14 @@ void App::poll_loaders() {
     } else {
       show_error(loader_->error());
       options_.reference.clear();
+      if (tuner.pending_outcome && tuner.pending_outcome->run_path == loader_->path()) tuner.pending_outcome.reset();
     }
     loader_.reset();
   }
   if (second_loader_ && second_loader_->done()) {
     if (auto m = second_loader_->result()) {
       remember(second_loader_->path());
-      second = std::move(m);
+      set_second(std::move(m));
     } else {
       show_error(second_loader_->error());
     }
@@ -147,27 +162,14 @@ void App::poll_loaders() {
     if (!precision.error.empty()) show_error(precision.error);
     precision.loader.reset();
   }
-  if (tuner.pending_outcome && model && model->ready() && model->run.path == tuner.pending_outcome->run_path) {
-    // A re-run from the tuner finished: measured figures of the new run next to the prediction.
-    auto out = *tuner.pending_outcome;
-    if (model->split_model) {
-      out.measured_step_ns = model->split_model->measured_step_ns;
-      out.measured_exposed_ns = model->split_model->measured_exposed_ns;
+  if (model && model->ready() && !loader_) {
+    ensure_tuner();
+    if (options_.comparison && !comparison_opened_) {
+      comparison_opened_ = true;
+      open_stored_comparison(*options_.comparison);
     }
-    out.run = model->title();
-    tuner.outcome = out;
-    tuner.pending_outcome.reset();
   }
-  if (tuner.job && !tuner.job->running() && tuner.launch) {
-    int code = tuner.job->exit_code().value_or(-1);
-    if (code == 0) {
-      open(tuner.launch->run_path);
-    } else {
-      tuner.job_error = "wb-train exited with status " + std::to_string(code) + ": " + tuner.job->last_line();
-      tuner.pending_outcome.reset();
-    }
-    tuner.launch.reset();
-  }
+  poll_tuner();
 }
 
 void App::frame() {
@@ -268,7 +270,7 @@ void App::draw_menu() {
         if (ImGui::MenuItem(r.c_str())) open(r);
       ImGui::EndMenu();
     }
-    if (second && ImGui::MenuItem("Close second run")) second.reset();
+    if (second && ImGui::MenuItem("Close second run")) set_second(nullptr);
     ImGui::EndMenu();
   }
   if (ImGui::BeginMenu("View")) {
@@ -412,14 +414,15 @@ void App::draw_error_popup() {
                           ImGuiCond_Appearing, ImVec2(0.5f, 0.5f));
   if (ImGui::BeginPopupModal("Cannot open", nullptr, ImGuiWindowFlags_NoSavedSettings)) {
     ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(color::kBad));
-    ImGui::TextUnformatted("The file could not be opened");
+    ImGui::TextUnformatted(error_title_.c_str());
     ImGui::PopStyleColor();
     ImGui::Separator();
     ImGui::PushTextWrapPos(ImGui::GetContentRegionAvail().x);
     ImGui::TextUnformatted(error_.c_str());
     ImGui::PopTextWrapPos();
     ImGui::Spacing();
-    ImGui::TextColored(to_vec4(color::kDim), "A run file is written by wb-train --run OUT.sqlite (schema version 1).");
+    if (error_title_ == "The file could not be opened")
+      ImGui::TextColored(to_vec4(color::kDim), "A run file is written by wb-train --run OUT.sqlite (schema version 1).");
     if (ImGui::Button("OK", ImVec2(120, 0))) {
       error_.clear();
       ImGui::CloseCurrentPopup();

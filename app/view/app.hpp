@@ -13,6 +13,7 @@
 
 #include "app/view/child_process.hpp"
 #include "app/view/files_logic.hpp"
+#include "app/view/ops_logic.hpp"
 #include "app/view/precision_model.hpp"
 #include "app/view/run_model.hpp"
 #include "app/view/timeline_logic.hpp"
@@ -54,6 +55,13 @@ struct TimelineState {
   int occurrence = -1;
   std::optional<std::pair<std::uint32_t, std::uint8_t>> highlight;  // (name, category) from Ops
   std::optional<std::pair<double, double>> zoom_to;  // a request from another view, applied next draw
+  // A second run's lanes below the first run's, shifted so both runs' step `align_step` start at the
+  // same x (align_runs in timeline_logic).
+  std::vector<std::shared_ptr<Lane>> second_lanes;  // built for `second_for`
+  const RunModel* second_for = nullptr;
+  bool show_second = true;
+  bool align = true;
+  int align_step = -1;  // -1: the first steady step of the first run
 };
 
 struct OpsState {
@@ -67,6 +75,8 @@ struct OpsState {
   bool dirty = true;
   int sort_column = 3;
   bool sort_ascending = false;
+  std::vector<OpDelta> deltas;             // against the second run, per op of RunModel::ops.by_name
+  const RunModel* deltas_for = nullptr;    // the second run they were computed for
 };
 
 struct TunerState {
@@ -89,6 +99,12 @@ struct TunerState {
   };
   std::optional<Outcome> pending_outcome;  // predicted part, waiting for the new run to load
   std::optional<Outcome> outcome;
+  // Where the strip was drawn last frame (scripted input aims at its handles); absent until drawn.
+  struct Strip {
+    float x0 = 0.0f, width = 0.0f, y_mid = 0.0f;
+    int params = 0;
+  };
+  std::optional<Strip> strip;
 };
 
 class App {
@@ -99,6 +115,11 @@ class App {
     std::string reference;  // a reference dump compared at start (Precision)
     ViewId view = ViewId::overview;
     bool persist_recent = true;  // write ~/.config/wb-view/recent.txt
+    // Scripted actions, so every workflow can run without a mouse (tests, screenshots):
+    std::optional<std::vector<int>> tuner_splits;  // the tuner's split points once the run is loaded
+    bool tuner_run = false;                        // then press "Run with these splits" once
+    std::optional<std::pair<int, int>> tuner_drag; // drag the handle of split FROM to TO with injected mouse input
+    std::optional<std::int64_t> comparison;        // show this stored comparison in Precision
   };
   explicit App(Options options);
   ~App();
@@ -108,6 +129,8 @@ class App {
   // Loading or comparing in the background.
   bool busy() const;
   bool error_shown() const { return !error_.empty(); }
+  // The title of the error popup ("The file could not be opened", "The re-run failed", ...).
+  const std::string& error_title() const { return error_title_; }
   const std::string& error() const { return error_; }
 
   void open(const std::filesystem::path& run);
@@ -115,10 +138,26 @@ class App {
   void open_reference(const std::filesystem::path& reference);
   // Installs an already loaded model (tests, benchmarks).
   void set_model(std::shared_ptr<const RunModel> model);
+  // Installs (or, with null, closes) the second run.
+  void set_second(std::shared_ptr<const RunModel> model);
   void show_view(ViewId v);
   // Opens the file browser to pick a reference dump for the Precision view.
   void browse_reference();
-  void show_error(std::string message);
+  void show_error(std::string message, std::string title = "The file could not be opened");
+
+  // The tuner's split from the run (or --tuner-splits the first time); true once it has one.
+  bool ensure_tuner();
+  // "Run with these splits": starts wb-train (next to wb-view, or $WB_TRAIN_BIN) with the run's
+  // config and the tuner's split; the new run opens when it finishes. Errors go to the popup.
+  void start_tuner_run();
+  // Shows a comparison saved in the run file (wb compare) without recomputing it; the reference's
+  // tensors, when still there, load in the background for the detail plots only.
+  void open_stored_comparison(std::int64_t id);
+  // Call before ImGui::NewFrame: moves the mouse for a scripted --tuner-drag (no-op otherwise).
+  void inject_input();
+  // Plain-text figures for --print-tuner and --print-precision, one "key value" per line.
+  std::string tuner_report() const;
+  std::string precision_report() const;
 
   // State read and written by the views (app/view/view_*.cpp).
   std::shared_ptr<const RunModel> model;
@@ -138,13 +177,21 @@ class App {
   void draw_error_popup();
   void draw_loading();
   void remember(const std::filesystem::path& path);
+  void poll_tuner();
+  bool scripted_busy() const;
 
   Options options_;
   std::unique_ptr<RunLoader> loader_;
   bool loader_published_ = false;  // its model is installed (the timeline draws while analyses run)
   std::unique_ptr<RunLoader> second_loader_;
   std::string error_;
+  std::string error_title_;
   bool error_popup_open_ = false;
+  bool tuner_splits_applied_ = false;
+  bool tuner_run_started_ = false;
+  int drag_frame_ = -1;      // progress of a scripted drag; -1 before it starts
+  bool drag_done_ = false;
+  bool comparison_opened_ = false;
   std::vector<std::string> recent_;
   enum class BrowseTarget { none, run, second, reference };
   BrowseTarget browse_ = BrowseTarget::none;

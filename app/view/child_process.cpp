@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -111,6 +112,17 @@ std::filesystem::path sibling_executable(std::string_view name) {
   auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (ec) return std::filesystem::path(name);
   return self.parent_path() / name;
+}
+
+std::filesystem::path train_executable() {
+  const char* env = std::getenv("WB_TRAIN_BIN");
+  const bool from_env = env && *env;
+  std::filesystem::path exe = from_env ? std::filesystem::path(env) : sibling_executable("wb-train");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(exe, ec) || access(exe.c_str(), X_OK) != 0)
+    throw ChildError("wb-train not found: " + exe.string() + " is not an executable file" +
+                     (from_env ? " (from WB_TRAIN_BIN)" : " (expected next to wb-view; WB_TRAIN_BIN=PATH points elsewhere)"));
+  return exe;
 }
 
 TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, const std::vector<int>& split,

@@ -52,6 +52,9 @@ class ChildProcess {
 
 // The executable `name` in the directory of the running binary (/proc/self/exe).
 std::filesystem::path sibling_executable(std::string_view name);
+// The wb-train the tuner starts: $WB_TRAIN_BIN when set, else the one next to the running binary.
+// Throws ChildError naming the path (and the variable) when it is not an executable file.
+std::filesystem::path train_executable();
 
 // A wb-train re-run: settings written to config_path as JSON, and the arguments that point at it.
 struct TrainLaunch {

@@ -1,7 +1,8 @@
 // wb-view: the desktop workbench. `wb-view [RUN] [--view NAME] [--compare RUN2] [--reference REF]
-// [--screenshot OUT.png [--size WxH]]`. With --screenshot it renders until loading is done, writes
-// the window's pixels as PNG and exits: 0 when the run opened, 2 when the file could not be opened (the
-// PNG then shows the error popup), 1 when the window or the PNG could not be made.
+// [--screenshot OUT.png [--size WxH]]` and the scripted options of kUsage. With --screenshot it renders
+// until loading and every scripted action are done, writes the window's pixels as PNG and exits: 0
+// when the run opened, 2 when the file could not be opened or an action failed (the PNG then shows the
+// error popup), 1 when the window or the PNG could not be made.
 #include <GLFW/glfw3.h>
 #include <imgui.h>
 #include <imgui_impl_glfw.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <charconv>
 #include <chrono>
 #include <thread>
 #include <cstdio>
@@ -29,6 +31,8 @@ struct Args {
   int width = 1500;
   int height = 920;
   bool help = false;
+  bool print_tuner = false;
+  bool print_precision = false;
 };
 
 class UsageError : public std::runtime_error {
@@ -39,10 +43,38 @@ class UsageError : public std::runtime_error {
 const char* kUsage =
     "usage: wb-view [RUN.sqlite] [--view overview|timeline|ops|queue|allreduce|precision]\n"
     "               [--compare RUN2.sqlite] [--reference REF.safetensors|.npz|.npy|DIR|RUN]\n"
-    "               [--screenshot OUT.png [--size WxH]]\n";
+    "               [--screenshot OUT.png [--size WxH]]\n"
+    "scripted actions (what a click would do, for scripts and tests):\n"
+    "  --tuner-splits a,b,...  the AllReduce tuner's split points once the run is loaded ('none': one bucket)\n"
+    "  --tuner-run             press \"Run with these splits\": wb-train re-runs with them, the new run opens\n"
+    "                          with predicted against measured (a screenshot waits for all of it)\n"
+    "  --tuner-drag FROM:TO    drag the tuner's handle of split point FROM to TO with injected mouse input\n"
+    "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
+    "  --print-tuner           at exit, print the tuner's split, predicted and measured figures on stdout\n"
+    "  --print-precision       at exit, print the Precision view's verdict counts and first divergence\n";
+
+// "85,160" -> {85, 160}; "none" -> {}.
+std::vector<int> parse_split(const std::string& flag, const std::string& v) {
+  std::vector<int> out;
+  if (v == "none") return out;
+  std::size_t pos = 0;
+  while (pos <= v.size()) {
+    std::size_t comma = v.find(',', pos);
+    std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int n = 0;
+    auto r = std::from_chars(item.data(), item.data() + item.size(), n);
+    if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size())
+      throw UsageError(flag + " " + v + ": expected split points as integers a,b,... (or none)");
+    out.push_back(n);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
 
 Args parse(int argc, char** argv) {
   Args a;
+  bool view_given = false;
   for (int i = 1; i < argc; ++i) {
     std::string s = argv[i];
     auto value = [&](const char* flag) -> std::string {
@@ -56,6 +88,7 @@ Args parse(int argc, char** argv) {
       auto id = wb::view::view_from_name(v);
       if (!id) throw UsageError("--view " + v + ": expected overview, timeline, ops, queue, allreduce or precision");
       a.app.view = *id;
+      view_given = true;
     } else if (s == "--screenshot") {
       a.screenshot = value("--screenshot");
     } else if (s == "--size") {
@@ -67,6 +100,27 @@ Args parse(int argc, char** argv) {
       a.app.compare = value("--compare");
     } else if (s == "--reference") {
       a.app.reference = value("--reference");
+    } else if (s == "--tuner-splits") {
+      a.app.tuner_splits = parse_split(s, value("--tuner-splits"));
+    } else if (s == "--tuner-run") {
+      a.app.tuner_run = true;
+    } else if (s == "--tuner-drag") {
+      std::string v = value("--tuner-drag");
+      int from = 0, to = 0;
+      char tail = 0;
+      if (std::sscanf(v.c_str(), "%d:%d%c", &from, &to, &tail) != 2) throw UsageError("--tuner-drag " + v + ": expected FROM:TO, e.g. 85:100");
+      a.app.tuner_drag = std::make_pair(from, to);
+    } else if (s == "--comparison") {
+      std::string v = value("--comparison");
+      long long id = 0;
+      auto r = std::from_chars(v.data(), v.data() + v.size(), id);
+      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || id < 1)
+        throw UsageError("--comparison " + v + ": expected the id of a stored comparison (1, 2, ...)");
+      a.app.comparison = id;
+    } else if (s == "--print-tuner") {
+      a.print_tuner = true;
+    } else if (s == "--print-precision") {
+      a.print_precision = true;
     } else if (!s.empty() && s[0] == '-') {
       throw UsageError("unknown flag '" + s + "'");
     } else if (a.app.run.empty()) {
@@ -75,6 +129,9 @@ Args parse(int argc, char** argv) {
       throw UsageError("unexpected argument '" + s + "' (one run file)");
     }
   }
+  // Without --view, open where the scripted action shows its result.
+  if (!view_given && (a.app.tuner_run || a.app.tuner_drag)) a.app.view = wb::view::ViewId::allreduce;
+  else if (!view_given && a.app.comparison) a.app.view = wb::view::ViewId::precision;
   return a;
 }
 
@@ -176,6 +233,7 @@ int main(int argc, char** argv) {
       // Fades (the modal popup's dimmed background) advance with DeltaTime: in a screenshot every frame
       // counts as 100 ms, so the picture does not depend on how fast this machine renders.
       if (shot) io.DeltaTime = 0.1f;
+      app.inject_input();
       ImGui::NewFrame();
       app.frame();
       ImGui::Render();
@@ -207,6 +265,9 @@ int main(int argc, char** argv) {
       }
       glfwSwapBuffers(window);
     }
+    if (args.print_tuner) std::cout << app.tuner_report();
+    if (args.print_precision) std::cout << app.precision_report();
+    std::cout.flush();
   }
   ImGui_ImplOpenGL3_Shutdown();
   ImGui_ImplGlfw_Shutdown();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "app/view/stored_comparison.hpp"
 #include "compare/load.hpp"
 
 namespace wb::view {
@@ -36,6 +37,40 @@ PrecisionLoader::PrecisionLoader(std::filesystem::path run, std::filesystem::pat
       std::lock_guard lock(mutex_);
       error_ = e.what();
     }
+    done_.store(true);
+  });
+}
+
+PrecisionLoader::PrecisionLoader(std::shared_ptr<const PrecisionData> stored, std::filesystem::path a, std::filesystem::path b)
+    : run_(std::move(a)), reference_(std::move(b)) {
+  thread_ = std::thread([this, stored = std::move(stored)] {
+    auto data = std::make_shared<PrecisionData>();
+    data->a_path = stored->a_path;
+    data->b_path = stored->b_path;
+    data->comparison = stored->comparison;
+    data->stored_id = stored->stored_id;
+    data->stored_created = stored->stored_created;
+    try {
+      {
+        std::lock_guard lock(mutex_);
+        stage_ = "reading the tensors of " + run_.filename().string();
+      }
+      data->a = compare::load_tensor_set(run_);
+      {
+        std::lock_guard lock(mutex_);
+        stage_ = "reading the tensors of " + reference_.filename().string();
+      }
+      data->b = compare::load_tensor_set(reference_);
+      attach_sets(data->comparison, data->a, data->b);
+      data->has_tensors = true;
+    } catch (const std::exception& e) {
+      data->a = {};
+      data->b = {};
+      data->has_tensors = false;
+      data->tensors_note = std::string("The tensors could not be read (") + e.what() + "); the table comes from the run file.";
+    }
+    std::lock_guard lock(mutex_);
+    result_ = std::move(data);
     done_.store(true);
   });
 }

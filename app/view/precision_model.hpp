@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,12 +25,19 @@ struct PrecisionData {
   std::string a_path, b_path;
   compare::TensorSet a, b;
   compare::Comparison comparison;
+  std::optional<std::int64_t> stored_id;  // read back from the run file (not recomputed)
+  std::string stored_created;
+  bool has_tensors = true;   // a and b hold the tensors the detail plots need
+  std::string tensors_note;  // why they are not there
 };
 
 // Loads both sides and compares them in a background thread.
 class PrecisionLoader {
  public:
   PrecisionLoader(std::filesystem::path run, std::filesystem::path reference);
+  // For a stored comparison: loads only the tensors of both sides and links the stored rows to them.
+  // Never fails: when a side cannot be loaded the result keeps the rows and says why in tensors_note.
+  PrecisionLoader(std::shared_ptr<const PrecisionData> stored, std::filesystem::path a, std::filesystem::path b);
   ~PrecisionLoader();
   PrecisionLoader(const PrecisionLoader&) = delete;
   PrecisionLoader& operator=(const PrecisionLoader&) = delete;

@@ -254,4 +254,40 @@ std::vector<SelectionStat> SelectionStats::result() const {
   return out;
 }
 
+std::optional<std::int64_t> step_start(std::span<const store::StepRow> steps, int step) {
+  std::optional<std::int64_t> start;
+  for (const auto& s : steps)
+    if (s.step == step) start = start ? std::min(*start, s.start_ns) : s.start_ns;
+  return start;
+}
+
+std::optional<int> first_steady_step(std::span<const store::StepRow> steps) {
+  if (steps.empty()) return std::nullopt;
+  int lo = steps.front().step;
+  for (const auto& s : steps) lo = std::min(lo, s.step);
+  std::optional<int> next;
+  for (const auto& s : steps)
+    if (s.step > lo) next = next ? std::min(*next, s.step) : s.step;
+  return next ? next : std::optional<int>(lo);
+}
+
+Alignment align_runs(std::span<const store::StepRow> first, std::int64_t first_t_min, std::span<const store::StepRow> second,
+                     std::int64_t second_t_min, std::optional<int> step) {
+  Alignment a;
+  a.offset_ns = static_cast<double>(second_t_min) - static_cast<double>(first_t_min);
+  if (!step) return a;
+  auto s1 = step_start(first, *step), s2 = step_start(second, *step);
+  if (!s1 || !s2) return a;
+  a.offset_ns = static_cast<double>(*s2) - static_cast<double>(*s1);
+  a.step = step;
+  return a;
+}
+
+TimeView shifted(const TimeView& view, double offset_ns) {
+  TimeView v = view;
+  v.t0_ns += offset_ns;
+  v.t1_ns += offset_ns;
+  return v;
+}
+
 }  // namespace wb::view

@@ -108,4 +108,20 @@ class SelectionStats {
   std::unordered_map<std::uint64_t, std::size_t> index_;  // (name << 8 | category) -> stats_ index
 };
 
+// Aligning a second run's timeline under the first: both runs' step N should start at the same x. A
+// step starts when its earliest rank starts it; the first steady step is the one after the first
+// recorded step (step 0 pays for allocation and kernel selection), or the only step there is.
+std::optional<std::int64_t> step_start(std::span<const store::StepRow> steps, int step);
+std::optional<int> first_steady_step(std::span<const store::StepRow> steps);
+// The shift that maps a time of the first run onto the second run's clock (t2 = t1 + offset): the
+// difference of the two runs' starts of `step` when both recorded it, else of their extents' starts.
+struct Alignment {
+  double offset_ns = 0.0;
+  std::optional<int> step;  // the step aligned on, nullopt when the run starts were used
+};
+Alignment align_runs(std::span<const store::StepRow> first, std::int64_t first_t_min, std::span<const store::StepRow> second,
+                     std::int64_t second_t_min, std::optional<int> step);
+// The first run's window seen on the second run's clock.
+TimeView shifted(const TimeView& view, double offset_ns);
+
 }  // namespace wb::view

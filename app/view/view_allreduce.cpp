@@ -47,6 +47,7 @@ void split_strip(App& app, const analysis::SplitModel& sm, ImVec2 size) {
   dl->AddRectFilled(ImVec2(p0.x, p0.y), ImVec2(p0.x + size.x, p0.y + size.y), color::kBg);
   double max_log = 1;
   for (double b : sm.bytes) max_log = std::max(max_log, std::log10(std::max(b, 1.0)));
+  st.strip = TunerState::Strip{x0, width, (top + bottom) * 0.5f, P};
   const float colw = width / static_cast<float>(P);
   for (int i = 0; i < P; ++i) {
     float xa = static_cast<float>(split_x(i + 1, P, x0, width)), xb = xa + colw;
@@ -194,7 +195,7 @@ void suggestions_table(App& app, const analysis::SplitModel& sm) {
   }
 }
 
-void rerun_panel(App& app, const RunModel& m, const analysis::Prediction& pred) {
+void rerun_panel(App& app) {
   TunerState& st = app.tuner;
   if (st.job && st.job->running()) {
     std::string line = st.job->last_line();
@@ -207,28 +208,8 @@ void rerun_panel(App& app, const RunModel& m, const analysis::Prediction& pred) 
     if (ImGui::SmallButton("stop")) st.job->terminate();
     return;
   }
-  if (ImGui::Button("Run with these splits")) {
-    try {
-      auto dir = std::filesystem::temp_directory_path() / "wb-view-runs";
-      std::string stem = m.run.path.stem().string() + "-split";
-      for (int s : st.split) stem += analysis::concat("-", std::to_string(s));
-      st.launch = make_train_launch(m.run.config, static_cast<int>(m.run.rank_ids().size()), st.split, dir, stem);
-      std::error_code ec;
-      std::filesystem::remove(st.launch->run_path, ec);
-      st.job = std::make_unique<ChildProcess>(sibling_executable("wb-train"), st.launch->args);
-      st.job_error.clear();
-      TunerState::Outcome o;
-      o.split = st.split;
-      o.predicted_step_ns = pred.step_ns;
-      o.predicted_exposed_ns = pred.exposed_ns;
-      o.run_path = st.launch->run_path;
-      st.pending_outcome = o;
-    } catch (const std::exception& e) {
-      st.job_error = e.what();
-      st.launch.reset();
-    }
-  }
-  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Starts wb-train (next to wb-view) with this run's settings and the split, then opens the new run.");
+  if (ImGui::Button("Run with these splits")) app.start_tuner_run();
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Starts wb-train (next to wb-view, or $WB_TRAIN_BIN) with this run's settings and the split, then opens the new run.");
   if (!st.job_error.empty()) {
     ImGui::SameLine();
     ImGui::TextColored(to_vec4(color::kBad), "%s", st.job_error.c_str());
@@ -236,8 +217,8 @@ void rerun_panel(App& app, const RunModel& m, const analysis::Prediction& pred) 
   if (st.outcome) {
     const auto& o = *st.outcome;
     ImGui::Text("Re-run %s with split %s:", o.run.c_str(), analysis::format_split(o.split).c_str());
-    if (ImGui::BeginTable("##outcome", 3, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
-      for (const char* h : {"", "predicted", "measured"}) ImGui::TableSetupColumn(h);
+    if (ImGui::BeginTable("##outcome", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
+      for (const char* h : {"", "predicted", "measured", "measured - predicted"}) ImGui::TableSetupColumn(h);
       ImGui::TableHeadersRow();
       auto row = [](const char* k, double a, double b) {
         ImGui::TableNextRow();
@@ -247,6 +228,10 @@ void rerun_panel(App& app, const RunModel& m, const analysis::Prediction& pred) 
         ImGui::TextUnformatted(fmt_ns(a).c_str());
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(fmt_ns(b).c_str());
+        ImGui::TableNextColumn();
+        const double d = b - a;
+        ImGui::TextColored(to_vec4(color::kDim), "%s%s (%s)", d < 0 ? "-" : "+", fmt_ns(std::abs(d)).c_str(),
+                           fmt_pct(a > 0 ? std::abs(d) / a : 0.0).c_str());
       };
       row("step time", o.predicted_step_ns, o.measured_step_ns);
       row("exposed comm", o.predicted_exposed_ns, o.measured_exposed_ns);
@@ -266,12 +251,7 @@ void draw_allreduce(App& app) {
   }
   const analysis::SplitModel& sm = *m.split_model;
   TunerState& st = app.tuner;
-  if (!st.initialised) {
-    st.split = sm.current_split;
-    st.compare_label = "the run's split";
-    st.suggestions = analysis::suggest_splits(sm);
-    st.initialised = true;
-  }
+  app.ensure_tuner();
   model_summary(sm);
   analysis::Prediction pred;
   analysis::Prediction current = analysis::predict(sm, sm.current_split);
@@ -331,7 +311,7 @@ void draw_allreduce(App& app) {
     ImGui::TextColored(to_vec4(gain > 0 ? color::kGood : color::kBad), "%s %s per step (%s) against the run's split by the model",
                        gain > 0 ? "saves" : "costs", fmt_ns(std::abs(gain)).c_str(), fmt_pct(std::abs(gain) / std::max(1.0, current.step_ns)).c_str());
   section("Re-run");
-  rerun_panel(app, m, pred);
+  rerun_panel(app);
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("##sugg", ImVec2(0, 0), false);

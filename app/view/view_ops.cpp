@@ -1,6 +1,7 @@
 // Ops: per-op statistics (count, total, self, mean, p50, p95, max, share of step time), sortable,
 // filterable and clipped for long lists. Selecting an op outlines its occurrences in the timeline and
-// shows the histogram of its durations (Tracy's find-zone).
+// shows the histogram of its durations (Tracy's find-zone). With a second run open, each op's mean and
+// total time against the same op there.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -131,7 +132,13 @@ void draw_ops(App& app) {
   const float detail_h = st.selected >= 0 ? std::max(240.0f, ImGui::GetContentRegionAvail().y * 0.38f) : 0.0f;
   ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV |
                           ImGuiTableFlags_Resizable | ImGuiTableFlags_SizingFixedFit;
-  if (ImGui::BeginTable("##ops", 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
+  // With a second run open (and analysed), two more columns: this run minus the second, per op.
+  const RunModel* second = app.second && app.second->ready() ? app.second.get() : nullptr;
+  if (second && st.deltas_for != second) {
+    st.deltas = op_deltas(ops, second->ops.by_name);
+    st.deltas_for = second;
+  }
+  if (ImGui::BeginTable("##ops", second ? 12 : 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("op", ImGuiTableColumnFlags_WidthStretch);
     ImGui::TableSetupColumn("category");
@@ -143,6 +150,10 @@ void draw_ops(App& app) {
     ImGui::TableSetupColumn("p95", ImGuiTableColumnFlags_PreferSortDescending);
     ImGui::TableSetupColumn("max", ImGuiTableColumnFlags_PreferSortDescending);
     ImGui::TableSetupColumn("% of step", ImGuiTableColumnFlags_PreferSortDescending);
+    if (second) {
+      ImGui::TableSetupColumn("mean vs second run", ImGuiTableColumnFlags_NoSort);
+      ImGui::TableSetupColumn("total vs second run", ImGuiTableColumnFlags_NoSort);
+    }
     ImGui::TableHeadersRow();
     if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
       if (specs->SpecsCount > 0) {
@@ -203,6 +214,23 @@ void draw_ops(App& app) {
         ImGui::GetWindowDrawList()->AddRectFilled(p, ImVec2(p.x + w * static_cast<float>(std::min(share, 1.0)), p.y + ImGui::GetTextLineHeight()),
                                                   with_alpha(category_color(static_cast<std::uint8_t>(o.category)), 90));
         ImGui::TextUnformatted(fmt_pct(share).c_str());
+        if (second) {
+          const OpDelta& d = st.deltas[static_cast<std::size_t>(i)];
+          auto signed_ns = [](double v) {
+            std::string s(v < 0 ? "-" : "+");
+            return s.append(fmt_ns(std::abs(v)));
+          };
+          ImGui::TableNextColumn();
+          if (!d.present) {
+            ImGui::TextColored(to_vec4(color::kDim), "not in second run");
+          } else {
+            // Slower than the second run is what one looks for: red; faster: green.
+            ImGui::TextColored(to_vec4(d.mean_ns > 0 ? color::kBad : color::kGood), "%s (%s%s)", signed_ns(d.mean_ns).c_str(),
+                               d.mean_ratio < 0 ? "-" : "+", fmt_pct(std::abs(d.mean_ratio)).c_str());
+          }
+          ImGui::TableNextColumn();
+          if (d.present) ImGui::TextUnformatted(signed_ns(d.total_ns).c_str());
+        }
       }
     }
     ImGui::EndTable();

@@ -1,7 +1,8 @@
 // Precision: the run's dump against a reference (a PyTorch .safetensors, .npz, .npy or npy directory,
 // or a second run). Every tensor with its metrics and verdict, the first divergence pinned with its
 // local-or-inherited evidence, the error along depth, and for a selected tensor the value and error
-// histograms, per-channel errors, an |a-b| heat map of one channel and the worst elements.
+// histograms, per-channel errors, an |a-b| heat map of one channel and the worst elements. Comparisons
+// saved in the run file (wb compare) reopen from its rows; only the detail plots need the tensors.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -42,10 +43,9 @@ void source_bar(App& app) {
       for (const auto& c : app.model->comparisons) {
         std::string label = analysis::concat("#", std::to_string(c.id), " vs ", std::filesystem::path(c.b_path).filename().string(), "  (",
                                              std::to_string(c.passed), " pass, ", std::to_string(c.failed), " fail, ", c.created_utc, ")");
-        if (ImGui::Selectable(label.c_str())) {
-          if (std::filesystem::exists(c.b_path)) app.open_reference(c.b_path);
-          else app.show_error(c.b_path + ": the reference of stored comparison #" + std::to_string(c.id) + " is no longer there");
-        }
+        const bool shown = st.data && st.data->stored_id == c.id;
+        // The stored rows show at once; the reference, when still there, only feeds the detail plots.
+        if (ImGui::Selectable(label.c_str(), shown)) app.open_stored_comparison(c.id);
       }
       ImGui::EndCombo();
     }
@@ -217,6 +217,20 @@ void detail_panes(PrecisionState& st, const PrecisionData& data) {
     return;
   }
   const auto& r = c.rows[static_cast<std::size_t>(st.selected)];
+  if (!data.has_tensors) {
+    ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
+    ImGui::SameLine();
+    ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(), compare::describe(r.thresholds).c_str());
+    if (r.metrics)
+      ImGui::Text("rel-L2 %s  cosine %s  max abs %s  max rel %s  allclose %s", fmt_num(r.metrics->rel_l2, 3).c_str(), fmt_num(r.metrics->cosine, 8).c_str(),
+                  fmt_num(r.metrics->max_abs, 3).c_str(), fmt_num(r.metrics->max_rel, 3).c_str(), fmt_pct(r.metrics->allclose_ratio).c_str());
+    if (!r.reason.empty()) ImGui::TextColored(to_vec4(color::kDim), "%s", r.reason.c_str());
+    ImGui::Spacing();
+    ImGui::PushTextWrapPos(ImGui::GetContentRegionAvail().x);
+    ImGui::TextColored(to_vec4(color::kWarn), "%s", data.tensors_note.c_str());
+    ImGui::PopTextWrapPos();
+    return;
+  }
   if (!st.detail || st.detail->row != static_cast<std::size_t>(st.selected) || st.detail_error.size()) {
     if (!st.detail || st.detail->row != static_cast<std::size_t>(st.selected)) {
       try {
@@ -324,7 +338,7 @@ void detail_panes(PrecisionState& st, const PrecisionData& data) {
 void draw_precision(App& app) {
   PrecisionState& st = app.precision;
   source_bar(app);
-  if (st.loader) {
+  if (st.loader && !st.data) {
     ImGui::TextColored(to_vec4(color::kAccent), "%s ...", st.loader->stage().c_str());
     return;
   }
@@ -346,6 +360,11 @@ void draw_precision(App& app) {
   ImGui::TextColored(to_vec4(c.failed ? color::kBad : color::kDim), " %lld fail ", static_cast<long long>(c.failed));
   ImGui::SameLine(0, 0);
   ImGui::TextColored(to_vec4(color::kWarn), " %lld missing", static_cast<long long>(c.missing_a + c.missing_b));
+  if (st.data->stored_id) {
+    ImGui::SameLine(0, 20);
+    ImGui::TextColored(to_vec4(color::kDim), "stored comparison #%lld of %s%s", static_cast<long long>(*st.data->stored_id),
+                       st.data->stored_created.c_str(), st.loader ? ("   " + st.loader->stage() + " ...").c_str() : "");
+  }
   const float left_w = ImGui::GetContentRegionAvail().x * 0.52f;
   ImGui::BeginChild("##pleft", ImVec2(left_w, 0), false);
   first_divergence(st, c);

@@ -1,7 +1,9 @@
 // Timeline: per rank a group of lanes (host threads, GPU streams, data queues, allreduce buckets) over
 // a shared time axis with step boundaries. Wheel zooms at the cursor, drag pans, shift+drag selects a
 // time range (statistics below), click selects an event (details below), find steps through an op's
-// occurrences. Each lane draws only what is visible, merging sub-pixel events.
+// occurrences. Each lane draws only what is visible, merging sub-pixel events. A second run (File > Open
+// second run, --compare) gets its own group of lanes below, shifted so both runs' step N start at the
+// same x (by default the first steady step; a toggle and the step are in the toolbar).
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -59,6 +61,8 @@ void go_to(const RunModel& m, TimelineState& st, const EventRef& ref) {
   st.selected = ref;
 }
 
+void second_run_controls(App& app, TimelineState& st, const RunModel& m);
+
 void toolbar(App& app, TimelineState& st, const RunModel& m) {
   if (ImGui::Button("Fit all")) st.fitted = false;
   ImGui::SameLine();
@@ -101,9 +105,10 @@ void toolbar(App& app, TimelineState& st, const RunModel& m) {
   if (st.find[0] || st.highlight) ImGui::Text("%d / %d", st.occurrence + 1, n);
   else ImGui::TextColored(to_vec4(color::kDim), "-");
   ImGui::SameLine(0, 20);
+  second_run_controls(app, st, m);
+  ImGui::SameLine(0, 20);
   ImGui::TextColored(to_vec4(color::kDim), "window %s   wheel: zoom   drag: pan   shift+drag: select range   click: select",
                      fmt_ns(st.view.span_ns()).c_str());
-  (void)app;
 }
 
 void details_panel(TimelineState& st, const RunModel& m) {
@@ -204,6 +209,118 @@ void details_panel(TimelineState& st, const RunModel& m) {
   }
 }
 
+// One run's lanes in the timeline: the run, its lanes, the key its ranks fold under in
+// TimelineState::collapsed, and the shift from the first run's clock to its own (t2 = t1 + offset).
+constexpr int kSecondRunRanks = 1 << 20;
+struct LaneGroup {
+  const RunModel* model;
+  const std::vector<std::shared_ptr<Lane>>* lanes;
+  int collapse_base;
+  double offset_ns;
+  std::string title;  // drawn as a header when not empty
+};
+
+// The geometry every group draws into this frame.
+struct GroupFrame {
+  ImDrawList* dl;
+  ImVec2 p0, size;
+  float x0, width, row_h, lanes_top;
+  ImVec2 mouse;
+  bool in_lanes, hovered;
+};
+
+bool folded(const TimelineState& st, int key) { return std::find(st.collapsed.begin(), st.collapsed.end(), key) != st.collapsed.end(); }
+
+float group_height(const LaneGroup& g, const TimelineState& st, float row_h) {
+  float h = g.title.empty() ? 0.0f : row_h + 2;
+  std::vector<int> ranks_seen;
+  for (const auto& lane : *g.lanes) {
+    if (std::find(ranks_seen.begin(), ranks_seen.end(), lane->rank()) == ranks_seen.end()) {
+      ranks_seen.push_back(lane->rank());
+      h += row_h + 2;
+    }
+    if (!folded(st, g.collapse_base + lane->rank())) h += lane->height(row_h) + 3;
+  }
+  return h;
+}
+
+// Draws a group from y (rank headers that fold on click, lanes, step boundaries); returns the y below.
+float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const GroupFrame& f, float y) {
+  ImDrawList* dl = f.dl;
+  const RunModel& m = *g.model;
+  if (!g.title.empty()) {
+    const bool is_second = g.collapse_base != 0;
+    dl->AddRectFilled(ImVec2(f.p0.x, y), ImVec2(f.p0.x + f.size.x, y + f.row_h), is_second ? IM_COL32(58, 44, 74, 255) : IM_COL32(40, 52, 70, 255));
+    dl->AddText(ImVec2(f.p0.x + 6, y + 2), is_second ? IM_COL32(225, 195, 255, 255) : IM_COL32(190, 215, 255, 255), g.title.c_str());
+    y += f.row_h + 2;
+  }
+  int current_rank = INT32_MIN;
+  std::vector<std::pair<float, float>> rank_spans;  // y extent of each rank's lanes, for step lines
+  std::vector<int> rank_ids;
+  for (const auto& lane : *g.lanes) {
+    const int key = g.collapse_base + lane->rank();
+    if (lane->rank() != current_rank) {
+      current_rank = lane->rank();
+      const bool is_folded = folded(st, key);
+      dl->AddRectFilled(ImVec2(f.p0.x, y), ImVec2(f.p0.x + f.size.x, y + f.row_h), IM_COL32(38, 40, 48, 255));
+      std::string head = std::string(is_folded ? "+ " : "- ") + "rank " + std::to_string(current_rank);
+      for (const auto& r : m.run.ranks)
+        if (r.rank == current_rank) head += "   " + r.device + " @ " + r.host;
+      dl->AddText(ImVec2(f.p0.x + 6, y + 2), color::kText, head.c_str());
+      if (f.hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && f.mouse.y >= y && f.mouse.y < y + f.row_h && f.mouse.x < f.x0) {
+        if (is_folded) std::erase(st.collapsed, key);
+        else st.collapsed.push_back(key);
+      }
+      y += f.row_h + 2;
+      rank_spans.push_back({y, y});
+      rank_ids.push_back(current_rank);
+    }
+    if (folded(st, key)) continue;
+    float h = lane->height(f.row_h);
+    if (y + h >= f.lanes_top && y <= f.p0.y + f.size.y) {
+      dl->AddRectFilled(ImVec2(f.p0.x, y), ImVec2(f.x0 - 2, y + h), IM_COL32(30, 31, 37, 255));
+      std::string label = lane->label();
+      dl->PushClipRect(ImVec2(f.p0.x, y), ImVec2(f.x0 - 4, y + h), true);
+      dl->AddText(ImVec2(f.p0.x + 14, y + 3), color::kText, label.c_str());
+      dl->PopClipRect();
+      dl->PushClipRect(ImVec2(f.x0, std::max(y, f.lanes_top)), ImVec2(f.x0 + f.width, y + h), true);
+      lane->draw(ctx, y);
+      dl->PopClipRect();
+    }
+    y += h + 3;
+    dl->AddLine(ImVec2(f.p0.x, y - 2), ImVec2(f.p0.x + f.size.x, y - 2), IM_COL32(45, 47, 55, 255));
+    rank_spans.back().second = y;
+  }
+  // Step boundaries across each rank's lanes, with the step number.
+  for (std::size_t i = 0; i < rank_ids.size(); ++i) {
+    for (const auto& s : m.run.steps) {
+      if (s.rank != rank_ids[i]) continue;
+      float sx = f.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(s.start_ns)));
+      if (sx < f.x0 || sx > f.x0 + f.width) continue;
+      dl->AddLine(ImVec2(sx, rank_spans[i].first - f.row_h - 2), ImVec2(sx, rank_spans[i].second), IM_COL32(255, 255, 255, 70), 1.0f);
+      std::string t = "step " + std::to_string(s.step);
+      dl->AddText(ImVec2(sx + 3, rank_spans[i].first - f.row_h), IM_COL32(255, 255, 255, 150), t.c_str());
+    }
+  }
+  return y;
+}
+
+void second_run_controls(App& app, TimelineState& st, const RunModel& m) {
+  if (!app.second) return;
+  ImGui::SameLine(0, 20);
+  ImGui::Checkbox("second run", &st.show_second);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show %s's lanes below this run's", app.second->title().c_str());
+  if (!st.show_second) return;
+  ImGui::SameLine();
+  ImGui::Checkbox("align at step", &st.align);
+  if (ImGui::IsItemHovered()) ImGui::SetTooltip("Shift the second run so its step N starts where this run's does (else: run starts)");
+  ImGui::SameLine();
+  if (st.align_step < 0) st.align_step = first_steady_step(m.run.steps).value_or(0);
+  ImGui::SetNextItemWidth(90);
+  ImGui::InputInt("##alignstep", &st.align_step);
+  st.align_step = std::max(st.align_step, 0);
+}
+
 }  // namespace
 
 void draw_timeline(App& app) {
@@ -279,73 +396,49 @@ void draw_timeline(App& app) {
   dl->PushClipRect(p0, ImVec2(p0.x + size.x, p0.y + size.y), true);
   dl->AddRectFilled(p0, ImVec2(p0.x + size.x, p0.y + size.y), IM_COL32(20, 21, 25, 255));
 
-  // Lanes, scrolled vertically under the ruler.
-  float total_h = 0;
-  std::vector<int> ranks_seen;
-  for (const auto& lane : st.lanes) {
-    if (std::find(ranks_seen.begin(), ranks_seen.end(), lane->rank()) == ranks_seen.end()) {
-      ranks_seen.push_back(lane->rank());
-      total_h += row_h + 2;
+  // Lanes, scrolled vertically under the ruler: the run's, then a second run's in its own group.
+  const RunModel* second = (app.second && st.show_second) ? app.second.get() : nullptr;
+  Alignment alignment;
+  if (second) {
+    if (st.second_for != second) {
+      st.second_lanes = make_lanes(*second);
+      st.second_for = second;
     }
-    if (std::find(st.collapsed.begin(), st.collapsed.end(), lane->rank()) == st.collapsed.end()) total_h += lane->height(row_h) + 3;
+    std::optional<int> step;
+    if (st.align) step = st.align_step >= 0 ? std::optional<int>(st.align_step) : first_steady_step(m.run.steps);
+    alignment = align_runs(m.run.steps, m.t_min_ns, second->run.steps, second->t_min_ns, step);
   }
+  LaneGroup groups[2] = {{&m, &st.lanes, 0, 0.0, ""}, {second, &st.second_lanes, kSecondRunRanks, alignment.offset_ns, ""}};
+  if (second) {
+    groups[0].title = "this run: " + m.title();
+    groups[1].title = "second run: " + second->title() +
+                      (alignment.step ? "   (step " + std::to_string(*alignment.step) + " starts where this run's does)"
+                                      : "   (aligned at the start of the runs)");
+  }
+  const int group_count = second ? 2 : 1;
+  float total_h = 0;
+  for (int g = 0; g < group_count; ++g) total_h += group_height(groups[g], st, row_h);
   const float lanes_top = p0.y + ruler_h;
   const float lanes_h = size.y - ruler_h;
   st.scroll_y = std::clamp(st.scroll_y, 0.0f, std::max(0.0f, total_h - lanes_h + row_h));
 
   static std::vector<DrawRun> scratch;  // reused across frames: no per-frame allocation
-  LaneContext ctx{m, st, dl, st.view, x0, row_h, mouse, in_lanes, scratch, std::nullopt, 0};
-  if (st.selected) ctx.linked_corr = corr_of(m, *st.selected);
-  if (st.hovered && corr_of(m, *st.hovered) != 0) ctx.linked_corr = corr_of(m, *st.hovered);
+  std::optional<EventRef> hovered_event;
+  std::uint64_t linked = 0;
+  if (st.selected) linked = corr_of(m, *st.selected);
+  if (st.hovered && corr_of(m, *st.hovered) != 0) linked = corr_of(m, *st.hovered);
 
   dl->PushClipRect(ImVec2(p0.x, lanes_top), ImVec2(p0.x + size.x, p0.y + size.y), true);
   float y = lanes_top - st.scroll_y;
-  int current_rank = INT32_MIN;
-  std::vector<std::pair<float, float>> rank_spans;  // y extent of each rank's lanes, for step lines
-  std::vector<int> rank_ids;
-  for (const auto& lane : st.lanes) {
-    if (lane->rank() != current_rank) {
-      current_rank = lane->rank();
-      bool folded = std::find(st.collapsed.begin(), st.collapsed.end(), current_rank) != st.collapsed.end();
-      dl->AddRectFilled(ImVec2(p0.x, y), ImVec2(p0.x + size.x, y + row_h), IM_COL32(38, 40, 48, 255));
-      std::string head = std::string(folded ? "+ " : "- ") + "rank " + std::to_string(current_rank);
-      for (const auto& r : m.run.ranks)
-        if (r.rank == current_rank) head += "   " + r.device + " @ " + r.host;
-      dl->AddText(ImVec2(p0.x + 6, y + 2), color::kText, head.c_str());
-      if (hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && mouse.y >= y && mouse.y < y + row_h && mouse.x < x0) {
-        if (folded) std::erase(st.collapsed, current_rank);
-        else st.collapsed.push_back(current_rank);
-      }
-      y += row_h + 2;
-      rank_spans.push_back({y, y});
-      rank_ids.push_back(current_rank);
-    }
-    if (std::find(st.collapsed.begin(), st.collapsed.end(), lane->rank()) != st.collapsed.end()) continue;
-    float h = lane->height(row_h);
-    if (y + h >= lanes_top && y <= p0.y + size.y) {
-      dl->AddRectFilled(ImVec2(p0.x, y), ImVec2(x0 - 2, y + h), IM_COL32(30, 31, 37, 255));
-      std::string label = lane->label();
-      dl->PushClipRect(ImVec2(p0.x, y), ImVec2(x0 - 4, y + h), true);
-      dl->AddText(ImVec2(p0.x + 14, y + 3), color::kText, label.c_str());
-      dl->PopClipRect();
-      dl->PushClipRect(ImVec2(x0, std::max(y, lanes_top)), ImVec2(x0 + width, y + h), true);
-      lane->draw(ctx, y);
-      dl->PopClipRect();
-    }
-    y += h + 3;
-    dl->AddLine(ImVec2(p0.x, y - 2), ImVec2(p0.x + size.x, y - 2), IM_COL32(45, 47, 55, 255));
-    rank_spans.back().second = y;
-  }
-  // Step boundaries across each rank's lanes, with the step number.
-  for (std::size_t i = 0; i < rank_ids.size(); ++i) {
-    for (const auto& s : m.run.steps) {
-      if (s.rank != rank_ids[i]) continue;
-      float sx = x0 + static_cast<float>(st.view.to_px(static_cast<double>(s.start_ns)));
-      if (sx < x0 || sx > x0 + width) continue;
-      dl->AddLine(ImVec2(sx, rank_spans[i].first - row_h - 2), ImVec2(sx, rank_spans[i].second), IM_COL32(255, 255, 255, 70), 1.0f);
-      std::string t = "step " + std::to_string(s.step);
-      dl->AddText(ImVec2(sx + 3, rank_spans[i].first - row_h), IM_COL32(255, 255, 255, 150), t.c_str());
-    }
+  GroupFrame frame{dl, p0, size, x0, width, row_h, lanes_top, mouse, in_lanes, hovered};
+  for (int g = 0; g < group_count; ++g) {
+    // The second run has its own string and track ids: nothing of the first run's selection applies.
+    TimelineState unrelated;
+    TimelineState& gs = g == 0 ? st : unrelated;
+    LaneContext ctx{*groups[g].model, gs, dl, shifted(st.view, groups[g].offset_ns), x0, row_h, mouse, in_lanes, scratch, std::nullopt,
+                    g == 0 ? linked : 0};
+    y = draw_group(groups[g], ctx, st, frame, y);
+    if (g == 0) hovered_event = ctx.hovered;
   }
   dl->PopClipRect();
 
@@ -390,10 +483,10 @@ void draw_timeline(App& app) {
   dl->PopClipRect();
 
   // Click without drag: select what is under the mouse (or clear).
-  st.hovered = ctx.hovered;
+  st.hovered = hovered_event;
   if (ImGui::IsItemDeactivated() && io.MouseDragMaxDistanceSqr[ImGuiMouseButton_Left] < 9.0f && mouse.x >= x0) {
-    st.selected = ctx.hovered;
-    if (ctx.hovered) st.range_sel.reset();
+    st.selected = hovered_event;
+    if (hovered_event) st.range_sel.reset();
   }
 
   ImGui::BeginChild("##details", ImVec2(0, 0), false);

@@ -1,0 +1,21 @@
+// The Ops view's "vs second run" columns, free of ImGui: for each op of the first run, the difference
+// of its mean and total time against the op of the same name and category in a second run.
+#pragma once
+
+#include <vector>
+
+#include "profiler/analysis/op_stats.hpp"
+
+namespace wb::view {
+
+struct OpDelta {
+  bool present = false;     // the second run has this op
+  double mean_ns = 0.0;     // this run's mean minus the second run's
+  double total_ns = 0.0;    // this run's total minus the second run's
+  double mean_ratio = 0.0;  // mean_ns over the second run's mean (0 when that mean is 0)
+};
+
+// One entry per op of `ops`, in its order.
+std::vector<OpDelta> op_deltas(const std::vector<analysis::OpStat>& ops, const std::vector<analysis::OpStat>& second);
+
+}  // namespace wb::view
