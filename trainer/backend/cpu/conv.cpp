@@ -17,25 +17,8 @@ struct ConvGeometry {
 };
 
 ConvGeometry geometry(const Shape& x, const Shape& w, const Conv2dParams& p, const char* op) {
-  if (x.rank() != 4 || w.rank() != 4) {
-    throw BackendError(std::string(op) + ": expected x (N,C,H,W) and w (O,C,K,K), got x " + x.to_string() + " w " +
-                       w.to_string());
-  }
-  if (w[1] != x[1] || w[2] != w[3]) {
-    throw BackendError(std::string(op) + ": weight " + w.to_string() + " does not fit input " + x.to_string() +
-                       " (need w[1] == C and a square kernel)");
-  }
-  if (p.stride < 1 || p.pad < 0) {
-    throw BackendError(std::string(op) + ": stride must be >= 1 and pad >= 0, got stride " + std::to_string(p.stride) +
-                       " pad " + std::to_string(p.pad));
-  }
-  std::int64_t oh = (x[2] + 2 * p.pad - w[2]) / p.stride + 1;
-  std::int64_t ow = (x[3] + 2 * p.pad - w[3]) / p.stride + 1;
-  if (x[2] + 2 * p.pad < w[2] || x[3] + 2 * p.pad < w[3]) {
-    throw BackendError(std::string(op) + ": kernel " + std::to_string(w[2]) + " is larger than the padded input " +
-                       x.to_string());
-  }
-  return {{x[0], x[1], x[2], x[3]}, {w[0], w[1], w[2], w[3]}, {x[0], w[0], oh, ow}, {p.stride, p.stride},
+  const Shape y = conv2d_output_shape(x, w, p, op);
+  return {{x[0], x[1], x[2], x[3]}, {w[0], w[1], w[2], w[3]}, {y[0], y[1], y[2], y[3]}, {p.stride, p.stride},
           {p.pad, p.pad}};
 }
 
@@ -142,10 +125,7 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
 void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                          const Conv2dParams& p) {
   apply_threads();
-  check_f32(x, 4, "conv2d_backward_weights", "x");
-  check_f32(dy, 4, "conv2d_backward_weights", "dy");
-  check_f32(dw, 4, "conv2d_backward_weights", "dw");
-  if (!dw.is_plain()) throw BackendError("conv2d_backward_weights: dw must be plain OIHW");
+  check_conv2d_backward_weights(x, dy, dw, nullptr);
   CacheKey key = conv_key(kOpConvBwdWeights, x.shape(), dw.shape(), p);
   auto* e = static_cast<ConvBwdWeights*>(find(key));
   if (!e) {

@@ -40,12 +40,7 @@ void CpuBackend::apply_threads() const {
   if (threads_ > 0 && omp_get_max_threads() != threads_) omp_set_num_threads(threads_);
 }
 
-CpuTensorImpl& CpuBackend::impl(const Tensor& t) {
-  if (!t.defined()) throw BackendError("cpu backend: an input tensor is undefined");
-  auto* p = dynamic_cast<CpuTensorImpl*>(t.impl());
-  if (!p) throw BackendError("cpu backend: tensor " + t.shape().to_string() + " belongs to another backend");
-  return *p;
-}
+CpuTensorImpl& CpuBackend::impl(const Tensor& t) { return impl_as<CpuTensorImpl>(t, "cpu"); }
 
 memory::desc CpuBackend::plain_md(const Shape& shape, DType dtype) {
   if (dtype == DType::i64) return {};
@@ -56,17 +51,6 @@ memory::desc CpuBackend::plain_md(const Shape& shape, DType dtype) {
                                             memory::format_tag::abc, memory::format_tag::abcd};
   auto dt = dtype == DType::f32 ? memory::data_type::f32 : memory::data_type::s32;
   return memory::desc(dims, dt, tags[dims.size() - 1]);
-}
-
-void CpuBackend::check_f32(const Tensor& t, int rank, const char* op, const char* what) {
-  if (!t.defined()) throw BackendError(std::string(op) + ": " + what + " is undefined");
-  if (t.dtype() != DType::f32) {
-    throw BackendError(std::string(op) + ": " + what + " must be f32, got " + dtype_name(t.dtype()));
-  }
-  if (rank > 0 && t.shape().rank() != rank) {
-    throw BackendError(std::string(op) + ": " + what + " must have " + std::to_string(rank) + " dimensions, got " +
-                       t.shape().to_string());
-  }
 }
 
 int CpuBackend::layout_id(const memory::desc& m) {
@@ -113,22 +97,9 @@ Tensor CpuBackend::empty(const Shape& shape, DType dtype) {
 }
 
 Tensor CpuBackend::view(const Tensor& base, std::size_t offset, const Shape& shape) {
-  auto& b = impl(base);
-  if (!b.plain) throw BackendError("cpu backend view: the base tensor " + b.shape.to_string() + " is not plain");
-  std::size_t n = static_cast<std::size_t>(shape.numel());
-  if (offset + n > static_cast<std::size_t>(b.shape.numel())) {
-    throw BackendError("cpu backend view: elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
-                       ") exceed the base tensor's " + std::to_string(b.shape.numel()));
-  }
-  auto t = std::make_shared<CpuTensorImpl>();
-  t->shape = shape;
-  t->dtype = b.dtype;
-  t->owner = this;
-  t->storage = b.storage;
-  t->data = static_cast<char*>(b.data) + offset * dtype_size(b.dtype);
-  t->bytes = n * dtype_size(b.dtype);
-  if (b.dtype != DType::i64) {
-    t->md = plain_md(shape, b.dtype);
+  auto t = make_view_impl(impl(base), offset, shape, *this);
+  if (t->dtype != DType::i64) {
+    t->md = plain_md(shape, t->dtype);
     t->mem = memory(t->md, engine_, t->data);
     t->layout_id = layout_id(t->md);
   }
@@ -261,29 +232,10 @@ dnnl::primitive_attr CpuBackend::attr(bool relu_post_op) const {
 
 // ---- host transfers -------------------------------------------------------------------------------
 
-namespace {
-
-void check_host_size(const Tensor& t, std::size_t n, const char* what) {
-  if (n != static_cast<std::size_t>(t.numel())) {
-    throw BackendError(std::string("cpu backend ") + what + ": host buffer has " + std::to_string(n) +
-                       " elements, tensor " + t.shape().to_string() + " has " + std::to_string(t.numel()));
-  }
-}
-
-void check_dtype(const Tensor& t, DType want, const char* what) {
-  if (t.dtype() != want) {
-    throw BackendError(std::string("cpu backend ") + what + ": tensor is " + dtype_name(t.dtype()) + ", expected " +
-                       dtype_name(want));
-  }
-}
-
-}  // namespace
-
 void CpuBackend::from_host(const Tensor& dst, std::span<const float> src) {
   apply_threads();
   auto& d = impl(dst);
-  check_dtype(dst, DType::f32, "from_host");
-  check_host_size(dst, src.size(), "from_host");
+  check_host_transfer(dst, DType::f32, src.size(), name(), "from_host");
   note_write(d.data, d.bytes);
   if (d.plain) {
     std::memcpy(d.data, src.data(), src.size_bytes());
@@ -295,16 +247,14 @@ void CpuBackend::from_host(const Tensor& dst, std::span<const float> src) {
 
 void CpuBackend::from_host(const Tensor& dst, std::span<const std::int32_t> src) {
   auto& d = impl(dst);
-  check_dtype(dst, DType::i32, "from_host");
-  check_host_size(dst, src.size(), "from_host");
+  check_host_transfer(dst, DType::i32, src.size(), name(), "from_host");
   std::memcpy(d.data, src.data(), src.size_bytes());
 }
 
 void CpuBackend::to_host(const Tensor& src, std::span<float> dst) {
   apply_threads();
   auto& s = impl(src);
-  check_dtype(src, DType::f32, "to_host");
-  check_host_size(src, dst.size(), "to_host");
+  check_host_transfer(src, DType::f32, dst.size(), name(), "to_host");
   if (s.plain) {
     std::memcpy(dst.data(), s.data, dst.size_bytes());
     return;
@@ -315,8 +265,7 @@ void CpuBackend::to_host(const Tensor& src, std::span<float> dst) {
 
 void CpuBackend::to_host(const Tensor& src, std::span<std::int32_t> dst) {
   auto& s = impl(src);
-  check_dtype(src, DType::i32, "to_host");
-  check_host_size(src, dst.size(), "to_host");
+  check_host_transfer(src, DType::i32, dst.size(), name(), "to_host");
   std::memcpy(dst.data(), s.data, dst.size_bytes());
 }
 
@@ -324,10 +273,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   apply_threads();
   auto& s = impl(src);
   auto& d = impl(dst);
-  if (!(s.shape == d.shape) || s.dtype != d.dtype) {
-    throw BackendError("cpu backend copy: source " + s.shape.to_string() + " " + dtype_name(s.dtype) +
-                       " and destination " + d.shape.to_string() + " " + dtype_name(d.dtype) + " differ");
-  }
+  check_copy(src, dst, name());
   note_write(d.data, d.bytes);
   if (s.dtype != DType::f32 || s.md == d.md) {
     std::memcpy(d.data, s.data, std::min(s.bytes, d.bytes));
@@ -339,7 +285,7 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
 void CpuBackend::fill(const Tensor& dst, float value) {
   apply_threads();
   auto& d = impl(dst);
-  check_dtype(dst, DType::f32, "fill");
+  check_dtype(dst, DType::f32, name(), "fill");
   note_write(d.data, d.bytes);
   if (d.plain) {
     std::fill_n(static_cast<float*>(d.data), d.shape.numel(), value);

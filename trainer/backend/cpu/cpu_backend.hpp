@@ -21,6 +21,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "trainer/backend/backend.hpp"
+#include "trainer/backend/cache_key.hpp"
+#include "trainer/backend/checks.hpp"
 
 namespace wb::backend::cpu {
 
@@ -32,32 +34,9 @@ class CpuTensorImpl final : public TensorImpl {
   std::shared_ptr<void> storage;     // the allocation (shared with views)
 };
 
-// Fixed-capacity integer key for the primitive cache (no allocation when looking up).
-struct CacheKey {
-  std::array<std::int64_t, 28> v{};
-  int n = 0;
-  CacheKey& add(std::int64_t x) {
-    v[static_cast<std::size_t>(n++)] = x;
-    return *this;
-  }
-  CacheKey& add(const Shape& s) {
-    add(s.rank());
-    for (int i = 0; i < s.rank(); ++i) add(s[i]);
-    return *this;
-  }
-  bool operator==(const CacheKey& o) const { return n == o.n && v == o.v; }
-};
-
-struct CacheKeyHash {
-  std::size_t operator()(const CacheKey& k) const {
-    std::uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < k.n; ++i) {
-      h ^= static_cast<std::uint64_t>(k.v[static_cast<std::size_t>(i)]);
-      h *= 1099511628211ull;
-    }
-    return static_cast<std::size_t>(h);
-  }
-};
+// The primitive cache's key: op code, shapes, layout ids and parameters.
+using CacheKey = FixedKey<28>;
+using CacheKeyHash = FixedKeyHash;
 
 // A cached primitive with its descriptors; op files derive from it.
 struct Entry {
@@ -150,8 +129,6 @@ class CpuBackend final : public Backend {
   static CpuTensorImpl& impl(const Tensor& t);
   static const dnnl::memory::desc& md(const Tensor& t) { return impl(t).md; }
   static dnnl::memory::desc plain_md(const Shape& shape, DType dtype = DType::f32);
-  // An f32 tensor for op `op` (named in errors) with the expected rank; throws BackendError otherwise.
-  static void check_f32(const Tensor& t, int rank, const char* op, const char* what);
 
   // Makes `t` a tensor of `shape` in layout `want` unless it already is one.
   void ensure(Tensor& t, const Shape& shape, const dnnl::memory::desc& want);

@@ -49,17 +49,8 @@ struct PoolGeometry {
 };
 
 PoolGeometry max_geometry(const Shape& x, const Pool2dParams& p) {
-  if (p.kernel < 1 || p.stride < 1 || p.pad < 0 || 2 * p.pad > p.kernel) {
-    throw BackendError("maxpool: need kernel >= 1, stride >= 1, 0 <= pad <= kernel / 2; got kernel " +
-                       std::to_string(p.kernel) + " stride " + std::to_string(p.stride) + " pad " +
-                       std::to_string(p.pad));
-  }
-  if (x[2] + 2 * p.pad < p.kernel || x[3] + 2 * p.pad < p.kernel) {
-    throw BackendError("maxpool: kernel " + std::to_string(p.kernel) + " is larger than the padded input " +
-                       x.to_string());
-  }
-  std::int64_t oh = (x[2] + 2 * p.pad - p.kernel) / p.stride + 1;
-  std::int64_t ow = (x[3] + 2 * p.pad - p.kernel) / p.stride + 1;
+  const Shape y = maxpool_output_shape(x, p, "maxpool");
+  const std::int64_t oh = y[2], ow = y[3];
   // Right padding such that oneDNN's output size equals torch's floor-mode size exactly.
   std::int64_t rh = (oh - 1) * p.stride + p.kernel - x[2] - p.pad;
   std::int64_t rw = (ow - 1) * p.stride + p.kernel - x[3] - p.pad;
@@ -95,11 +86,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
 
 void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   apply_threads();
-  check_f32(y, 0, "relu_backward", "y");
-  check_f32(dy, 0, "relu_backward", "dy");
-  if (!(y.shape() == dy.shape())) {
-    throw BackendError("relu_backward: dy " + dy.shape().to_string() + " differs from y " + y.shape().to_string());
-  }
+  check_relu_backward(y, dy, nullptr);
   CacheKey key;
   key.add(kOpReluBwd).add(y.shape()).add(impl(y).layout_id);
   auto* e = static_cast<ReluBwd*>(find(key));
@@ -125,11 +112,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 
 void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) {
   apply_threads();
-  check_f32(a, 0, "add", "a");
-  check_f32(b, 0, "add", "b");
-  if (!(a.shape() == b.shape())) {
-    throw BackendError("add: shapes differ, a " + a.shape().to_string() + " b " + b.shape().to_string());
-  }
+  check_add(a, b, nullptr);
   CacheKey key;
   key.add(kOpAdd).add(a.shape()).add(impl(a).layout_id).add(relu);
   auto* e = static_cast<AddEntry*>(find(key));
@@ -239,13 +222,8 @@ void CpuBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
 
 void CpuBackend::global_avgpool_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   apply_threads();
-  check_f32(x, 4, "global_avgpool_backward", "x");
-  check_f32(dy, 4, "global_avgpool_backward", "dy");
+  check_global_avgpool_backward(x, dy, nullptr);
   const Shape& xs = x.shape();
-  if (!(dy.shape() == Shape{xs[0], xs[1], 1, 1})) {
-    throw BackendError("global_avgpool_backward: dy must be (N,C,1,1) for x " + xs.to_string() + ", got " +
-                       dy.shape().to_string());
-  }
   CacheKey key;
   key.add(kOpGapBwd).add(xs).add(impl(x).layout_id);
   auto* e = static_cast<PoolBwd*>(find(key));

@@ -1,7 +1,6 @@
 // The classifier (oneDNN inner product on plain data, torch's [out, in] weight layout) and softmax
 // cross-entropy with label smoothing (plain C++, the batch is small).
 #include <cmath>
-#include <string>
 
 #include "trainer/backend/cpu/cpu_backend.hpp"
 
@@ -38,28 +37,11 @@ struct LinBwdWeights final : Entry {
 
 memory::desc f32(const memory::dims& d, tag t) { return memory::desc(d, memory::data_type::f32, t); }
 
-void check_linear(const Tensor& x, const Tensor& w, const char* op) {
-  CpuBackend::check_f32(x, 0, op, "x");
-  CpuBackend::check_f32(w, 2, op, "w");
-  const Shape& xs = x.shape();
-  bool ok = xs.rank() == 2 || (xs.rank() == 4 && xs[2] == 1 && xs[3] == 1);
-  if (!ok) throw BackendError(std::string(op) + ": x must be (N,IN) or (N,IN,1,1), got " + xs.to_string());
-  if (w.shape()[1] != xs[1]) {
-    throw BackendError(std::string(op) + ": weight " + w.shape().to_string() + " does not fit x " + xs.to_string());
-  }
-  if (!w.is_plain()) throw BackendError(std::string(op) + ": w must be plain (OUT,IN)");
-}
-
 }  // namespace
 
 void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   apply_threads();
-  check_linear(x, w, "linear_forward");
-  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  check_f32(b, 1, "linear_forward", "b");
-  if (b.shape()[0] != out || !b.is_plain()) {
-    throw BackendError("linear_forward: bias must be plain (" + std::to_string(out) + "), got " + b.shape().to_string());
-  }
+  const auto [n, in, out] = check_linear_forward(x, w, b, nullptr);
   CacheKey key;
   key.add(kOpLinFwd).add(x.shape()).add(out);
   auto* e = static_cast<LinFwd*>(find(key));
@@ -87,17 +69,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
 void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, const Tensor& dw,
                                  const Tensor& db) {
   apply_threads();
-  check_linear(x, w, "linear_backward");
-  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  check_f32(dy, 2, "linear_backward", "dy");
-  check_f32(dw, 2, "linear_backward", "dw");
-  check_f32(db, 1, "linear_backward", "db");
-  if (!(dy.shape() == Shape{n, out}) || !(dw.shape() == w.shape()) || db.shape()[0] != out || !dw.is_plain() ||
-      !db.is_plain()) {
-    throw BackendError("linear_backward: expected dy (" + std::to_string(n) + ", " + std::to_string(out) +
-                       "), plain dw like w and plain db (" + std::to_string(out) + "); got dy " +
-                       dy.shape().to_string() + " dw " + dw.shape().to_string() + " db " + db.shape().to_string());
-  }
+  const auto [n, in, out] = check_linear_backward(x, w, dy, dw, db, nullptr);
   auto src = f32({n, in}, tag::ab), wei = f32({out, in}, tag::ab), bias = f32({out}, tag::a),
        dst = f32({n, out}, tag::ab);
   CacheKey key;
@@ -141,38 +113,11 @@ void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor&
 
 namespace {
 
-struct Targets {
-  float on, off;
-};
-
-Targets targets(const LossParams& p, std::int64_t k, const char* op) {
-  if (!(p.smoothing >= 0.0f && p.smoothing < 1.0f)) {
-    throw BackendError(std::string(op) + ": label smoothing must be in [0, 1), got " + std::to_string(p.smoothing));
-  }
-  if (p.convention == LossConvention::mindspore) {
-    if (k < 2 && p.smoothing > 0.0f) throw BackendError(std::string(op) + ": mindspore smoothing needs >= 2 classes");
-    float off = k > 1 ? p.smoothing / static_cast<float>(k - 1) : 0.0f;
-    return {1.0f - p.smoothing, off};
-  }
-  float off = p.smoothing / static_cast<float>(k);
-  return {1.0f - p.smoothing + off, off};
-}
-
 void check_loss_inputs(const Tensor& logits, const Tensor& labels, const char* op) {
-  CpuBackend::check_f32(logits, 2, op, "logits");
-  if (!logits.is_plain()) throw BackendError(std::string(op) + ": logits must be plain (N,K)");
-  if (!labels.defined() || labels.dtype() != DType::i32 || labels.shape().rank() != 1 ||
-      labels.shape()[0] != logits.shape()[0]) {
-    throw BackendError(std::string(op) + ": labels must be i32 (" + std::to_string(logits.shape()[0]) + ")");
-  }
-  const std::int32_t* y = labels.data_as<std::int32_t>();
-  const std::int64_t k = logits.shape()[1];
-  for (std::int64_t i = 0; i < labels.shape()[0]; ++i) {
-    if (y[i] < 0 || y[i] >= k) {
-      throw BackendError(std::string(op) + ": label " + std::to_string(y[i]) + " at batch index " +
-                         std::to_string(i) + " is outside [0, " + std::to_string(k) + ")");
-    }
-  }
+  check_logits(logits, op, nullptr);
+  check_labels(labels, logits.shape()[0], op, nullptr);
+  check_label_range({labels.data_as<std::int32_t>(), static_cast<std::size_t>(labels.shape()[0])}, logits.shape()[1],
+                    op);
 }
 
 }  // namespace
@@ -181,7 +126,7 @@ void CpuBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tenso
                                                Tensor& loss, Tensor& probs) {
   check_loss_inputs(logits, labels, "softmax_cross_entropy_forward");
   const std::int64_t n = logits.shape()[0], k = logits.shape()[1];
-  Targets t = targets(p, k, "softmax_cross_entropy_forward");
+  const LossTargets t = loss_targets(p, k, "softmax_cross_entropy_forward");
   ensure(loss, Shape{1}, plain_md(Shape{1}));
   ensure(probs, logits.shape(), plain_md(logits.shape()));
   const float* z = logits.data_as<float>();
@@ -211,7 +156,7 @@ void CpuBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tenso
                                                 Tensor& dlogits) {
   check_loss_inputs(probs, labels, "softmax_cross_entropy_backward");
   const std::int64_t n = probs.shape()[0], k = probs.shape()[1];
-  Targets t = targets(p, k, "softmax_cross_entropy_backward");
+  const LossTargets t = loss_targets(p, k, "softmax_cross_entropy_backward");
   ensure(dlogits, probs.shape(), plain_md(probs.shape()));
   const float* pr = probs.data_as<float>();
   const std::int32_t* y = labels.data_as<std::int32_t>();

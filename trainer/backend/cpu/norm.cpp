@@ -1,7 +1,6 @@
 // Batch normalisation on oneDNN, in the input's own (usually blocked) layout. oneDNN returns the biased
 // batch variance; the running variance gets the unbiased one (n / (n - 1)) as torch's does.
 #include <cstring>
-#include <string>
 
 #include "trainer/backend/cpu/cpu_backend.hpp"
 
@@ -39,31 +38,17 @@ std::int64_t float_bits(float f) {
   return b;
 }
 
-void check_channels(const Tensor& t, std::int64_t c, const char* op, const char* what) {
-  CpuBackend::check_f32(t, 1, op, what);
-  if (t.shape()[0] != c || !t.is_plain()) {
-    throw BackendError(std::string(op) + ": " + what + " must be plain (" + std::to_string(c) + "), got " +
-                       t.shape().to_string());
-  }
-}
-
 }  // namespace
 
 void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                                          const Tensor& running_mean, const Tensor& running_var,
                                          BatchNormState& state, const BatchNormParams& p) {
   apply_threads();
-  check_f32(x, 4, "batchnorm_forward_train", "x");
+  const std::int64_t c =
+      check_batchnorm_forward(x, gamma, beta, running_mean, running_var, "batchnorm_forward_train", nullptr);
   const Shape& xs = x.shape();
-  const std::int64_t c = xs[1];
-  check_channels(gamma, c, "batchnorm_forward_train", "gamma");
-  check_channels(beta, c, "batchnorm_forward_train", "beta");
-  check_channels(running_mean, c, "batchnorm_forward_train", "running_mean");
-  check_channels(running_var, c, "batchnorm_forward_train", "running_var");
+  check_batchnorm_batch(xs, "batchnorm_forward_train");
   const std::int64_t n = xs[0] * xs[2] * xs[3];
-  if (n < 2) {
-    throw BackendError("batchnorm_forward_train: need more than one value per channel, got input " + xs.to_string());
-  }
   CacheKey key;
   key.add(kOpBnTrain).add(xs).add(impl(x).layout_id).add(p.fuse_relu).add(float_bits(p.eps));
   auto* e = static_cast<BnFwd*>(find(key));
@@ -116,13 +101,8 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
                                         const Tensor& running_mean, const Tensor& running_var,
                                         const BatchNormParams& p) {
   apply_threads();
-  check_f32(x, 4, "batchnorm_forward_eval", "x");
+  check_batchnorm_forward(x, gamma, beta, running_mean, running_var, "batchnorm_forward_eval", nullptr);
   const Shape& xs = x.shape();
-  const std::int64_t c = xs[1];
-  check_channels(gamma, c, "batchnorm_forward_eval", "gamma");
-  check_channels(beta, c, "batchnorm_forward_eval", "beta");
-  check_channels(running_mean, c, "batchnorm_forward_eval", "running_mean");
-  check_channels(running_var, c, "batchnorm_forward_eval", "running_var");
   CacheKey key;
   key.add(kOpBnEval).add(xs).add(impl(x).layout_id).add(p.fuse_relu).add(float_bits(p.eps));
   auto* e = static_cast<BnFwd*>(find(key));
@@ -147,17 +127,8 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
                                     const BatchNormState& state, Tensor& dx, const Tensor& dgamma,
                                     const Tensor& dbeta, const BatchNormParams& p) {
   apply_threads();
-  check_f32(x, 4, "batchnorm_backward", "x");
-  check_f32(dy, 4, "batchnorm_backward", "dy");
+  check_batchnorm_backward(x, dy, gamma, beta, dgamma, dbeta, nullptr);
   const Shape& xs = x.shape();
-  if (!(dy.shape() == xs)) {
-    throw BackendError("batchnorm_backward: dy " + dy.shape().to_string() + " differs from x " + xs.to_string());
-  }
-  const std::int64_t c = xs[1];
-  check_channels(gamma, c, "batchnorm_backward", "gamma");
-  check_channels(beta, c, "batchnorm_backward", "beta");
-  check_channels(dgamma, c, "batchnorm_backward", "dgamma");
-  check_channels(dbeta, c, "batchnorm_backward", "dbeta");
   if (!state.mean.defined() || !state.var.defined() || (p.fuse_relu && !state.workspace.defined())) {
     throw BackendError("batchnorm_backward: the state of a training forward (with the same fuse_relu) is missing");
   }

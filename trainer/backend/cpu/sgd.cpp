@@ -1,6 +1,4 @@
 // Fused momentum-SGD over the contiguous parameter, gradient and momentum buffers (torch.optim.SGD).
-#include <string>
-
 #include "trainer/backend/cpu/cpu_backend.hpp"
 
 namespace wb::backend::cpu {
@@ -8,21 +6,7 @@ namespace wb::backend::cpu {
 void CpuBackend::sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
                             std::span<const ParamSegment> segments, const SgdParams& p) {
   apply_threads();
-  for (const Tensor* t : {&params, &grads, &momentum}) {
-    check_f32(*t, 0, "sgd_update", "buffer");
-    if (!t->is_plain()) throw BackendError("sgd_update: buffers must be plain");
-  }
-  const std::size_t total = static_cast<std::size_t>(params.numel());
-  if (static_cast<std::size_t>(grads.numel()) != total || static_cast<std::size_t>(momentum.numel()) != total) {
-    throw BackendError("sgd_update: params, grads and momentum differ in size (" + std::to_string(total) + ", " +
-                       std::to_string(grads.numel()) + ", " + std::to_string(momentum.numel()) + ")");
-  }
-  for (const auto& s : segments) {
-    if (s.offset + s.numel > total) {
-      throw BackendError("sgd_update: segment [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.numel) +
-                         ") is outside the " + std::to_string(total) + "-element buffers");
-    }
-  }
+  check_sgd_segments(segments, check_sgd_buffers(params, grads, momentum, nullptr));
   bump_param_generation();
   float* w = params.data_as<float>();
   const float* g = grads.data_as<float>();

@@ -52,26 +52,6 @@ int as_int(std::int64_t v, const char* op) {
   return static_cast<int>(v);
 }
 
-Shape geometry(const Shape& x, const Shape& w, const Conv2dParams& p, const char* op) {
-  if (x.rank() != 4 || w.rank() != 4) {
-    throw BackendError(std::string(op) + ": expected x (N,C,H,W) and w (O,C,K,K), got x " + x.to_string() + " w " +
-                       w.to_string());
-  }
-  if (w[1] != x[1] || w[2] != w[3]) {
-    throw BackendError(std::string(op) + ": weight " + w.to_string() + " does not fit input " + x.to_string() +
-                       " (need w[1] == C and a square kernel)");
-  }
-  if (p.stride < 1 || p.pad < 0) {
-    throw BackendError(std::string(op) + ": stride must be >= 1 and pad >= 0, got stride " + std::to_string(p.stride) +
-                       " pad " + std::to_string(p.pad));
-  }
-  if (x[2] + 2 * p.pad < w[2] || x[3] + 2 * p.pad < w[3]) {
-    throw BackendError(std::string(op) + ": kernel " + std::to_string(w[2]) + " is larger than the padded input " +
-                       x.to_string());
-  }
-  return Shape{x[0], w[0], (x[2] + 2 * p.pad - w[2]) / p.stride + 1, (x[3] + 2 * p.pad - w[3]) / p.stride + 1};
-}
-
 cudnnMathType_t search_math(Precision precision) {
   switch (precision) {
     case Precision::fp32: return CUDNN_FMA_MATH;
@@ -115,7 +95,7 @@ std::string describe(const Shape& x, const Shape& w, const Conv2dParams& p) {
 }
 
 ConvEntry& conv_entry(CudaBackend& be, const Shape& xs, const Shape& ws, const Conv2dParams& p, const char* op) {
-  const Shape ys = geometry(xs, ws, p, op);
+  const Shape ys = conv2d_output_shape(xs, ws, p, op);
   CacheKey key;
   key.add(kOpConv).add(xs).add(ws).add(p.stride).add(p.pad);
   if (auto* e = be.find(key)) return static_cast<ConvEntry&>(*e);
@@ -282,10 +262,7 @@ void CudaBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor
 void CudaBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Tensor& dw,
                                           const Conv2dParams& p) {
   activate();
-  check_f32(x, 4, "conv2d_backward_weights", "x");
-  check_f32(dy, 4, "conv2d_backward_weights", "dy");
-  check_f32(dw, 4, "conv2d_backward_weights", "dw");
-  if (!dw.is_plain()) throw BackendError("conv2d_backward_weights: dw must be plain OIHW");
+  check_conv2d_backward_weights(x, dy, dw, this);
   ConvEntry& e = conv_entry(*this, x.shape(), dw.shape(), p, "conv2d_backward_weights");
   if (!(dy.shape() == e.y_shape)) {
     throw BackendError("conv2d_backward_weights: dy must be " + e.y_shape.to_string() + " for " +

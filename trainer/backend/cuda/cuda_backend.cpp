@@ -34,23 +34,9 @@ kernels::Dims4 dims_of(const Shape& s) {
   return {s.numel(), 1, 1, 1};
 }
 
-void check_host_size(const Tensor& t, std::size_t n, const char* what) {
-  if (n != static_cast<std::size_t>(t.numel())) {
-    throw BackendError(std::string("cuda backend ") + what + ": host buffer has " + std::to_string(n) +
-                       " elements, tensor " + t.shape().to_string() + " has " + std::to_string(t.numel()));
-  }
-}
-
 // cuDNN's vectorised kernels may assume 16-byte aligned operands; views into the parameter buffers can
 // start anywhere.
 bool aligned(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-void check_dtype(const Tensor& t, DType want, const char* what) {
-  if (t.dtype() != want) {
-    throw BackendError(std::string("cuda backend ") + what + ": tensor is " + dtype_name(t.dtype()) + ", expected " +
-                       dtype_name(want));
-  }
-}
 
 }  // namespace
 
@@ -110,27 +96,7 @@ CudaBackend::Stats CudaBackend::stats() const {
 
 // ---- tensors ----------------------------------------------------------------------------------------
 
-CudaTensorImpl& CudaBackend::impl(const Tensor& t) {
-  if (!t.defined()) throw BackendError("cuda backend: an input tensor is undefined");
-  auto* p = dynamic_cast<CudaTensorImpl*>(t.impl());
-  if (!p) throw BackendError("cuda backend: tensor " + t.shape().to_string() + " belongs to another backend");
-  return *p;
-}
-
-void CudaBackend::check_f32(const Tensor& t, int rank, const char* op, const char* what) const {
-  if (!t.defined()) throw BackendError(std::string(op) + ": " + what + " is undefined");
-  if (t.backend() != this) {
-    throw BackendError(std::string(op) + ": " + what + " " + t.shape().to_string() +
-                       " belongs to another backend (expected one made by this cuda backend)");
-  }
-  if (t.dtype() != DType::f32) {
-    throw BackendError(std::string(op) + ": " + what + " must be f32, got " + dtype_name(t.dtype()));
-  }
-  if (rank > 0 && t.shape().rank() != rank) {
-    throw BackendError(std::string(op) + ": " + what + " must have " + std::to_string(rank) + " dimensions, got " +
-                       t.shape().to_string());
-  }
-}
+CudaTensorImpl& CudaBackend::impl(const Tensor& t) { return impl_as<CudaTensorImpl>(t, "cuda"); }
 
 Layout CudaBackend::act_layout(const Shape& shape) const {
   if (!channels_last_ || shape.rank() != 4 || shape[2] * shape[3] == 1) return Layout::nchw;
@@ -165,22 +131,8 @@ void CudaBackend::ensure(Tensor& t, const Shape& shape, Layout layout, DType dty
 Tensor CudaBackend::empty(const Shape& shape, DType dtype) { return allocate(shape, dtype, Layout::nchw); }
 
 Tensor CudaBackend::view(const Tensor& base, std::size_t offset, const Shape& shape) {
-  auto& b = impl(base);
-  if (!b.plain) throw BackendError("cuda backend view: the base tensor " + b.shape.to_string() + " is not plain");
-  const std::size_t n = static_cast<std::size_t>(shape.numel());
-  if (offset + n > static_cast<std::size_t>(b.shape.numel())) {
-    throw BackendError("cuda backend view: elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
-                       ") exceed the base tensor's " + std::to_string(b.shape.numel()));
-  }
-  auto t = std::make_shared<CudaTensorImpl>();
-  t->shape = shape;
-  t->dtype = b.dtype;
-  t->owner = this;
-  t->storage = b.storage;
-  t->data = static_cast<char*>(b.data) + offset * dtype_size(b.dtype);
-  t->bytes = n * dtype_size(b.dtype);
+  auto t = make_view_impl(impl(base), offset, shape, *this);
   t->layout = Layout::nchw;
-  t->plain = true;
   return Tensor(t);
 }
 
@@ -260,8 +212,7 @@ void CudaBackend::note_write(const void* data, std::size_t bytes) {
 void CudaBackend::from_host(const Tensor& dst, std::span<const float> src) {
   activate();
   auto& d = impl(dst);
-  check_dtype(dst, DType::f32, "from_host");
-  check_host_size(dst, src.size(), "from_host");
+  check_host_transfer(dst, DType::f32, src.size(), name(), "from_host");
   note_write(d.data, d.bytes);
   if (src.empty()) return;
   if (d.plain) {
@@ -277,8 +228,7 @@ void CudaBackend::from_host(const Tensor& dst, std::span<const float> src) {
 void CudaBackend::from_host(const Tensor& dst, std::span<const std::int32_t> src) {
   activate();
   auto& d = impl(dst);
-  check_dtype(dst, DType::i32, "from_host");
-  check_host_size(dst, src.size(), "from_host");
+  check_host_transfer(dst, DType::i32, src.size(), name(), "from_host");
   if (src.empty()) return;
   WB_CUDA_CHECK(cudaMemcpyAsync(d.data, src.data(), src.size_bytes(), cudaMemcpyHostToDevice, stream_));
   WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -287,8 +237,7 @@ void CudaBackend::from_host(const Tensor& dst, std::span<const std::int32_t> src
 void CudaBackend::to_host(const Tensor& src, std::span<float> dst) {
   activate();
   auto& s = impl(src);
-  check_dtype(src, DType::f32, "to_host");
-  check_host_size(src, dst.size(), "to_host");
+  check_host_transfer(src, DType::f32, dst.size(), name(), "to_host");
   if (dst.empty()) return;
   const void* from = s.data;
   if (!s.plain) {
@@ -303,8 +252,7 @@ void CudaBackend::to_host(const Tensor& src, std::span<float> dst) {
 void CudaBackend::to_host(const Tensor& src, std::span<std::int32_t> dst) {
   activate();
   auto& s = impl(src);
-  check_dtype(src, DType::i32, "to_host");
-  check_host_size(src, dst.size(), "to_host");
+  check_host_transfer(src, DType::i32, dst.size(), name(), "to_host");
   if (dst.empty()) return;
   WB_CUDA_CHECK(cudaMemcpyAsync(dst.data(), s.data, dst.size_bytes(), cudaMemcpyDeviceToHost, stream_));
   WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -314,10 +262,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   activate();
   auto& s = impl(src);
   auto& d = impl(dst);
-  if (!(s.shape == d.shape) || s.dtype != d.dtype) {
-    throw BackendError("cuda backend copy: source " + s.shape.to_string() + " " + dtype_name(s.dtype) +
-                       " and destination " + d.shape.to_string() + " " + dtype_name(d.dtype) + " differ");
-  }
+  check_copy(src, dst, name());
   note_write(d.data, d.bytes);
   const std::size_t bytes = static_cast<std::size_t>(s.shape.numel()) * dtype_size(s.dtype);
   if (bytes == 0) return;
@@ -337,7 +282,7 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
 void CudaBackend::fill(const Tensor& dst, float value) {
   activate();
   auto& d = impl(dst);
-  check_dtype(dst, DType::f32, "fill");
+  check_dtype(dst, DType::f32, name(), "fill");
   note_write(d.data, d.bytes);
   // A constant is the same in every layout.
   WB_CUDA_CHECK(kernels::fill(static_cast<float*>(d.data), d.shape.numel(), value, stream_));

@@ -29,6 +29,8 @@
 #include <vector>
 
 #include "trainer/backend/backend.hpp"
+#include "trainer/backend/cache_key.hpp"
+#include "trainer/backend/checks.hpp"
 
 namespace wb::backend::cuda {
 
@@ -92,32 +94,9 @@ class CudaTensorImpl final : public TensorImpl {
   std::shared_ptr<void> storage;  // the block (shared with views)
 };
 
-// Fixed-capacity integer key for the descriptor caches (no allocation when looking up).
-struct CacheKey {
-  std::array<std::int64_t, 16> v{};
-  int n = 0;
-  CacheKey& add(std::int64_t x) {
-    v[static_cast<std::size_t>(n++)] = x;
-    return *this;
-  }
-  CacheKey& add(const Shape& s) {
-    add(s.rank());
-    for (int i = 0; i < s.rank(); ++i) add(s[i]);
-    return *this;
-  }
-  bool operator==(const CacheKey& o) const { return n == o.n && v == o.v; }
-};
-
-struct CacheKeyHash {
-  std::size_t operator()(const CacheKey& k) const {
-    std::uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < k.n; ++i) {
-      h ^= static_cast<std::uint64_t>(k.v[static_cast<std::size_t>(i)]);
-      h *= 1099511628211ull;
-    }
-    return static_cast<std::size_t>(h);
-  }
-};
+// The descriptor caches' key: op code, shapes and parameters.
+using CacheKey = FixedKey<16>;
+using CacheKeyHash = FixedKeyHash;
 
 // A cached per-shape entry (descriptors, chosen algorithms); op files derive from it.
 struct CacheEntry {
@@ -213,7 +192,9 @@ class CudaBackend final : public Backend {
   // ---- helpers shared by the op files -------------------------------------------------------------
   static CudaTensorImpl& impl(const Tensor& t);
   // An f32 tensor of this backend with the expected rank (0: any); throws BackendError otherwise.
-  void check_f32(const Tensor& t, int rank, const char* op, const char* what) const;
+  void check_f32(const Tensor& t, int rank, const char* op, const char* what) const {
+    backend::check_f32(t, rank, op, what, this);
+  }
   // The layout 4-D activations of `shape` get (NCHW when H = W = 1, where both are the same bytes).
   Layout act_layout(const Shape& shape) const;
   static Layout layout_of(const Tensor& t) { return impl(t).layout; }

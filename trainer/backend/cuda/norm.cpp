@@ -46,14 +46,6 @@ BnEntry& bn_entry(CudaBackend& be, const Shape& xs, Layout layout, const char* o
   return static_cast<BnEntry&>(*be.insert(key, std::move(e)));
 }
 
-void check_channels(const CudaBackend& be, const Tensor& t, std::int64_t c, const char* op, const char* what) {
-  be.check_f32(t, 1, op, what);
-  if (t.shape()[0] != c || !t.is_plain()) {
-    throw BackendError(std::string(op) + ": " + what + " must be plain (" + std::to_string(c) + "), got " +
-                       t.shape().to_string());
-  }
-}
-
 void check_eps(const BatchNormParams& p, const char* op) {
   if (!(static_cast<double>(p.eps) >= CUDNN_BN_MIN_EPSILON) || !(p.eps > 0.0f)) {
     throw BackendError(std::string(op) + ": eps must be positive, got " + std::to_string(p.eps));
@@ -67,17 +59,10 @@ void CudaBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, 
                                           BatchNormState& state, const BatchNormParams& p) {
   activate();
   const char* op = "batchnorm_forward_train";
-  check_f32(x, 4, op, "x");
-  const Shape& xs = x.shape();
-  const std::int64_t c = xs[1];
-  check_channels(*this, gamma, c, op, "gamma");
-  check_channels(*this, beta, c, op, "beta");
-  check_channels(*this, running_mean, c, op, "running_mean");
-  check_channels(*this, running_var, c, op, "running_var");
+  const std::int64_t c = check_batchnorm_forward(x, gamma, beta, running_mean, running_var, op, this);
   check_eps(p, op);
-  if (xs[0] * xs[2] * xs[3] < 2) {
-    throw BackendError(std::string(op) + ": need more than one value per channel, got input " + xs.to_string());
-  }
+  const Shape& xs = x.shape();
+  check_batchnorm_batch(xs, op);
   const Layout layout = layout_of(x);
   BnEntry& e = bn_entry(*this, xs, layout, op);
   const void* xin = x.data();  // read before y may be reallocated
@@ -102,14 +87,9 @@ void CudaBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, c
                                          const BatchNormParams& p) {
   activate();
   const char* op = "batchnorm_forward_eval";
-  check_f32(x, 4, op, "x");
-  const Shape& xs = x.shape();
-  const std::int64_t c = xs[1];
-  check_channels(*this, gamma, c, op, "gamma");
-  check_channels(*this, beta, c, op, "beta");
-  check_channels(*this, running_mean, c, op, "running_mean");
-  check_channels(*this, running_var, c, op, "running_var");
+  check_batchnorm_forward(x, gamma, beta, running_mean, running_var, op, this);
   check_eps(p, op);
+  const Shape& xs = x.shape();
   const Layout layout = layout_of(x);
   BnEntry& e = bn_entry(*this, xs, layout, op);
   const void* xin = x.data();
@@ -126,18 +106,9 @@ void CudaBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Te
                                      const Tensor& dbeta, const BatchNormParams& p) {
   activate();
   const char* op = "batchnorm_backward";
-  check_f32(x, 4, op, "x");
-  check_f32(dy, 4, op, "dy");
-  const Shape& xs = x.shape();
-  if (!(dy.shape() == xs)) {
-    throw BackendError(std::string(op) + ": dy " + dy.shape().to_string() + " differs from x " + xs.to_string());
-  }
-  const std::int64_t c = xs[1];
-  check_channels(*this, gamma, c, op, "gamma");
-  check_channels(*this, beta, c, op, "beta");
-  check_channels(*this, dgamma, c, op, "dgamma");
-  check_channels(*this, dbeta, c, op, "dbeta");
+  const std::int64_t c = check_batchnorm_backward(x, dy, gamma, beta, dgamma, dbeta, this);
   check_eps(p, op);
+  const Shape& xs = x.shape();
   const bool have_state = state.mean.defined() && state.var.defined() && state.mean.shape() == Shape{c} &&
                           state.var.shape() == Shape{c};
   const bool have_mask = state.workspace.defined() && state.workspace.shape() == xs;

@@ -15,22 +15,11 @@ namespace {
 
 kernels::Dims4 dims(const Shape& s) { return {s[0], s[1], s[2], s[3]}; }
 
-struct PoolOut {
-  std::int64_t oh, ow;
-};
-
-PoolOut max_geometry(const Shape& x, const Pool2dParams& p, const char* op) {
-  if (p.kernel < 1 || p.stride < 1 || p.pad < 0 || 2 * p.pad > p.kernel) {
-    throw BackendError(std::string(op) + ": need kernel >= 1, stride >= 1, 0 <= pad <= kernel / 2; got kernel " +
-                       std::to_string(p.kernel) + " stride " + std::to_string(p.stride) + " pad " +
-                       std::to_string(p.pad));
-  }
-  if (x[2] + 2 * p.pad < p.kernel || x[3] + 2 * p.pad < p.kernel) {
-    throw BackendError(std::string(op) + ": kernel " + std::to_string(p.kernel) + " is larger than the padded input " +
-                       x.to_string());
-  }
+// The output shape, checked also against the kernels' int plane index.
+Shape max_geometry(const Shape& x, const Pool2dParams& p, const char* op) {
+  const Shape y = maxpool_output_shape(x, p, op);
   if (x[2] * x[3] > 0x7fffffff) throw BackendError(std::string(op) + ": input plane " + x.to_string() + " too large");
-  return {(x[2] + 2 * p.pad - p.kernel) / p.stride + 1, (x[3] + 2 * p.pad - p.kernel) / p.stride + 1};
+  return y;
 }
 
 int as_int(std::int64_t v, const char* op) {
@@ -53,11 +42,7 @@ void CudaBackend::relu_forward(const Tensor& x, Tensor& y) {
 
 void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   activate();
-  check_f32(y, 0, "relu_backward", "y");
-  check_f32(dy, 0, "relu_backward", "dy");
-  if (!(y.shape() == dy.shape())) {
-    throw BackendError("relu_backward: dy " + dy.shape().to_string() + " differs from y " + y.shape().to_string());
-  }
+  check_relu_backward(y, dy, this);
   const Layout layout = layout_of(y);
   const float* grad = static_cast<const float*>(as_form(dy, layout, false, kScratchIn));
   // In place on dy is fine for an elementwise op when dy is already in y's layout.
@@ -68,11 +53,7 @@ void CudaBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
 
 void CudaBackend::add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) {
   activate();
-  check_f32(a, 0, "add", "a");
-  check_f32(b, 0, "add", "b");
-  if (!(a.shape() == b.shape())) {
-    throw BackendError("add: shapes differ, a " + a.shape().to_string() + " b " + b.shape().to_string());
-  }
+  check_add(a, b, this);
   const Layout layout = layout_of(a);
   const float* src0 = a.data_as<float>();
   const float* src1 = static_cast<const float*>(as_form(b, layout, false, kScratchIn));
@@ -87,16 +68,15 @@ void CudaBackend::maxpool_forward(const Tensor& x, Tensor& y, Tensor& workspace,
   activate();
   check_f32(x, 4, "maxpool_forward", "x");
   const Shape& xs = x.shape();
-  const PoolOut o = max_geometry(xs, p, "maxpool_forward");
-  const Shape ys{xs[0], xs[1], o.oh, o.ow};
+  const Shape ys = max_geometry(xs, p, "maxpool_forward");         // (N, C, OH, OW)
   const Layout layout = layout_of(x);
   const float* src = x.data_as<float>();
   ensure(y, ys, layout);                                             // (N, C, OH, OW) in x's layout
   // The argmax of each output element, in y's memory order; flat, so that its layout never matters.
   ensure(workspace, Shape{ys.numel()}, Layout::nchw, DType::i32);
   // One layout flag for x and y: when y is 1x1 (stored NCHW) both orders are the same bytes.
-  WB_CUDA_CHECK(kernels::maxpool_forward(src, y.data_as<float>(), workspace.data_as<std::int32_t>(), dims(xs), o.oh,
-                                         o.ow, p.kernel, p.stride, p.pad, layout == Layout::nhwc, stream_));
+  WB_CUDA_CHECK(kernels::maxpool_forward(src, y.data_as<float>(), workspace.data_as<std::int32_t>(), dims(xs), ys[2],
+                                         ys[3], p.kernel, p.stride, p.pad, layout == Layout::nhwc, stream_));
 }
 
 void CudaBackend::maxpool_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& workspace,
@@ -106,8 +86,7 @@ void CudaBackend::maxpool_backward(const Tensor& x, const Tensor& y, const Tenso
   check_f32(y, 4, "maxpool_backward", "y");
   check_f32(dy, 4, "maxpool_backward", "dy");
   const Shape& xs = x.shape();
-  const PoolOut o = max_geometry(xs, p, "maxpool_backward");
-  const Shape ys{xs[0], xs[1], o.oh, o.ow};
+  const Shape ys = max_geometry(xs, p, "maxpool_backward");
   if (!(dy.shape() == ys) || !(y.shape() == ys)) {
     throw BackendError("maxpool_backward: y and dy must be " + ys.to_string() + " for x " + xs.to_string() + ", got y " +
                        y.shape().to_string() + " dy " + dy.shape().to_string());
@@ -120,8 +99,8 @@ void CudaBackend::maxpool_backward(const Tensor& x, const Tensor& y, const Tenso
   const Layout layout = layout_of(x);
   const float* grad = static_cast<const float*>(as_form(dy, layout, false, kScratchIn));
   ensure(dx, xs, layout);
-  WB_CUDA_CHECK(kernels::maxpool_backward(grad, workspace.data_as<std::int32_t>(), dx.data_as<float>(), dims(xs), o.oh,
-                                          o.ow, p.kernel, p.stride, p.pad, layout == Layout::nhwc, stream_));
+  WB_CUDA_CHECK(kernels::maxpool_backward(grad, workspace.data_as<std::int32_t>(), dx.data_as<float>(), dims(xs), ys[2],
+                                          ys[3], p.kernel, p.stride, p.pad, layout == Layout::nhwc, stream_));
 }
 
 void CudaBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
@@ -136,13 +115,8 @@ void CudaBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
 
 void CudaBackend::global_avgpool_backward(const Tensor& x, const Tensor& dy, Tensor& dx) {
   activate();
-  check_f32(x, 4, "global_avgpool_backward", "x");
-  check_f32(dy, 4, "global_avgpool_backward", "dy");
+  check_global_avgpool_backward(x, dy, this);
   const Shape& xs = x.shape();
-  if (!(dy.shape() == Shape{xs[0], xs[1], 1, 1})) {
-    throw BackendError("global_avgpool_backward: dy must be (N,C,1,1) for x " + xs.to_string() + ", got " +
-                       dy.shape().to_string());
-  }
   const float* grad = dy.data_as<float>();
   ensure(dx, xs, layout_of(x));
   WB_CUDA_CHECK(kernels::global_avgpool_backward(grad, dx.data_as<float>(), dims(xs), layout_of(dx) == Layout::nhwc,
@@ -156,18 +130,6 @@ void CudaBackend::global_avgpool_backward(const Tensor& x, const Tensor& dy, Ten
 //   dW^T (IN, OUT) = x^T dy     -> gemm(N, T, m = IN,  n = OUT, k = N)
 
 namespace {
-
-void check_linear(const CudaBackend& be, const Tensor& x, const Tensor& w, const char* op) {
-  be.check_f32(x, 0, op, "x");
-  be.check_f32(w, 2, op, "w");
-  const Shape& xs = x.shape();
-  const bool ok = xs.rank() == 2 || (xs.rank() == 4 && xs[2] == 1 && xs[3] == 1);
-  if (!ok) throw BackendError(std::string(op) + ": x must be (N,IN) or (N,IN,1,1), got " + xs.to_string());
-  if (w.shape()[1] != xs[1]) {
-    throw BackendError(std::string(op) + ": weight " + w.shape().to_string() + " does not fit x " + xs.to_string());
-  }
-  if (!w.is_plain()) throw BackendError(std::string(op) + ": w must be plain (OUT,IN)");
-}
 
 // C (m, n) = op(A) op(B) in column-major terms, fp32 or bf16 inputs, fp32 output and accumulation.
 void gemm(CudaBackend& be, bool bf16, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const void* a,
@@ -186,12 +148,7 @@ void gemm(CudaBackend& be, bool bf16, cublasOperation_t ta, cublasOperation_t tb
 
 void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
   activate();
-  check_linear(*this, x, w, "linear_forward");
-  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  check_f32(b, 1, "linear_forward", "b");
-  if (b.shape()[0] != out || !b.is_plain()) {
-    throw BackendError("linear_forward: bias must be plain (" + std::to_string(out) + "), got " + b.shape().to_string());
-  }
+  const auto [n, in, out] = check_linear_forward(x, w, b, this);
   const bool bf16 = precision_ == Precision::bf16;
   // (N, IN, 1, 1) is the same bytes as (N, IN) in either layout.
   const void* xin = as_form(x, Layout::nchw, bf16, kScratchIn);
@@ -211,17 +168,7 @@ void CudaBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor&
 void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor& dy, Tensor& dx, const Tensor& dw,
                                   const Tensor& db) {
   activate();
-  check_linear(*this, x, w, "linear_backward");
-  const std::int64_t n = x.shape()[0], in = x.shape()[1], out = w.shape()[0];
-  check_f32(dy, 2, "linear_backward", "dy");
-  check_f32(dw, 2, "linear_backward", "dw");
-  check_f32(db, 1, "linear_backward", "db");
-  if (!(dy.shape() == Shape{n, out}) || !(dw.shape() == w.shape()) || db.shape()[0] != out || !dw.is_plain() ||
-      !db.is_plain()) {
-    throw BackendError("linear_backward: expected dy (" + std::to_string(n) + ", " + std::to_string(out) +
-                       "), plain dw like w and plain db (" + std::to_string(out) + "); got dy " +
-                       dy.shape().to_string() + " dw " + dw.shape().to_string() + " db " + db.shape().to_string());
-  }
+  const auto [n, in, out] = check_linear_backward(x, w, dy, dw, db, this);
   const bool bf16 = precision_ == Precision::bf16;
   const void* xin = as_form(x, Layout::nchw, bf16, kScratchIn);
   const void* dyin = as_form(dy, Layout::nchw, bf16, kScratchIn2);
@@ -247,33 +194,10 @@ void CudaBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor
 
 namespace {
 
-struct Targets {
-  float on, off;
-};
-
-// The same target values as the CPU backend computes, in float.
-Targets targets(const LossParams& p, std::int64_t k, const char* op) {
-  if (!(p.smoothing >= 0.0f && p.smoothing < 1.0f)) {
-    throw BackendError(std::string(op) + ": label smoothing must be in [0, 1), got " + std::to_string(p.smoothing));
-  }
-  if (p.convention == LossConvention::mindspore) {
-    if (k < 2 && p.smoothing > 0.0f) throw BackendError(std::string(op) + ": mindspore smoothing needs >= 2 classes");
-    const float off = k > 1 ? p.smoothing / static_cast<float>(k - 1) : 0.0f;
-    return {1.0f - p.smoothing, off};
-  }
-  const float off = p.smoothing / static_cast<float>(k);
-  return {1.0f - p.smoothing + off, off};
-}
-
 void check_loss_inputs(const CudaBackend& be, const Tensor& logits, const Tensor& labels, const char* op) {
-  be.check_f32(logits, 2, op, "logits");
-  if (!logits.is_plain()) throw BackendError(std::string(op) + ": logits must be plain (N,K)");
+  check_logits(logits, op, &be);
   if (logits.shape()[1] < 1) throw BackendError(std::string(op) + ": logits need at least one class");
-  if (!labels.defined() || labels.dtype() != DType::i32 || labels.shape().rank() != 1 ||
-      labels.shape()[0] != logits.shape()[0] || labels.backend() != &be) {
-    throw BackendError(std::string(op) + ": labels must be i32 (" + std::to_string(logits.shape()[0]) +
-                       ") on this backend");
-  }
+  check_labels(labels, logits.shape()[0], op, &be);
 }
 
 }  // namespace
@@ -284,7 +208,7 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
   const char* op = "softmax_cross_entropy_forward";
   check_loss_inputs(*this, logits, labels, op);
   const std::int64_t n = logits.shape()[0], k = logits.shape()[1];
-  const Targets t = targets(p, k, op);
+  const LossTargets t = loss_targets(p, k, op);
   ensure(loss, Shape{1}, Layout::nchw);
   ensure(probs, logits.shape(), Layout::nchw);
   // Row losses (double) followed by the bad-label flag.
@@ -301,13 +225,7 @@ void CudaBackend::softmax_cross_entropy_forward(const Tensor& logits, const Tens
   if (bad) {
     std::vector<std::int32_t> host(static_cast<std::size_t>(n));
     to_host(labels, host);
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::int32_t y = host[static_cast<std::size_t>(i)];
-      if (y < 0 || y >= k) {
-        throw BackendError(std::string(op) + ": label " + std::to_string(y) + " at batch index " + std::to_string(i) +
-                           " is outside [0, " + std::to_string(k) + ")");
-      }
-    }
+    check_label_range(host, k, op);
   }
 }
 
@@ -317,7 +235,7 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tens
   const char* op = "softmax_cross_entropy_backward";
   check_loss_inputs(*this, probs, labels, op);
   const std::int64_t n = probs.shape()[0], k = probs.shape()[1];
-  const Targets t = targets(p, k, op);
+  const LossTargets t = loss_targets(p, k, op);
   const float* pr = probs.data_as<float>();
   ensure(dlogits, probs.shape(), Layout::nchw);
   // Labels outside [0, k) were reported by the forward; here they only mean no class gets the on-value.
@@ -330,28 +248,14 @@ void CudaBackend::softmax_cross_entropy_backward(const Tensor& probs, const Tens
 void CudaBackend::sgd_update(const Tensor& params, const Tensor& grads, const Tensor& momentum,
                              std::span<const ParamSegment> segments, const SgdParams& p) {
   activate();
-  for (const Tensor* t : {&params, &grads, &momentum}) {
-    check_f32(*t, 0, "sgd_update", "buffer");
-    if (!t->is_plain()) throw BackendError("sgd_update: buffers must be plain");
-  }
-  const std::size_t total = static_cast<std::size_t>(params.numel());
-  if (static_cast<std::size_t>(grads.numel()) != total || static_cast<std::size_t>(momentum.numel()) != total) {
-    throw BackendError("sgd_update: params, grads and momentum differ in size (" + std::to_string(total) + ", " +
-                       std::to_string(grads.numel()) + ", " + std::to_string(momentum.numel()) + ")");
-  }
+  const std::size_t total = check_sgd_buffers(params, grads, momentum, this);
   const bool same = sgd_segments_.size() == segments.size() &&
                     std::equal(segments.begin(), segments.end(), sgd_segments_.begin(),
                                [](const ParamSegment& a, const ParamSegment& b) {
                                  return a.offset == b.offset && a.numel == b.numel && a.decay == b.decay;
                                });
   if (!same) {
-    for (const auto& s : segments) {
-      if (s.offset + s.numel > total) {
-        throw BackendError("sgd_update: segment [" + std::to_string(s.offset) + ", " +
-                           std::to_string(s.offset + s.numel) + ") is outside the " + std::to_string(total) +
-                           "-element buffers");
-      }
-    }
+    check_sgd_segments(segments, total);
     // Every element is updated by one thread: overlapping segments would race.
     std::vector<ParamSegment> sorted(segments.begin(), segments.end());
     std::sort(sorted.begin(), sorted.end(),
