@@ -52,8 +52,11 @@ const Option kOptions[] = {
     {"loss_convention", &TrainConfig::loss_convention, "mindspore|torch: how smoothing spreads mass (default mindspore)"},
     {"seed", &TrainConfig::seed, "N: seed for init, shuffling and augmentation (default 1)"},
     {"threads", &TrainConfig::threads, "N: compute threads per rank (default cores / ranks)"},
-    {"device", &TrainConfig::device, "cpu|cuda|auto (default cpu)"},
-    {"precision", &TrainConfig::precision, "fp32|tf32|bf16 (default fp32)"},
+    {"device", &TrainConfig::device, "cpu|cuda|auto: one process per device; auto takes a GPU when one is visible (default cpu)"},
+    {"precision", &TrainConfig::precision, "fp32|tf32|bf16: conv/linear arithmetic on cuda; cpu computes fp32 only (default fp32)"},
+    {"channels_last", &TrainConfig::channels_last, "NHWC activations inside the CUDA backend (cuDNN's fast layout for tf32/bf16)"},
+    {"device_prefetch", &TrainConfig::device_prefetch, "N: batches copied ahead into device memory on a copy stream (cuda; default 2)"},
+    {"nvtx", &TrainConfig::nvtx, "also emit NVTX ranges named like our ops, for Nsight Systems (cuda, with profiling)"},
     {"run", &TrainConfig::run, "OUT.sqlite: the run file to write (default runs/<time>.sqlite)"},
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
@@ -291,6 +294,15 @@ void validate(const TrainConfig& c) {
        "--device: expected cpu, cuda or auto, got '" + c.device + "'");
   need(c.precision == "fp32" || c.precision == "tf32" || c.precision == "bf16",
        "--precision: expected fp32, tf32 or bf16, got '" + c.precision + "'");
+  // The oneDNN backend computes in fp32 only; tf32 and bf16 are CUDA arithmetic. (--device auto is
+  // checked once the device is known, in run_training.)
+  need(c.device != "cpu" || c.precision == "fp32",
+       "--precision " + c.precision + ": the CPU backend computes in fp32 only (tf32 and bf16 need --device cuda)");
+  need(c.device != "cpu" || !c.channels_last,
+       "--channels-last: a CUDA backend layout; the CPU backend chooses its own (drop it or use --device cuda)");
+  need(c.device_prefetch >= 1, "--device-prefetch: expected at least 1 device batch buffer");
+  need(c.device != "cpu" || !c.nvtx, "--nvtx: NVTX ranges mark GPU work for Nsight Systems (use --device cuda)");
+  need(c.profile || !c.nvtx, "--nvtx: the NVTX ranges come from the profiler's ranges (drop --no-profile)");
   need(c.threads >= 0, "--threads: expected a non-negative number");
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");

@@ -52,8 +52,11 @@ struct TrainConfig {
   // run
   uint64_t seed = 1;
   int threads = 0;  // 0: cores / ranks
-  std::string device = "cpu";  // cpu | cuda | auto
-  std::string precision = "fp32";
+  std::string device = "cpu";     // cpu | cuda | auto (auto: cuda when a device is visible, else cpu)
+  std::string precision = "fp32";  // fp32 | tf32 | bf16; tf32 and bf16 need cuda (the CPU backend is fp32)
+  bool channels_last = false;      // cuda: NHWC activations inside the backend
+  int device_prefetch = 2;         // cuda: device batch buffers filled ahead on a copy stream
+  bool nvtx = false;               // cuda: NVTX ranges named like our ops, for Nsight Systems
   std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
   bool profile = true;
   int64_t dump_step = -1;  // -1: none

@@ -55,10 +55,11 @@ void StepObserver::on_grads_ready(int first_param, int last_param_exclusive) {
   if (sync_) sync_->on_grads_ready(first_param, last_param_exclusive);
 }
 
-DataObserver::DataObserver(profiler::Recorder* recorder) : profiling_(recorder != nullptr) {
+DataObserver::DataObserver(profiler::Recorder* recorder, std::string_view queue_name, std::string_view wait_name)
+    : profiling_(recorder != nullptr) {
   if (!recorder) return;
-  queue_ = recorder->add_counter_track("batch queue");
-  wait_name_ = recorder->intern("data_wait");
+  queue_ = recorder->add_counter_track(queue_name);
+  wait_name_ = recorder->intern(wait_name);
   batch_name_ = recorder->intern("batch");
   for (std::string_view n : data::transform_names()) transform_names_.push_back(recorder->intern(n));
 }
@@ -80,15 +81,16 @@ void DataObserver::on_pop(int64_t t_ns, int depth_after) {
 }
 
 void DataObserver::on_wait(int64_t begin_ns, int64_t end_ns) {
-  wait_ns_ += end_ns - begin_ns;
+  wait_ns_.fetch_add(end_ns - begin_ns, std::memory_order_relaxed);
   if (profiling_) profiler::record_range(wait_name_, store::Category::data, begin_ns, end_ns);
 }
 
 void DataObserver::on_transform(int worker, int transform_id, int64_t begin_ns, int64_t end_ns) {
   if (!profiling_) return;
   name_worker(worker);
+  // Inside the batch range that on_batch records once the batch is assembled: one level deeper.
   profiler::record_range(transform_names_[static_cast<std::size_t>(transform_id)], store::Category::data, begin_ns,
-                         end_ns, -1);
+                         end_ns, -1, 1);
 }
 
 void DataObserver::on_batch(int worker, int64_t batch_index, int64_t begin_ns, int64_t end_ns) {

@@ -1,13 +1,15 @@
 // How wb-train watches itself: one ModelObserver that turns module begin/end into profiler ranges,
 // hands finished gradients to the allreduce buckets and copies forward outputs into a step dump; and
-// one data::Observer that records the batch queue's depth, the consumer's waits and each worker's
-// transforms.
+// one data::Observer that records a batch queue's depth, the consumer's waits and each worker's
+// transforms. On a GPU two queues are watched: the host pipeline's ("batch queue", consumed by the
+// device queue's copy thread) and the device queue's ("device_queue", consumed by the training loop).
 #pragma once
 
 #include <array>
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -51,7 +53,9 @@ class StepObserver final : public model::ModelObserver {
 
 class DataObserver final : public data::Observer {
  public:
-  explicit DataObserver(profiler::Recorder* recorder);
+  // queue_name: the counter track of the queue's depth; wait_name: the ranges of the consumer's waits.
+  explicit DataObserver(profiler::Recorder* recorder, std::string_view queue_name = "batch queue",
+                        std::string_view wait_name = "data_wait");
 
   void on_push(int64_t t_ns, int depth_after) override;
   void on_pop(int64_t t_ns, int depth_after) override;
@@ -59,8 +63,9 @@ class DataObserver final : public data::Observer {
   void on_transform(int worker, int transform_id, int64_t begin_ns, int64_t end_ns) override;
   void on_batch(int worker, int64_t batch_index, int64_t begin_ns, int64_t end_ns) override;
 
-  // Consumer time blocked on the queue since the last call (the training loop's thread).
-  int64_t take_wait_ns() { return std::exchange(wait_ns_, 0); }
+  // Consumer time blocked on the queue since the last call. Atomic: on a GPU the host queue's
+  // consumer is the device queue's copy thread, not the thread that reads this.
+  int64_t take_wait_ns() { return wait_ns_.exchange(0, std::memory_order_relaxed); }
 
  private:
   void name_worker(int worker);
@@ -69,7 +74,7 @@ class DataObserver final : public data::Observer {
   profiler::NameId wait_name_ = 0;
   profiler::NameId batch_name_ = 0;
   std::vector<profiler::NameId> transform_names_;
-  int64_t wait_ns_ = 0;
+  std::atomic<int64_t> wait_ns_{0};
 };
 
 }  // namespace wb::trainer

@@ -22,3 +22,13 @@ target_compile_definitions(wb_trainer_test_support INTERFACE WB_TRAIN="$<TARGET_
 add_library(wb_analysis_test_support INTERFACE)
 add_dependencies(wb_analysis_test_support wb-train wb)
 target_compile_definitions(wb_analysis_test_support INTERFACE WB_TRAIN="$<TARGET_FILE:wb-train>" WB_CLI="$<TARGET_FILE:wb>")
+
+# CUDA builds: the device prefetch queue and the GPU glue of wb-train (trainer/cuda/), compiled when
+# the CUDA backend is (it defines WB_BACKEND_CUDA on wb_backend).
+get_target_property(_wb_backend_defs wb_backend INTERFACE_COMPILE_DEFINITIONS)
+if(_wb_backend_defs MATCHES "WB_BACKEND_CUDA")
+  target_sources(wb_trainer PRIVATE
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/device_queue.cpp
+    ${CMAKE_CURRENT_SOURCE_DIR}/cuda/gpu.cpp)
+  target_link_libraries(wb_trainer PRIVATE CUDA::cudart)
+endif()

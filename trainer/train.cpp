@@ -1,10 +1,17 @@
 // The training loop of wb-train, one rank. Read top to bottom:
-//   1. who am I (launcher), communicator, threads
-//   2. run file (Writer), profiler (Recorder) with the clock offset to rank 0
-//   3. data pipeline, model, optimizer, LR schedule; parameters broadcast from rank 0
+//   1. who am I (launcher), which device, communicators (MPI; NCCL on GPUs), threads
+//   2. run file (Writer), profiler (Recorder, CUPTI on GPUs) with the clock offset to rank 0
+//   3. data pipeline, backend, model, optimizer, LR schedule; parameters broadcast from rank 0
 //   4. buckets and GradientSync (allreduce overlapped with backward)
 //   5. the steps: pop batch -> forward -> backward (buckets reduce as gradients finish) -> wait -> SGD
 //   6. eval, checkpoint, end-of-run clock offset, finish the run file, merge per-rank files on rank 0
+//
+// On a GPU (--device cuda) the backend keeps parameters, gradients and momentum in device memory, and
+// everything that reads them on the host goes through to_host (check-sync, checkpoints, dumps); the
+// batches reach the device through the device prefetch queue (trainer/cuda/device_queue.hpp); the
+// allreduce runs over NCCL, ordered after the gradient kernels by an event recorded when each bucket
+// becomes ready. CUDA appears here only behind WB_BACKEND_CUDA / WB_DIST_NCCL / WB_PROFILER_CUPTI, and
+// through headers without CUDA types.
 #include "trainer/train.hpp"
 
 #include <unistd.h>
@@ -38,6 +45,18 @@
 #ifdef WB_DIST_MPI
 #include "trainer/dist/mpi_communicator.hpp"
 #endif
+#ifdef WB_BACKEND_CUDA
+#include "trainer/cuda/device_queue.hpp"
+#include "trainer/cuda/gpu.hpp"
+#endif
+#if defined(WB_BACKEND_CUDA) && defined(WB_DIST_NCCL)
+#include "trainer/dist/cuda/nccl_communicator.hpp"
+#define WB_TRAIN_NCCL 1
+#endif
+#if defined(WB_BACKEND_CUDA) && defined(WB_PROFILER_CUPTI)
+#include "profiler/record/cuda/cupti_tracer.hpp"
+#define WB_TRAIN_CUPTI 1
+#endif
 
 namespace wb::trainer {
 namespace fs = std::filesystem;
@@ -56,11 +75,89 @@ std::string hostname() {
   return buf;
 }
 
-std::unique_ptr<dist::Communicator> make_communicator(const dist::LaunchInfo& info) {
-  if (info.world_size == 1) return std::make_unique<dist::SelfCommunicator>();
-#ifdef WB_DIST_MPI
-  return std::make_unique<dist::MpiCommunicator>();
+// Where this rank computes: the CPU, or the CUDA device of its local rank (one process per GPU).
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;
+  std::string name;         // the GPU's name
+  std::string description;  // rank row and start-up line: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, bf16)"
+};
+
+backend::Precision parse_precision(const std::string& text) {
+  if (text == "tf32") return backend::Precision::tf32;
+  if (text == "bf16") return backend::Precision::bf16;
+  return backend::Precision::fp32;  // validate() admitted nothing else
+}
+
+DeviceChoice choose_device(const TrainConfig& cfg, const dist::LaunchInfo& info) {
+  DeviceChoice d;
+  d.description = "cpu";
+  if (cfg.device == "cpu") return d;
+#ifdef WB_BACKEND_CUDA
+  const int count = backend::cuda_device_count();
+  const std::string missing = "no CUDA device found";
 #else
+  const int count = 0;
+  const std::string missing =
+      "this wb-train was built without CUDA (configure with -DWB_CUDA=ON where the CUDA toolkit and cuDNN are installed)";
+#endif
+  if (count == 0) {
+    if (cfg.device == "cuda") throw ConfigError("--device cuda: " + missing);
+    // --device auto: the CPU, which computes in fp32 with its own layouts.
+    if (cfg.precision != "fp32") {
+      throw ConfigError("--precision " + cfg.precision + ": --device auto found no GPU (" + missing +
+                        ") and the CPU backend computes in fp32 only");
+    }
+    if (cfg.channels_last) {
+      throw ConfigError("--channels-last: --device auto found no GPU (" + missing +
+                        ") and the CPU backend chooses its own layouts");
+    }
+    if (info.rank == 0) std::cerr << "wb-train: --device auto: " << missing << "; training on the CPU\n";
+    return d;
+  }
+  if (info.local_rank >= count) {
+    throw ConfigError("--device " + cfg.device + ": local rank " + std::to_string(info.local_rank) + " needs CUDA device " +
+                      std::to_string(info.local_rank) + " but " + std::to_string(count) +
+                      " are visible (one rank per GPU: start at most " + std::to_string(count) + " ranks per host)");
+  }
+  d.cuda = true;
+  d.index = info.local_rank;
+#ifdef WB_BACKEND_CUDA
+  d.name = gpu::device_info(d.index).name;
+#endif
+  d.description = "cuda:" + std::to_string(d.index) + " (" + d.name + ", " + cfg.precision +
+                  (cfg.channels_last ? ", channels-last" : "") + ")";
+  return d;
+}
+
+// The collectives of one rank: `host` (self or MPI) for bookkeeping, clock sync and barriers, and on
+// GPUs with several ranks `device` (NCCL over the same MPI job) for parameters and gradients.
+struct Communicators {
+  std::unique_ptr<dist::Communicator> host;
+  std::unique_ptr<dist::Communicator> device;  // destroyed first: it holds a reference to `host`
+  dist::Communicator& main() { return device ? *device : *host; }
+};
+
+Communicators make_communicators(const dist::LaunchInfo& info, const DeviceChoice& device) {
+  Communicators c;
+  if (info.world_size == 1) {
+    c.host = std::make_unique<dist::SelfCommunicator>();
+    return c;
+  }
+#ifdef WB_DIST_MPI
+  auto mpi = std::make_unique<dist::MpiCommunicator>();
+  if (device.cuda) {
+#ifdef WB_TRAIN_NCCL
+    c.device = std::make_unique<dist::NcclCommunicator>(*mpi, device.index);
+#else
+    throw ConfigError("--device cuda: this wb-train was built without NCCL and cannot run " +
+                      std::to_string(info.world_size) + " ranks on GPUs");
+#endif
+  }
+  c.host = std::move(mpi);
+  return c;
+#else
+  (void)device;
   throw ConfigError("this wb-train was built without MPI (WB_MPI=OFF) and cannot run " +
                     std::to_string(info.world_size) + " ranks");
 #endif
@@ -157,9 +254,11 @@ std::vector<float> eval_accuracy(const TrainConfig& cfg, model::ResNet50& model,
 
 int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
-  // 1. who am I
+  // 1. who am I, and where do I compute
   dist::LaunchInfo info = dist::launch_info();
-  std::unique_ptr<dist::Communicator> comm = make_communicator(info);
+  const DeviceChoice device = choose_device(cfg, info);
+  Communicators comms = make_communicators(info, device);
+  dist::Communicator* comm = &comms.main();
   const int rank = comm->rank();
   const int world = comm->size();
   // The data shard: this rank's, or the one --shard names for a single process.
@@ -169,10 +268,6 @@ int run_training(const TrainConfig& cfg_in) {
     shard = parse_shard(cfg.shard);
   }
   if (cfg.threads == 0) cfg.threads = dist::default_threads(info, std::thread::hardware_concurrency());
-  if (cfg.device == "cuda") {
-    throw ConfigError("--device cuda: this wb-train has no CUDA backend built in (use --device cpu or auto)");
-  }
-  const std::string device = "cpu";
 
   // 2. run file and profiler
   fs::path run = run_path(cfg, *comm);
@@ -192,16 +287,21 @@ int run_training(const TrainConfig& cfg_in) {
   store::Writer writer(wo);
   writer.set_meta("config_json", cfg.to_json().dump());
   writer.set_meta("world_size", std::to_string(world));
-  writer.set_meta("device", device);
+  writer.set_meta("device", device.cuda ? "cuda" : "cpu");
+  writer.set_meta("device_name", device.cuda ? device.name : "cpu");
+  writer.set_meta("precision", device.cuda ? cfg.precision : "fp32");
+  writer.set_meta("channels_last", device.cuda && cfg.channels_last ? "1" : "0");
   writer.set_meta("created_utc", utc_now());
   store::RankRow rank_row;
   rank_row.rank = rank;
   rank_row.host = hostname();
-  rank_row.device = device;
+  rank_row.device = device.description;
   rank_row.pid = getpid();
 
-  profiler::ClockSync clock_start = measure_offset(*comm);
+  profiler::ClockSync clock_start = measure_offset(*comms.host);
   rank_row.clock_offset_ns = clock_start.offset_ns;
+  // Local times of both offset measurements: wb merge interpolates the offset between them (clock drift).
+  writer.set_meta("clock_sync_start_ns", std::to_string(clock_start.local_ns));
   writer.set_rank(rank_row);
 
   std::unique_ptr<profiler::Recorder> recorder;
@@ -212,6 +312,24 @@ int run_training(const TrainConfig& cfg_in) {
     recorder = std::make_unique<profiler::Recorder>(writer, ro);
     profiler::set_thread_name("main");
   }
+#ifdef WB_TRAIN_CUPTI
+  // GPU kernels, copies and memsets, each linked to the host range that launched it. Started before
+  // the backend so its first kernels are traced too. Profiling never takes training down: a CUPTI that
+  // refuses (no permission for the activity API, another profiler attached) leaves a note and a
+  // warning, and the run goes on with host ranges only.
+  std::unique_ptr<profiler::cuda::CuptiTracer> cupti;
+  if (recorder && device.cuda) {
+    profiler::cuda::CuptiOptions co;
+    co.nvtx = cfg.nvtx;
+    try {
+      cupti = std::make_unique<profiler::cuda::CuptiTracer>(*recorder, co);
+      writer.set_meta("gpu_trace", cfg.nvtx ? "cupti+nvtx" : "cupti");
+    } catch (const std::exception& e) {
+      std::cerr << "wb-train: rank " << rank << ": GPU kernel tracing is off: " << e.what() << "\n";
+      writer.set_meta("gpu_trace", std::string("off: ") + e.what());
+    }
+  }
+#endif
 
   // 3. data, model, optimizer
   data::Dataset train_set = load_data(cfg, data::Split::kTrain, run);
@@ -234,7 +352,21 @@ int run_training(const TrainConfig& cfg_in) {
   const int64_t total_steps = cfg.total_steps(steps_per_epoch);
   pc.total_steps = total_steps;
 
-  auto backend = backend::make_cpu_backend({cfg.threads});
+  std::unique_ptr<backend::Backend> backend;
+  if (device.cuda) {
+    backend::CudaOptions co;
+    co.device = device.index;
+    co.precision = parse_precision(cfg.precision);
+    co.channels_last = cfg.channels_last;
+    backend = backend::make_cuda_backend(co);
+  } else {
+    backend = backend::make_cpu_backend({cfg.threads});
+  }
+#ifdef WB_TRAIN_NCCL
+  // Collectives wait for the compute stream's work (see NcclCommunicator's ordering note).
+  auto* nccl = dynamic_cast<dist::NcclCommunicator*>(comm);
+  if (nccl) nccl->set_input_stream(gpu::compute_stream_handle(*backend));
+#endif
   model::ModelConfig mc;
   mc.num_classes = cfg.num_classes;
   mc.image_size = cfg.image_size;
@@ -270,7 +402,8 @@ int run_training(const TrainConfig& cfg_in) {
   lc.world_size = world;
   optim::LrSchedule schedule(lc);
 
-  // Parameters and BN buffers from rank 0 (MindSpore's parameter_broadcast).
+  // Parameters and BN buffers from rank 0 (MindSpore's parameter_broadcast). The buffers live where
+  // the backend keeps them, and the communicator speaks the same memory: MPI host, NCCL device.
   if (world > 1) {
     comm->broadcast(model.param_buffer().data_as<float>(), model.param_count(), 0);
     comm->broadcast(model.running_stats().data_as<float>(), static_cast<std::size_t>(model.running_stats().numel()), 0);
@@ -285,7 +418,7 @@ int run_training(const TrainConfig& cfg_in) {
     std::vector<std::string> names;
     for (const auto& p : model.params()) names.push_back(p.name);
     if (rank == 0) {
-      std::cout << "wb-train: " << world << " rank(s), " << cfg.threads << " thread(s) each, " << device << ", "
+      std::cout << "wb-train: " << world << " rank(s), " << cfg.threads << " thread(s) each, " << device.description << ", "
                 << cfg.data << " (" << train_set.size() << " images), batch " << cfg.batch_size << ", "
                 << cfg.image_size << "x" << cfg.image_size << ", " << total_steps << " steps\n"
                 << "wb-train: allreduce buckets (" << buckets.size() << "):\n"
@@ -305,22 +438,42 @@ int run_training(const TrainConfig& cfg_in) {
       if (rec) rec->add(store::AllreduceRow{s.rank, s.step, s.bucket, s.first_param, s.last_param, s.bytes, s.ready_ns,
                                             s.start_ns, s.end_ns});
     };
+#ifdef WB_TRAIN_NCCL
+    if (nccl) so.on_ready = [nccl](const dist::Bucket&, float* data) { nccl->mark_ready(data); };
+#endif
     sync = std::make_unique<dist::GradientSync>(*comm, buckets, model.grad_buffer().data_as<float>(), so);
   }
 
   StepObserver step_observer(recorder.get(), sync.get(), *backend);
   model.set_observer(&step_observer);
-  DataObserver data_observer(recorder.get());
+  // On a GPU the host queue's consumer is the device queue's copy thread: its waits are not the
+  // training loop's, so they get their own name; "data_wait" stays the loop's wait for input.
+  DataObserver data_observer(recorder.get(), "batch queue", device.cuda ? "host_queue_wait" : "data_wait");
   data::Pipeline pipe(train_set, pc, &data_observer);
   // The pipeline always starts at batch 0; a resumed run passes over the batches already trained on
   // so batch k still meets step k (augmentation is keyed by epoch and sample, not by time).
   for (int64_t skipped = 0; skipped < start_step; ++skipped) {
     if (!pipe.pop()) throw std::runtime_error("the data pipeline ended while skipping to step " + std::to_string(start_step));
   }
+  DataObserver* wait_observer = &data_observer;  // whose waits the step rows count
+#ifdef WB_BACKEND_CUDA
+  std::unique_ptr<DataObserver> device_observer;
+  std::unique_ptr<gpu::DeviceQueue> device_queue;  // after `pipe`: it must go first
+  if (device.cuda) {
+    device_observer = std::make_unique<DataObserver>(recorder.get(), "device_queue", "data_wait");
+    device_queue = std::make_unique<gpu::DeviceQueue>(pipe, *backend, gpu::DeviceQueueOptions{device.index, cfg.device_prefetch},
+                                                      device_observer.get());
+    wait_observer = device_observer.get();
+  }
+#endif
   profiler::NameId step_name = recorder ? recorder->intern("step") : 0;
   profiler::NameId comm_wait_name = recorder ? recorder->intern("allreduce_wait") : 0;
 
-  // 5. the steps
+  // 5. the steps. On a GPU the host runs at most about one step ahead of the device: forward reads the
+  // loss back, so the step rows' host times track the device's pace without a synchronize per step.
+#ifdef WB_TRAIN_CUPTI
+  int64_t last_cupti_flush = profiler::now_ns();
+#endif
   Progress progress(rank == 0, total_steps, steps_per_epoch, cfg.batch_size * world, cfg.log_every);
   int exit_code = 0;
   int64_t step = start_step;
@@ -337,18 +490,44 @@ int run_training(const TrainConfig& cfg_in) {
     int64_t wait_ns = 0, comm_ns = 0;
     {
       profiler::Range step_range(step_name, store::Category::step);
-      data::BatchRef batch = pipe.pop();
-      if (!batch) throw std::runtime_error("the data pipeline ended before step " + std::to_string(step));
-      wait_ns = data_observer.take_wait_ns();
+      // The batch: host memory from the pipeline (CPU), or device memory from the device queue (GPU).
+      data::BatchRef batch;
+#ifdef WB_BACKEND_CUDA
+      gpu::DeviceBatchRef device_batch;
+      if (device_queue) {
+        device_batch = device_queue->pop();
+        if (!device_batch) throw std::runtime_error("the device queue ended before step " + std::to_string(step));
+      } else
+#endif
+      {
+        batch = pipe.pop();
+        if (!batch) throw std::runtime_error("the data pipeline ended before step " + std::to_string(step));
+      }
+      wait_ns = wait_observer->take_wait_ns();
 
       std::unique_ptr<dump::StepDump> dump;
       if (step == cfg.dump_step && (rank == 0 || cfg.dump_all_ranks)) {
         dump = std::make_unique<dump::StepDump>(writer, static_cast<int>(step), rank);
-        dump->before_step(model, batch->images, batch->labels);
+        if (batch) {
+          dump->before_step(model, batch->images, batch->labels);
+        } else {
+#ifdef WB_BACKEND_CUDA
+          // The dump holds exactly the bytes the model reads: the device copy, brought back.
+          std::vector<float> images(static_cast<std::size_t>(device_batch.images().numel()));
+          std::vector<std::int32_t> labels(static_cast<std::size_t>(device_batch.labels().numel()));
+          backend->to_host(device_batch.images(), images);
+          backend->to_host(device_batch.labels(), labels);
+          dump->before_step(model, images, labels);
+#endif
+        }
         step_observer.set_dump(dump.get());
       }
       if (sync) sync->begin_step(static_cast<int>(step));
-      loss = model.forward(batch->images, batch->labels);
+#ifdef WB_BACKEND_CUDA
+      if (device_batch) loss = model.forward(device_batch.images(), device_batch.labels());
+      else
+#endif
+        loss = model.forward(batch->images, batch->labels);
       step_observer.set_dump(nullptr);
       batch.release();
       model.backward();
@@ -359,6 +538,11 @@ int run_training(const TrainConfig& cfg_in) {
         profiler::record_range(comm_wait_name, store::Category::comm, c0, c0 + comm_ns);
       }
       sgd.step(model, static_cast<float>(lr));
+#ifdef WB_BACKEND_CUDA
+      // Every kernel reading the device batch (conv1's weight gradient reads the images) is queued:
+      // its slot may be refilled once they have run.
+      device_batch.release();
+#endif
       if (dump) dump->after_step(model, loss);
     }
     const int64_t t1 = profiler::now_ns();
@@ -388,12 +572,32 @@ int run_training(const TrainConfig& cfg_in) {
       writer.add(row);
     }
     progress.step(step, loss, t1 - t0, wait_ns);
+#ifdef WB_TRAIN_CUPTI
+    // CUPTI hands its buffers over when they fill; flushing about once a second keeps a killed
+    // run's loss of kernel rows small, as the host events' flush interval does.
+    if (cupti && t1 - last_cupti_flush > 1'000'000'000) {
+      try {
+        cupti->flush();
+      } catch (const std::exception& e) {
+        std::cerr << "wb-train: rank " << rank << ": CUPTI flush failed (" << e.what() << "); kernel rows may be missing\n";
+      }
+      last_cupti_flush = t1;
+    }
+#endif
     if (exit_code) {
       ++step;
       break;
     }
   }
+#ifdef WB_BACKEND_CUDA
+  if (device_queue) {
+    const gpu::DeviceQueueStats qs = device_queue->stats();
+    writer.set_meta("device_queue_pinned", qs.pinned ? "1" : "0");
+    device_queue.reset();  // stops the pipeline too, and unpins its buffers before they are freed
+  }
+#endif
   pipe.stop();
+  backend->synchronize();  // the last step's kernels have run (their CUPTI rows exist)
   progress.finish();
 
   // 6. eval, checkpoint, clocks, finish
@@ -410,8 +614,15 @@ int run_training(const TrainConfig& cfg_in) {
     save_checkpoint(cfg.save, model, sgd);
     std::cout << "wb-train: checkpoint saved to " << cfg.save.string() << "\n";
   }
-  profiler::ClockSync clock_end = measure_offset(*comm);
+  profiler::ClockSync clock_end = measure_offset(*comms.host);
   rank_row.clock_offset_end_ns = clock_end.offset_ns;
+  writer.set_meta("clock_sync_end_ns", std::to_string(clock_end.local_ns));
+#ifdef WB_TRAIN_CUPTI
+  if (cupti) {
+    backend->synchronize();
+    cupti.reset();  // hands over every remaining buffer; the Writer counts what CUPTI dropped
+  }
+#endif
   if (recorder) {
     recorder->stop();
     rank_row.dropped_events = static_cast<int64_t>(recorder->dropped() + writer.dropped());

@@ -75,6 +75,8 @@ void GradientSync::on_grads_ready(int first_param, int last_param_exclusive) {
       if (--pending_[b] == 0) {
         ready_ns_[b] = t;
         became_ready = true;
+        // Under the lock: the communication thread sees the bucket ready only after the hook ran.
+        if (options_.on_ready) options_.on_ready(buckets_[b], grads_ + buckets_[b].offset);
       }
     }
   }

@@ -56,6 +56,12 @@ struct SyncOptions {
   double watchdog_timeout_s = kDefaultWatchdogSeconds;
   // Called on the communication thread after every bucket's allreduce (e.g. to record the span).
   std::function<void(const BucketSpan&)> on_span;
+  // Called when a bucket becomes ready, on the thread that reported its last gradient, while the
+  // communication thread cannot yet start that bucket's allreduce (it must not call back into
+  // GradientSync). On a GPU the gradients' kernels are then queued but maybe not run: this is the
+  // moment to mark the compute stream (NcclCommunicator::mark_ready), so the allreduce waits for
+  // exactly those kernels rather than for whatever was queued by the time the thread got to it.
+  std::function<void(const Bucket& bucket, float* data)> on_ready;
 };
 
 class GradientSync {

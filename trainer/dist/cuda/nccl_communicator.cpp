@@ -62,17 +62,46 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, int device) : boo
 
 NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(device_);
+  for (auto& [data, mark] : marks_) cudaEventDestroy(static_cast<cudaEvent_t>(mark.event));
   if (comm_) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
 
-void NcclCommunicator::prepare() {
+void NcclCommunicator::mark_ready(const float* device_data) {
+  if (!input_stream_) throw DistError("NcclCommunicator::mark_ready: no input stream (set_input_stream first)");
+  WB_CUDA_CHECK(cudaSetDevice(device_));  // called from whichever thread queued the kernels
+  std::lock_guard lock(marks_mutex_);
+  Mark& mark = marks_[device_data];
+  if (!mark.event) {
+    cudaEvent_t event = nullptr;
+    WB_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    mark.event = event;
+  }
+  WB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(mark.event), static_cast<cudaStream_t>(input_stream_)));
+  mark.pending = true;
+}
+
+void NcclCommunicator::prepare(const float* device_data) {
   // The current device is per host thread, and collectives run on the communication thread.
   WB_CUDA_CHECK(cudaSetDevice(device_));
   if (input_stream_) {
-    WB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(input_stream_)));
-    WB_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event_), 0));
+    // cudaStreamWaitEvent waits for the event's most recent record as of this call, so a mark
+    // re-recorded for the next step later cannot loosen this wait.
+    cudaEvent_t marked = nullptr;
+    {
+      std::lock_guard lock(marks_mutex_);
+      auto it = marks_.find(device_data);
+      if (it != marks_.end() && it->second.pending) {
+        marked = static_cast<cudaEvent_t>(it->second.event);
+        it->second.pending = false;
+        WB_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), marked, 0));
+      }
+    }
+    if (!marked) {
+      WB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(input_stream_)));
+      WB_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event_), 0));
+    }
   } else {
     WB_CUDA_CHECK(cudaDeviceSynchronize());
   }
@@ -92,7 +121,7 @@ void NcclCommunicator::finish(const char* what) {
 }
 
 void NcclCommunicator::allreduce(float* device_data, std::size_t count, ReduceOp op) {
-  prepare();
+  prepare(device_data);
   WB_NCCL_CHECK(ncclAllReduce(device_data, device_data, count, ncclFloat, op == ReduceOp::mean ? ncclAvg : ncclSum,
                               static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
   finish("ncclAllReduce");
@@ -103,7 +132,7 @@ void NcclCommunicator::broadcast(float* device_data, std::size_t count, int root
     throw DistError("broadcast: root " + std::to_string(root) + " is not a rank of a world of size " +
                     std::to_string(size()));
   }
-  prepare();
+  prepare(device_data);
   WB_NCCL_CHECK(ncclBroadcast(device_data, device_data, count, ncclFloat, root, static_cast<ncclComm_t>(comm_),
                               static_cast<cudaStream_t>(stream_)));
   finish("ncclBroadcast");

@@ -1,0 +1,339 @@
+// Training-step throughput of our CUDA backend against PyTorch on the same GPU, in one run, and the cost
+// of profiling on the GPU. torchvision ResNet-50, 1000 classes, batch 256 at 224x224 by default,
+// synthetic data already on the device, steady-state steps only. Three precisions: fp32 (TF32 off on
+// both sides), tf32, and bf16 with channels-last (PyTorch: autocast bf16 + channels_last). Per
+// precision, rounds alternate N of our steps and N of PyTorch's (a persistent child process,
+// bench/gpu_vs_torch.py, driven over a pipe). The interpreter is $WB_TORCH_PYTHON, else the build's
+// Python: on a GPU machine the PyTorch with CUDA is often not Debian's.
+//
+// Profiling overhead: our steps with the profiler on (Recorder + the model's op ranges + CUPTI kernel
+// tracing, into a scratch run file) and off, alternated, in one precision (default bf16: the fastest
+// step, where a fixed per-op cost weighs most).
+//
+// Without the CUDA backend or without a device it prints one line saying so and exits 0 (a benchmark,
+// not a test). The last line holds the ratios ours / PyTorch.
+//
+//   gpu_vs_torch [--batch 256] [--size 224] [--rounds 3] [--steps 20] [--warmup 5]
+//                [--precisions fp32,tf32,bf16] [--overhead-precision bf16] [--no-overhead]
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "trainer/backend/backend.hpp"
+#include "trainer/model/resnet50.hpp"
+#include "trainer/optim/sgd.hpp"
+#if defined(WB_BACKEND_CUDA)
+#include "profiler/record/recorder.hpp"
+#include "store/writer.hpp"
+#include "trainer/observers.hpp"
+#if defined(WB_PROFILER_CUPTI)
+#include "profiler/record/cuda/cupti_tracer.hpp"
+#endif
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int batch = 256, size = 224, rounds = 3, steps = 20, warmup = 5;
+  std::vector<std::string> precisions = {"fp32", "tf32", "bf16"};
+  std::string overhead_precision = "bf16";
+  bool overhead = true;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto text = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument("gpu_vs_torch: " + a + " needs a value");
+      return argv[++i];
+    };
+    auto number = [&]() {
+      const std::string t = text();
+      char* end = nullptr;
+      const long v = std::strtol(t.c_str(), &end, 10);
+      if (end == t.c_str() || *end != '\0' || v < 1 || v > 100000) {
+        throw std::invalid_argument("gpu_vs_torch: " + a + ": expected a positive integer, got '" + t + "'");
+      }
+      return static_cast<int>(v);
+    };
+    if (a == "--batch") o.batch = number();
+    else if (a == "--size") o.size = number();
+    else if (a == "--rounds") o.rounds = number();
+    else if (a == "--steps") o.steps = number();
+    else if (a == "--warmup") o.warmup = number();
+    else if (a == "--overhead-precision") o.overhead_precision = text();
+    else if (a == "--no-overhead") o.overhead = false;
+    else if (a == "--precisions") {
+      o.precisions.clear();
+      std::stringstream ss(text());
+      for (std::string p; std::getline(ss, p, ',');) o.precisions.push_back(p);
+    } else {
+      throw std::invalid_argument("gpu_vs_torch: unknown flag " + a + " (see the comment at the top of bench/gpu_vs_torch.cpp)");
+    }
+  }
+  auto known = [](const std::string& p) { return p == "fp32" || p == "tf32" || p == "bf16"; };
+  for (const auto& p : o.precisions) {
+    if (!known(p)) throw std::invalid_argument("gpu_vs_torch: --precisions: expected fp32, tf32 or bf16, got '" + p + "'");
+  }
+  if (!known(o.overhead_precision)) {
+    throw std::invalid_argument("gpu_vs_torch: --overhead-precision: expected fp32, tf32 or bf16, got '" +
+                                o.overhead_precision + "'");
+  }
+  if (o.size < 32 || o.size > 224) throw std::invalid_argument("gpu_vs_torch: --size: expected 32..224");
+  if (o.batch < 2) throw std::invalid_argument("gpu_vs_torch: --batch: expected at least 2");
+  return o;
+}
+
+#if defined(WB_BACKEND_CUDA)
+
+// The PyTorch child: stdin/stdout pipes, one command and one answer line at a time.
+class TorchChild {
+ public:
+  TorchChild(const Options& o, const std::string& python) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("gpu_vs_torch: pipe failed");
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("gpu_vs_torch: fork failed");
+    if (pid_ == 0) {
+      dup2(to_child[0], 0);
+      dup2(from_child[1], 1);
+      close(to_child[1]);
+      close(from_child[0]);
+      const std::string script = std::string(WB_SOURCE_DIR) + "/bench/gpu_vs_torch.py";
+      const std::string b = std::to_string(o.batch), s = std::to_string(o.size);
+      execl(python.c_str(), python.c_str(), script.c_str(), b.c_str(), s.c_str(), "1000", static_cast<char*>(nullptr));
+      std::perror(("gpu_vs_torch: exec " + python).c_str());
+      _exit(127);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    in_ = fdopen(to_child[1], "w");
+    out_ = fdopen(from_child[0], "r");
+    banner_ = read_line();
+    if (banner_.rfind("ready", 0) != 0) {
+      throw std::runtime_error("gpu_vs_torch: the PyTorch child (" + python + ") did not start: " + banner_);
+    }
+  }
+  ~TorchChild() {
+    if (in_) {
+      std::fputs("quit\n", in_);
+      std::fclose(in_);
+    }
+    if (out_) std::fclose(out_);
+    int status = 0;
+    if (pid_ > 0) waitpid(pid_, &status, 0);
+  }
+  const std::string& banner() const { return banner_; }
+  void configure(const std::string& precision) {
+    std::fprintf(in_, "config %s\n", precision.c_str());
+    std::fflush(in_);
+    const std::string answer = read_line();
+    if (answer != "ok") throw std::runtime_error("gpu_vs_torch: PyTorch config " + precision + ": " + answer);
+  }
+  double run(int steps) {
+    std::fprintf(in_, "step %d\n", steps);
+    std::fflush(in_);
+    return std::stod(read_line());
+  }
+
+ private:
+  std::string read_line() {
+    char buf[512];
+    if (!std::fgets(buf, sizeof buf, out_)) throw std::runtime_error("gpu_vs_torch: the PyTorch child exited");
+    std::string s(buf);
+    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
+    return s;
+  }
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+  std::string banner_;
+};
+
+wb::backend::Precision precision_of(const std::string& p) {
+  if (p == "tf32") return wb::backend::Precision::tf32;
+  if (p == "bf16") return wb::backend::Precision::bf16;
+  return wb::backend::Precision::fp32;
+}
+
+// Our side in one precision: backend, model, optimizer and a device-resident batch.
+struct Ours {
+  Ours(const Options& o, const std::string& precision) {
+    wb::backend::CudaOptions co;
+    co.device = 0;
+    co.precision = precision_of(precision);
+    co.channels_last = precision == "bf16";  // the PyTorch side runs bf16 channels_last too
+    backend = wb::backend::make_cuda_backend(co);
+    wb::model::ModelConfig cfg;
+    cfg.num_classes = 1000;
+    cfg.image_size = o.size;
+    cfg.batch_size = o.batch;
+    cfg.seed = 0;
+    cfg.loss = {wb::backend::LossConvention::torch, 0.1f};
+    model = std::make_unique<wb::model::ResNet50>(*backend, cfg);
+    const std::int64_t n = o.batch, s = o.size;
+    std::vector<float> host(static_cast<std::size_t>(n * 3 * s * s));
+    std::vector<std::int32_t> host_labels(static_cast<std::size_t>(n));
+    std::mt19937_64 gen(1);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : host) v = normal(gen);
+    for (std::size_t i = 0; i < host_labels.size(); ++i) host_labels[i] = static_cast<std::int32_t>((i * 7) % 1000);
+    images = backend->empty(wb::backend::Shape{n, 3, s, s}, wb::backend::DType::f32);
+    labels = backend->empty(wb::backend::Shape{n}, wb::backend::DType::i32);
+    backend->from_host(images, host);
+    backend->from_host(labels, host_labels);
+    backend->synchronize();
+  }
+  double run(int steps) {
+    backend->synchronize();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) {
+      model->forward(images, labels);
+      model->backward();
+      sgd.step(*model, 0.01f);
+    }
+    backend->synchronize();
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  std::unique_ptr<wb::backend::Backend> backend;
+  std::unique_ptr<wb::model::ResNet50> model;
+  wb::optim::Sgd sgd{{0.9f, 1e-4f, false}};
+  wb::backend::Tensor images, labels;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Profiling on vs off, alternated (the order flips every round), as wb-train profiles a GPU run.
+void profiling_overhead(const Options& o, const std::string& dir) {
+  namespace fs = std::filesystem;
+  Ours ours(o, o.overhead_precision);
+  wb::store::WriterOptions wo;
+  wo.path = fs::path(dir) / "overhead.sqlite";
+  wo.overwrite = true;
+  wo.handle_signals = false;
+  wb::store::Writer writer(wo);
+  wb::profiler::Recorder recorder(writer);
+  wb::profiler::set_thread_name("main");
+  wb::trainer::StepObserver observer(&recorder, nullptr, *ours.backend);
+  ours.run(o.warmup);
+  auto profiled = [&](bool on) {
+    recorder.set_enabled(on);
+    ours.model->set_observer(on ? &observer : nullptr);
+#if defined(WB_PROFILER_CUPTI)
+    std::unique_ptr<wb::profiler::cuda::CuptiTracer> cupti;
+    if (on) cupti = std::make_unique<wb::profiler::cuda::CuptiTracer>(recorder);
+#endif
+    const double t = ours.run(o.steps);
+    ours.model->set_observer(nullptr);
+    return t;  // the tracer's final flush (its destructor) is outside the timed steps
+  };
+  std::vector<double> on_s, off_s, paired;
+  for (int r = 0; r < o.rounds; ++r) {
+    double on = 0, off = 0;
+    if (r % 2 == 0) {
+      on = profiled(true);
+      off = profiled(false);
+    } else {
+      off = profiled(false);
+      on = profiled(true);
+    }
+    on_s.push_back(on);
+    off_s.push_back(off);
+    paired.push_back(100.0 * (on - off) / off);
+    std::printf("overhead round %d: profiled %.2f ms/step, unprofiled %.2f ms/step, %+.2f %%\n", r + 1,
+                1e3 * on / o.steps, 1e3 * off / o.steps, paired.back());
+  }
+  recorder.stop();
+  writer.finish();
+  std::printf("profiling overhead (%s, CUPTI %s): %+.2f %% (median of rounds; profiled %.2f vs %.2f ms/step)\n",
+              o.overhead_precision.c_str(),
+#if defined(WB_PROFILER_CUPTI)
+              "on",
+#else
+              "not built",
+#endif
+              median(paired), 1e3 * median(on_s) / o.steps, 1e3 * median(off_s) / o.steps);
+}
+
+#endif  // WB_BACKEND_CUDA
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(argc, argv);
+#if !defined(WB_BACKEND_CUDA)
+    (void)o;
+    std::printf("gpu_vs_torch: this build has no CUDA backend (configure with -DWB_CUDA=ON); nothing to measure\n");
+    return 0;
+#else
+    if (wb::backend::cuda_device_count() == 0) {
+      std::printf("gpu_vs_torch: no CUDA device found; nothing to measure\n");
+      return 0;
+    }
+    const char* env = std::getenv("WB_TORCH_PYTHON");
+    const std::string python = env && *env ? env : WB_PYTHON;
+    char tmpl[] = "/tmp/wb-bench-gpu-vs-torch-XXXXXX";
+    if (!mkdtemp(tmpl)) throw std::runtime_error("gpu_vs_torch: mkdtemp failed");
+    const std::string dir = tmpl;
+
+    TorchChild torch(o, python);
+    std::printf("gpu_vs_torch: ResNet-50, batch %d, %dx%d, 1000 classes, synthetic data on the device, "
+                "%d rounds of %d steps after %d warm-up steps; %s\n",
+                o.batch, o.size, o.size, o.rounds, o.steps, o.warmup, torch.banner().c_str());
+    std::ostringstream summary;
+    for (const std::string& p : o.precisions) {
+      const std::string label = p == "bf16" ? "bf16 channels-last" : p == "fp32" ? "fp32 (TF32 off)" : "tf32";
+      double ours_total = 0, torch_total = 0;
+      {
+        Ours ours(o, p);
+        torch.configure(p);
+        ours.run(o.warmup);
+        torch.run(o.warmup);
+        for (int r = 0; r < o.rounds; ++r) {
+          const double a = ours.run(o.steps);
+          const double b = torch.run(o.steps);
+          ours_total += a;
+          torch_total += b;
+          std::printf("%s round %d: ours %.1f img/s, pytorch %.1f img/s\n", label.c_str(), r + 1,
+                      o.steps * o.batch / a, o.steps * o.batch / b);
+        }
+      }
+      const double images = static_cast<double>(o.rounds) * o.steps * o.batch;
+      std::printf("%s: ours %.1f img/s, pytorch %.1f img/s, ratio ours/pytorch %.3f\n", label.c_str(),
+                  images / ours_total, images / torch_total, torch_total / ours_total);
+      std::fflush(stdout);
+      summary << (summary.tellp() > 0 ? ", " : "") << p << " " << std::fixed;
+      summary.precision(3);
+      summary << torch_total / ours_total;
+    }
+    if (o.overhead) profiling_overhead(o, dir);
+    std::printf("ratio ours/pytorch: %s\n", summary.str().c_str());
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    return 0;
+#endif
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
+  }
+}
