@@ -301,6 +301,16 @@ TEST_CASE("a normal run drops nothing and records every module, step, queue samp
     }
     CHECK(on_workers.count("resize") == 0);
     CHECK(on_workers["batch"] == kSteps);
+    // Batches sit at depth 0 of their worker's lane and every transform nests inside one of them, at depth 1.
+    CHECK(count(db, "SELECT count(*) FROM range r JOIN string n ON n.id = r.name_id "
+                    "WHERE n.text = 'batch' AND r.depth <> 0") == 0);
+    CHECK(count(db, "SELECT count(*) FROM range r JOIN string n ON n.id = r.name_id WHERE r.category = 4 "
+                    "AND n.text NOT IN ('batch', 'data_wait') AND r.depth <> 1") == 0);
+    CHECK(count(db,
+                "SELECT count(*) FROM range r JOIN string n ON n.id = r.name_id WHERE r.category = 4 "
+                "AND n.text NOT IN ('batch', 'data_wait') AND NOT EXISTS (SELECT 1 FROM range b JOIN string bn "
+                "ON bn.id = b.name_id WHERE bn.text = 'batch' AND b.track_id = r.track_id "
+                "AND b.start_ns <= r.start_ns AND r.end_ns <= b.end_ns)") == 0);
     // The only data range off the workers is the training loop's wait for a batch.
     for (const auto& [n, c] : elsewhere) CHECK(n == "data_wait");
     // A worker gets a track with its first event; when one worker alone keeps up, the other may have none.

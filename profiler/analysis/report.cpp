@@ -9,6 +9,7 @@
 #include <set>
 
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
@@ -177,6 +178,44 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
       << "\n  Apply with: wb-train --allreduce-split <split>\n";
 }
 
+namespace {
+
+// GPU time per launching op and the top kernels (runs recorded with CUPTI).
+void write_kernel_sections(const KernelStats& k, std::ostream& out, std::size_t top) {
+  out << "\nGPU time by op (device activity linked to the host range that launched it)\n";
+  out << "  " << k.activities << " device activities, " << k.linked << " linked to an op ("
+      << pct(static_cast<double>(k.linked), static_cast<double>(k.activities)) << "), device time "
+      << format_ns(static_cast<double>(k.device_ns)) << ", of which unlinked "
+      << format_ns(static_cast<double>(k.unlinked_ns)) << "\n";
+  {
+    Table t({"op", "category", "ranges", "host", "launches", "device", "device/host", "% of device"});
+    for (std::size_t i = 0; i < k.by_op.size() && i < top; ++i) {
+      const auto& s = k.by_op[i];
+      t.add({s.op, std::string(store::category_name(s.category)), std::to_string(s.ranges),
+             format_ns(static_cast<double>(s.host_ns)), std::to_string(s.launches),
+             format_ns(static_cast<double>(s.device_ns)),
+             s.host_ns > 0 ? fmt("%.2f", static_cast<double>(s.device_ns) / static_cast<double>(s.host_ns)) : "-",
+             pct(static_cast<double>(s.device_ns), static_cast<double>(k.device_ns))});
+    }
+    t.print(out);
+  }
+  out << "\nTop kernels by total time\n";
+  {
+    Table t({"kernel", "kind", "count", "total", "mean", "max", "% of device"});
+    for (std::size_t i = 0; i < k.by_kernel.size() && i < top; ++i) {
+      const auto& s = k.by_kernel[i];
+      std::string name = s.name.size() > 70 ? s.name.substr(0, 67) + "..." : s.name;
+      const char* kind = s.kind == store::KernelKind::memcpy ? "memcpy" : s.kind == store::KernelKind::memset ? "memset" : "kernel";
+      t.add({name, kind, std::to_string(s.count), format_ns(static_cast<double>(s.total_ns)),
+             format_ns(static_cast<double>(s.total_ns) / static_cast<double>(s.count)),
+             format_ns(static_cast<double>(s.max_ns)), pct(static_cast<double>(s.total_ns), static_cast<double>(k.device_ns))});
+    }
+    t.print(out);
+  }
+}
+
+}  // namespace
+
 void write_report(const RunData& run, std::ostream& out, const ReportOptions& options) {
   auto ranks = run.rank_ids();
   out << "Run " << run.path.string() << "\n";
@@ -210,6 +249,8 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     }
     t.print(out);
   }
+
+  if (run.kernel_rows > 0) write_kernel_sections(kernel_stats(run), out, options.top_ops);
 
   auto steps = step_breakdown(run);
   out << "\nStep breakdown (mean per rank)\n";

@@ -80,7 +80,10 @@ RunData load_run(store::Reader& reader) {
   for (const auto& t : run.tracks) {
     if (t.kind == store::TrackKind::queue) {
       run.counters[t.id] = reader.counters(t.id);
-    } else if (t.kind != store::TrackKind::stream) {
+    } else if (t.kind == store::TrackKind::stream) {
+      auto rows = reader.kernels(t.id);
+      if (!rows.empty()) run.kernels[t.id] = std::move(rows);
+    } else {
       auto rows = reader.ranges(t.id);
       if (!rows.empty()) run.ranges[t.id] = std::move(rows);
     }

@@ -39,6 +39,7 @@ struct RunData {
   std::vector<store::StepRow> steps;
   std::vector<store::AllreduceRow> allreduces;
   std::vector<store::ParamRow> params;
+  std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;    // stream tracks, by start
   std::int64_t kernel_rows = 0;
 
   const std::string& name(std::uint32_t id) const;
