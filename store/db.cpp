@@ -170,7 +170,17 @@ std::span<const std::byte> Statement::column_blob(int i) const {
 
 // ---- Db ----
 
+namespace {
+// SQLite keeps allocation statistics under a global mutex unless told otherwise; nothing here reads them,
+// and the writer allocates per batch of rows. Must run before SQLite initialises; later it is a no-op.
+void configure_sqlite_once() {
+  static const int rc = sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+  (void)rc;
+}
+}  // namespace
+
 Db::Db(const std::filesystem::path& path, OpenMode mode) : path_(path), mode_(mode) {
+  configure_sqlite_once();
   int flags = SQLITE_OPEN_NOMUTEX;  // a connection is used by one thread at a time
   switch (mode) {
     case OpenMode::create: flags |= SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE; break;
