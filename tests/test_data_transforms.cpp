@@ -290,4 +290,13 @@ TEST_CASE("augmentation parameters depend only on (seed, epoch, sample)", "[trai
   config.train = false;
   const AugmentParams eval = draw_augment(config, 42, 3, 0);
   REQUIRE((eval.top == 0 && eval.left == 0 && !eval.flip));
+
+  // --crop-padding 0 --no-random-flip: training draws the identity for every sample.
+  config.train = true;
+  config.crop_padding = 0;
+  config.flip_prob = 0.0;
+  for (int s = 0; s < 500; ++s) {
+    const AugmentParams a = draw_augment(config, 42, 3, s);
+    REQUIRE((a.top == 0 && a.left == 0 && !a.flip));
+  }
 }

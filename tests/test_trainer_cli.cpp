@@ -81,6 +81,10 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
     require_one_line_error(run_train(with(base_args(dir), {"--image-size", "16"}), dir.path()),
                            {"--image-size", "32..224", "16"});
   }
+  SECTION("--crop-padding below 0") {
+    require_one_line_error(run_train(with(base_args(dir), {"--crop-padding", "-1"}), dir.path()),
+                           {"--crop-padding", "0..64", "-1"});
+  }
   SECTION("--shard that is not R/N with R < N") {
     require_one_line_error(run_train(with(base_args(dir), {"--shard", "2/2"}), dir.path()), {"--shard '2/2'", "R < N"});
   }

@@ -50,6 +50,8 @@ const Option kOptions[] = {
     {"nesterov", &TrainConfig::nesterov, "Nesterov momentum"},
     {"label_smoothing", &TrainConfig::label_smoothing, "X: label smoothing (default 0.1)"},
     {"loss_convention", &TrainConfig::loss_convention, "mindspore|torch: how smoothing spreads mass (default mindspore)"},
+    {"crop_padding", &TrainConfig::crop_padding, "N: RandomCrop's zero padding in training, 0 = no random crop (default 4)"},
+    {"random_flip", &TrainConfig::random_flip, "RandomHorizontalFlip in training (default on; --no-random-flip turns it off)"},
     {"seed", &TrainConfig::seed, "N: seed for init, shuffling and augmentation (default 1)"},
     {"threads", &TrainConfig::threads, "N: compute threads per rank (default cores / ranks)"},
     {"device", &TrainConfig::device, "cpu|cuda|auto: one process per device; auto takes a GPU when one is visible (default cpu)"},
@@ -228,6 +230,7 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
       continue;
     }
     if (a == "--no-profile") { cfg.profile = false; continue; }
+    if (a == "--no-random-flip") { cfg.random_flip = false; continue; }
     if (a == "--dump-ranks") {
       if (!has_value) {
         if (i + 1 >= args.size()) throw ConfigError("--dump-ranks: expected 'all' or '0'");
@@ -280,6 +283,7 @@ void validate(const TrainConfig& c) {
   need(c.steps >= 0 && c.epochs >= 0 && (c.steps > 0 || c.epochs > 0), "--steps/--epochs: expected a positive count");
   need(c.data_workers >= 1, "--data-workers: expected at least 1");
   need(c.prefetch >= 1, "--prefetch: expected at least 1");
+  need(c.crop_padding >= 0 && c.crop_padding <= 64, "--crop-padding: expected 0..64, got " + std::to_string(c.crop_padding));
   need(c.data_delay_us >= 0, "--data-delay-us: expected a non-negative number");
   need(c.synthetic_samples >= 1, "--synthetic-samples: expected a positive number");
   need(c.lr > 0, "--lr: expected a positive learning rate");
@@ -328,6 +332,7 @@ std::string usage() {
     if (is_hidden(o2.key)) continue;
     std::string flag = std::string_view(o2.key) == "config_file" ? "--config" : flag_of(o2.key);
     if (std::string_view(o2.key) == "profile") flag = "--no-profile";
+    if (std::string_view(o2.key) == "random_flip") flag = "--no-random-flip";
     o << "  " << flag;
     for (size_t n = flag.size(); n < 22; ++n) o << ' ';
     o << ' ' << o2.help << '\n';

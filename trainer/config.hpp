@@ -25,6 +25,8 @@ struct TrainConfig {
   std::string data_path;           // dataset folder; default depends on `data`
   int data_workers = 2;
   int prefetch = 4;
+  int crop_padding = 4;     // training augmentation: RandomCrop(side, padding); 0 disables it
+  bool random_flip = true;  // training augmentation: RandomHorizontalFlip(0.5)
   int64_t data_delay_us = 0;  // artificial per-sample delay in the workers (starvation experiments)
   int64_t synthetic_samples = 2048;
   // model

@@ -346,6 +346,8 @@ int run_training(const TrainConfig& cfg_in) {
   pc.seed = cfg.seed;
   pc.delay_us = cfg.data_delay_us;
   pc.transform.image_size = cfg.image_size;
+  pc.transform.crop_padding = cfg.crop_padding;
+  pc.transform.flip_prob = cfg.random_flip ? 0.5 : 0.0;
   pc.transform.norm = data::default_normalization(train_set.kind);
   int64_t steps_per_epoch =
       data::ShardSampler(train_set.size(), shard.count, shard.rank, cfg.batch_size, cfg.seed, true).steps_per_epoch();
