@@ -81,6 +81,11 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
     require_one_line_error(run_train(with(base_args(dir), {"--image-size", "16"}), dir.path()),
                            {"--image-size", "32..224", "16"});
   }
+  SECTION("a cosine warm-up as long as the run") {
+    require_one_line_error(
+        run_train(with(base_args(dir), {"--lr-schedule", "cosine", "--warmup-steps", "5", "--steps", "3"}), dir.path()),
+        {"--warmup-steps 5", "fewer warm-up steps than the run's 3 steps"});
+  }
   SECTION("--crop-padding below 0") {
     require_one_line_error(run_train(with(base_args(dir), {"--crop-padding", "-1"}), dir.path()),
                            {"--crop-padding", "0..64", "-1"});

@@ -399,7 +399,11 @@ int run_training(const TrainConfig& cfg_in) {
   lc.lr_init = cfg.lr_init;
   lc.lr_end = cfg.lr_end;
   lc.total_steps = total_steps;
-  lc.warmup_steps = std::min(cfg.warmup_steps, total_steps);
+  if (lc.kind == optim::LrScheduleKind::cosine && cfg.warmup_steps >= total_steps) {
+    throw ConfigError("--warmup-steps " + std::to_string(cfg.warmup_steps) + ": the cosine schedule needs fewer warm-up " +
+                      "steps than the run's " + std::to_string(total_steps) + " steps (pass a smaller --warmup-steps)");
+  }
+  lc.warmup_steps = cfg.warmup_steps;
   lc.scale_by_world_size = cfg.scale_lr;
   lc.world_size = world;
   optim::LrSchedule schedule(lc);
