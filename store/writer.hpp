@@ -31,6 +31,9 @@ struct WriterOptions {
   std::size_t max_pending_rows = std::size_t{1} << 22;
   // How often pending rows are committed; DESIGN.md promises at most 200 ms of loss on a kill.
   std::chrono::milliseconds flush_interval{100};
+  // Commit early once this many rows wait (at most half of max_pending_rows), so a burst is written
+  // back to back instead of idling until the interval is up; 0 commits on the interval only.
+  std::size_t eager_commit_rows = 65536;
   // Commit pending rows on SIGINT/SIGTERM and raise stop_requested() (see Writer).
   bool handle_signals = true;
   // Replace an existing file at path instead of failing.

@@ -96,6 +96,7 @@ TEST_CASE("rows beyond max_pending_rows are dropped and counted", "[store]") {
     auto o = options(path);
     o.max_pending_rows = 1000;
     o.flush_interval = std::chrono::milliseconds(60'000);  // nothing commits until flush()
+    o.eager_commit_rows = 0;
     Writer w(o);
     auto track = w.add_track(TrackKind::thread, "main");
     for (int i = 0; i < 5000; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
@@ -110,6 +111,24 @@ TEST_CASE("rows beyond max_pending_rows are dropped and counted", "[store]") {
   CHECK(r.row_counts().at("range") == 1010);
   CHECK(r.meta().at("dropped_events") == "4007");
   CHECK(r.ranks().at(0).dropped_events == 4007);
+}
+
+TEST_CASE("a batch past eager_commit_rows is committed before the interval is up", "[store]") {
+  TempDir dir;
+  auto o = options(dir / "run.sqlite");
+  o.flush_interval = std::chrono::milliseconds(60'000);
+  o.eager_commit_rows = 100;
+  Writer w(o);
+  auto track = w.add_track(TrackKind::thread, "main");
+  for (int i = 0; i < 99; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(w.stats().rows_committed == 0);  // below the threshold: waits for the (minute-long) interval
+  for (int i = 0; i < 400; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (w.stats().rows_committed == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(w.stats().rows_committed >= 100);
+  CHECK(w.dropped() == 0);
 }
 
 TEST_CASE("a writer killed with SIGKILL leaves a valid, incomplete file with every flushed batch", "[store]") {
