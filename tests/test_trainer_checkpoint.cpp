@@ -17,6 +17,7 @@ namespace {
 
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
+using wb::test::with;
 using wb::test::Result;
 using wb::test::run_command;
 using wb::test::run_train;
@@ -26,11 +27,6 @@ namespace fs = std::filesystem;
 std::vector<std::string> common_args() {
   return {"--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "4", "--image-size", "32",
           "--threads", "2", "--seed", "7", "--lr", "0.05"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 // The three runs, made once for every test case of this file.

@@ -13,7 +13,9 @@ namespace {
 
 using wb::test::count_lines;
 using wb::test::Result;
+using wb::test::require_one_line_error;
 using wb::test::run_train;
+using wb::test::with;
 using wb::test::TrainerTempDir;
 using wb::test::write_text;
 namespace fs = std::filesystem;
@@ -22,23 +24,6 @@ namespace fs = std::filesystem;
 std::vector<std::string> base_args(const TrainerTempDir& dir) {
   return {"--run", (dir / "run.sqlite").string(), "--steps", "1", "--batch-size", "4", "--no-profile",
           "--synthetic-samples", "64"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-// One line on stderr, starting with the program name and holding every `needle`; exit code 2.
-void require_one_line_error(const Result& r, const std::vector<std::string>& needles) {
-  CAPTURE(r.exit_code, r.err, r.out);
-  CHECK(r.exit_code == 2);
-  CHECK(count_lines(r.err) == 1);
-  CHECK(r.err.rfind("wb-train: ", 0) == 0);
-  for (const auto& n : needles) {
-    CAPTURE(n);
-    CHECK(r.err.find(n) != std::string::npos);
-  }
 }
 
 void write_gz(const fs::path& file, const std::vector<std::uint8_t>& bytes) {

@@ -26,7 +26,9 @@ using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 using wb::test::count_lines;
 using wb::test::Result;
+using wb::test::require_one_line_error;
 using wb::test::run_train;
+using wb::test::with;
 using wb::test::TrainerTempDir;
 namespace fs = std::filesystem;
 
@@ -34,22 +36,6 @@ namespace fs = std::filesystem;
 std::vector<std::string> small_run(const fs::path& run, int steps) {
   return {"--run", run.string(), "--steps", std::to_string(steps), "--batch-size", "4", "--synthetic-samples", "64",
           "--data-workers", "1", "--seed", "3"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
-}
-
-void require_one_line_error(const Result& r, const std::vector<std::string>& needles) {
-  CAPTURE(r.exit_code, r.err, r.out);
-  CHECK(r.exit_code == 2);
-  CHECK(count_lines(r.err) == 1);
-  CHECK(r.err.rfind("wb-train: ", 0) == 0);
-  for (const auto& n : needles) {
-    CAPTURE(n);
-    CHECK(r.err.find(n) != std::string::npos);
-  }
 }
 
 std::string meta(wb::store::Db& db, const std::string& key) {

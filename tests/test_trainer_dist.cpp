@@ -33,6 +33,7 @@ extern char** environ;
 
 namespace {
 
+using wb::test::with;
 using wb::test::Result;
 using wb::test::run_train;
 using wb::test::TrainerTempDir;
@@ -41,11 +42,6 @@ namespace fs = std::filesystem;
 std::vector<std::string> common_args() {
   return {"--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "4", "--image-size", "32",
           "--seed", "3", "--lr", "0.05"};
-}
-
-std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
-  args.insert(args.end(), more.begin(), more.end());
-  return args;
 }
 
 // Every run of this file, made once. The 2-rank jobs use one compute thread per rank (2 cores / 2

@@ -2,6 +2,8 @@
 // command) with its stdout and stderr captured apart, and reading a checkpoint's tensors by name.
 #pragma once
 
+#include <catch2/catch.hpp>
+
 #include <stdlib.h>
 #include <sys/wait.h>
 
@@ -102,6 +104,24 @@ inline int count_lines(const std::string& text) {
   int n = 0;
   for (char c : text) n += c == '\n';
   return n;
+}
+
+// args followed by more.
+inline std::vector<std::string> with(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// One line on stderr, starting with the program name and holding every `needle`; exit code 2.
+inline void require_one_line_error(const Result& r, const std::vector<std::string>& needles) {
+  CAPTURE(r.exit_code, r.err, r.out);
+  CHECK(r.exit_code == 2);
+  CHECK(count_lines(r.err) == 1);
+  CHECK(r.err.rfind("wb-train: ", 0) == 0);
+  for (const auto& n : needles) {
+    CAPTURE(n);
+    CHECK(r.err.find(n) != std::string::npos);
+  }
 }
 
 // A checkpoint's tensors by name.
