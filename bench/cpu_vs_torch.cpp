@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/torch_child.hpp"
 #include "trainer/backend/cpu/cpu_backend.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
@@ -58,60 +59,6 @@ Options parse(int argc, char** argv) {
   }
   return o;
 }
-
-// The PyTorch child: stdin/stdout pipes, one command and one answer line at a time.
-class TorchChild {
- public:
-  TorchChild(const Options& o, const std::string& data_dir) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("cpu_vs_torch: pipe failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("cpu_vs_torch: fork failed");
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[1]);
-      close(from_child[0]);
-      const std::string script = std::string(WB_SOURCE_DIR) + "/bench/cpu_vs_torch.py";
-      const std::string b = std::to_string(o.batch), s = std::to_string(o.size), t = std::to_string(o.threads);
-      execl(WB_PYTHON, WB_PYTHON, script.c_str(), b.c_str(), s.c_str(), "10", t.c_str(), data_dir.c_str(),
-            static_cast<char*>(nullptr));
-      std::perror("cpu_vs_torch: exec " WB_PYTHON);
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-    if (read_line() != "ready") throw std::runtime_error("cpu_vs_torch: the PyTorch child did not start");
-  }
-  ~TorchChild() {
-    if (in_) {
-      std::fputs("quit\n", in_);
-      std::fclose(in_);
-    }
-    if (out_) std::fclose(out_);
-    int status = 0;
-    if (pid_ > 0) waitpid(pid_, &status, 0);
-  }
-  double run(int steps) {
-    std::fprintf(in_, "step %d\n", steps);
-    std::fflush(in_);
-    return std::stod(read_line());
-  }
-
- private:
-  std::string read_line() {
-    char buf[256];
-    if (!std::fgets(buf, sizeof buf, out_)) throw std::runtime_error("cpu_vs_torch: the PyTorch child exited");
-    std::string s(buf);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    return s;
-  }
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
-};
 
 // Per-op-kind time of our step from the observer's ranges (leaf modules only: blocks nest).
 class OpTimer : public wb::model::ModelObserver {
@@ -184,7 +131,9 @@ int main(int argc, char** argv) {
       return std::chrono::duration<double>(Clock::now() - t0).count();
     };
 
-    TorchChild torch(o, dir);
+    wb::bench::TorchChild torch({WB_PYTHON, std::string(WB_SOURCE_DIR) + "/bench/cpu_vs_torch.py", std::to_string(o.batch),
+                                 std::to_string(o.size), "10", std::to_string(o.threads), dir},
+                                "cpu_vs_torch");
     our_steps(o.warmup);
     torch.run(o.warmup);
     std::printf("cpu_vs_torch: ResNet-50, batch %d, %dx%d, 10 classes, fp32, %d threads, %d rounds of %d steps\n",

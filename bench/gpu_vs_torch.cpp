@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/torch_child.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
@@ -99,70 +100,6 @@ Options parse(int argc, char** argv) {
 }
 
 #if defined(WB_BACKEND_CUDA)
-
-// The PyTorch child: stdin/stdout pipes, one command and one answer line at a time.
-class TorchChild {
- public:
-  TorchChild(const Options& o, const std::string& python) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("gpu_vs_torch: pipe failed");
-    pid_ = fork();
-    if (pid_ < 0) throw std::runtime_error("gpu_vs_torch: fork failed");
-    if (pid_ == 0) {
-      dup2(to_child[0], 0);
-      dup2(from_child[1], 1);
-      close(to_child[1]);
-      close(from_child[0]);
-      const std::string script = std::string(WB_SOURCE_DIR) + "/bench/gpu_vs_torch.py";
-      const std::string b = std::to_string(o.batch), s = std::to_string(o.size);
-      execl(python.c_str(), python.c_str(), script.c_str(), b.c_str(), s.c_str(), "1000", static_cast<char*>(nullptr));
-      std::perror(("gpu_vs_torch: exec " + python).c_str());
-      _exit(127);
-    }
-    close(to_child[0]);
-    close(from_child[1]);
-    in_ = fdopen(to_child[1], "w");
-    out_ = fdopen(from_child[0], "r");
-    banner_ = read_line();
-    if (banner_.rfind("ready", 0) != 0) {
-      throw std::runtime_error("gpu_vs_torch: the PyTorch child (" + python + ") did not start: " + banner_);
-    }
-  }
-  ~TorchChild() {
-    if (in_) {
-      std::fputs("quit\n", in_);
-      std::fclose(in_);
-    }
-    if (out_) std::fclose(out_);
-    int status = 0;
-    if (pid_ > 0) waitpid(pid_, &status, 0);
-  }
-  const std::string& banner() const { return banner_; }
-  void configure(const std::string& precision) {
-    std::fprintf(in_, "config %s\n", precision.c_str());
-    std::fflush(in_);
-    const std::string answer = read_line();
-    if (answer != "ok") throw std::runtime_error("gpu_vs_torch: PyTorch config " + precision + ": " + answer);
-  }
-  double run(int steps) {
-    std::fprintf(in_, "step %d\n", steps);
-    std::fflush(in_);
-    return std::stod(read_line());
-  }
-
- private:
-  std::string read_line() {
-    char buf[512];
-    if (!std::fgets(buf, sizeof buf, out_)) throw std::runtime_error("gpu_vs_torch: the PyTorch child exited");
-    std::string s(buf);
-    while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
-    return s;
-  }
-  pid_t pid_ = -1;
-  FILE* in_ = nullptr;
-  FILE* out_ = nullptr;
-  std::string banner_;
-};
 
 wb::backend::Precision precision_of(const std::string& p) {
   if (p == "tf32") return wb::backend::Precision::tf32;
@@ -296,7 +233,9 @@ int main(int argc, char** argv) {
     if (!mkdtemp(tmpl)) throw std::runtime_error("gpu_vs_torch: mkdtemp failed");
     const std::string dir = tmpl;
 
-    TorchChild torch(o, python);
+    wb::bench::TorchChild torch({python, std::string(WB_SOURCE_DIR) + "/bench/gpu_vs_torch.py", std::to_string(o.batch),
+                                 std::to_string(o.size), "1000"},
+                                "gpu_vs_torch");
     std::printf("gpu_vs_torch: ResNet-50, batch %d, %dx%d, 1000 classes, synthetic data on the device, "
                 "%d rounds of %d steps after %d warm-up steps; %s\n",
                 o.batch, o.size, o.size, o.rounds, o.steps, o.warmup, torch.banner().c_str());
@@ -306,7 +245,8 @@ int main(int argc, char** argv) {
       double ours_total = 0, torch_total = 0;
       {
         Ours ours(o, p);
-        torch.configure(p);
+        if (const std::string answer = torch.ask("config " + p); answer != "ok")
+          throw std::runtime_error("gpu_vs_torch: PyTorch config " + p + ": " + answer);
         ours.run(o.warmup);
         torch.run(o.warmup);
         for (int r = 0; r < o.rounds; ++r) {
