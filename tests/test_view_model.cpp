@@ -18,6 +18,9 @@
 #include "compare/compare.hpp"
 #include "store/db.hpp"
 #include "store_test_util.hpp"
+#include "view_test_util.hpp"
+
+using wb::test::Headless;
 
 using namespace wb::view;
 using Catch::Matchers::WithinAbs;
@@ -30,29 +33,6 @@ std::shared_ptr<const RunModel> wait_for(RunLoader& loader) {
   REQUIRE(loader.done());
   return loader.result();
 }
-
-// An ImGui context with a font atlas and a display, as the window would give, but no backend.
-struct Headless {
-  ImGuiContext* ctx;
-  Headless() {
-    ctx = ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(1400, 900);
-    unsigned char* pixels;
-    int w, h;
-    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
-  }
-  ~Headless() { ImGui::DestroyContext(ctx); }
-  // Runs one frame and returns the vertices drawn.
-  int frame(App& app, double dt = 1.0 / 60) {
-    ImGui::GetIO().DeltaTime = static_cast<float>(dt);
-    ImGui::NewFrame();
-    app.frame();
-    ImGui::Render();
-    return ImGui::GetDrawData()->TotalVtxCount;
-  }
-};
 
 }  // namespace
 

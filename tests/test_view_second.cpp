@@ -26,6 +26,9 @@
 #include "profiler/analysis/split_model.hpp"
 #include "store/db.hpp"
 #include "store_test_util.hpp"
+#include "view_test_util.hpp"
+
+using wb::test::Headless;
 
 using namespace wb::view;
 using Catch::Matchers::WithinAbs;
@@ -81,29 +84,6 @@ wb::compare::TensorSet dump(const std::string& source, float act2_error) {
   s.index();
   return s;
 }
-
-struct Headless {
-  ImGuiContext* ctx;
-  Headless() {
-    ctx = ImGui::CreateContext();
-    ImGuiIO& io = ImGui::GetIO();
-    io.IniFilename = nullptr;
-    io.DisplaySize = ImVec2(1400, 900);
-    unsigned char* pixels;
-    int w, h;
-    io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
-  }
-  ~Headless() { ImGui::DestroyContext(ctx); }
-  void frame(App& app) {
-    ImGui::GetIO().DeltaTime = 1.0f / 60;
-    // Without a backend nothing else moves the mouse: park it outside unless a script moves it.
-    ImGui::GetIO().MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
-    app.inject_input();
-    ImGui::NewFrame();
-    app.frame();
-    ImGui::Render();
-  }
-};
 
 }  // namespace
 

@@ -4,8 +4,6 @@
 // (many distinct colours) and differ from the other views'; a bad file must show the error popup.
 #include <catch2/catch.hpp>
 
-#include <stb_image.h>
-
 #include <sys/wait.h>
 
 #include <cstdlib>
@@ -19,6 +17,11 @@
 #include <vector>
 
 #include "store_test_util.hpp"
+#include "view_test_util.hpp"
+
+using wb::test::differing_fraction;
+using wb::test::Image;
+using wb::test::load_png;
 
 namespace fs = std::filesystem;
 
@@ -38,48 +41,6 @@ std::string with_display(const std::string& cmd) {
   const char* d = std::getenv("DISPLAY");
   if (d && *d) return cmd;
   return "xvfb-run -a -s '-screen 0 1600x1000x24' " + cmd;
-}
-
-struct Image {
-  int w = 0, h = 0;
-  std::vector<unsigned char> rgb;
-  std::size_t distinct() const {
-    std::set<std::uint32_t> colours;
-    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3) colours.insert(rgb[i] << 16 | rgb[i + 1] << 8 | rgb[i + 2]);
-    return colours.size();
-  }
-  // Share of pixels within tol of a colour on every channel.
-  double share_near(int r, int g, int b, int tol) const {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
-      if (std::abs(rgb[i] - r) <= tol && std::abs(rgb[i + 1] - g) <= tol && std::abs(rgb[i + 2] - b) <= tol) ++n;
-    return static_cast<double>(n) / static_cast<double>(rgb.size() / 3);
-  }
-  // Pixels of strong red (the popup's title text, anti-aliased onto the dark popup).
-  std::size_t reds() const {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
-      if (rgb[i] > 140 && rgb[i + 1] < 120 && rgb[i + 2] < 120) ++n;
-    return n;
-  }
-};
-
-Image load_png(const fs::path& p) {
-  Image img;
-  int n = 0;
-  unsigned char* data = stbi_load(p.string().c_str(), &img.w, &img.h, &n, 3);
-  REQUIRE(data != nullptr);
-  img.rgb.assign(data, data + static_cast<std::size_t>(img.w) * static_cast<std::size_t>(img.h) * 3);
-  stbi_image_free(data);
-  return img;
-}
-
-double differing_fraction(const Image& a, const Image& b) {
-  if (a.w != b.w || a.h != b.h) return 1.0;
-  std::size_t diff = 0;
-  for (std::size_t i = 0; i + 2 < a.rgb.size(); i += 3)
-    if (a.rgb[i] != b.rgb[i] || a.rgb[i + 1] != b.rgb[i + 1] || a.rgb[i + 2] != b.rgb[i + 2]) ++diff;
-  return static_cast<double>(diff) / static_cast<double>(a.rgb.size() / 3);
 }
 
 // The recorded runs, made once for all test cases of this executable.

@@ -5,8 +5,6 @@
 // from the run file after its reference was deleted. Under xvfb-run when there is no display.
 #include <catch2/catch.hpp>
 
-#include <stb_image.h>
-
 #include <sys/wait.h>
 
 #include <cmath>
@@ -24,6 +22,11 @@
 
 #include "store/reader.hpp"
 #include "store_test_util.hpp"
+#include "view_test_util.hpp"
+
+using wb::test::differing_fraction;
+using wb::test::Image;
+using wb::test::load_png;
 
 namespace fs = std::filesystem;
 
@@ -48,41 +51,6 @@ std::string with_display(const std::string& cmd) {
   const char* d = std::getenv("DISPLAY");
   if (d && *d) return cmd;
   return "xvfb-run -a -s '-screen 0 1920x1080x24' " + cmd;
-}
-
-struct Image {
-  int w = 0, h = 0;
-  std::vector<unsigned char> rgb;
-  std::size_t distinct() const {
-    std::set<std::uint32_t> colours;
-    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3) colours.insert(rgb[i] << 16 | rgb[i + 1] << 8 | rgb[i + 2]);
-    return colours.size();
-  }
-  // Pixels of strong red (the error popup's title).
-  std::size_t reds() const {
-    std::size_t n = 0;
-    for (std::size_t i = 0; i + 2 < rgb.size(); i += 3)
-      if (rgb[i] > 140 && rgb[i + 1] < 120 && rgb[i + 2] < 120) ++n;
-    return n;
-  }
-};
-
-Image load_png(const fs::path& p) {
-  Image img;
-  int n = 0;
-  unsigned char* data = stbi_load(p.string().c_str(), &img.w, &img.h, &n, 3);
-  REQUIRE(data != nullptr);
-  img.rgb.assign(data, data + static_cast<std::size_t>(img.w) * static_cast<std::size_t>(img.h) * 3);
-  stbi_image_free(data);
-  return img;
-}
-
-double differing_fraction(const Image& a, const Image& b) {
-  if (a.w != b.w || a.h != b.h) return 1.0;
-  std::size_t diff = 0;
-  for (std::size_t i = 0; i + 2 < a.rgb.size(); i += 3)
-    if (a.rgb[i] != b.rgb[i] || a.rgb[i + 1] != b.rgb[i + 1] || a.rgb[i + 2] != b.rgb[i + 2]) ++diff;
-  return static_cast<double>(diff) / static_cast<double>(a.rgb.size() / 3);
 }
 
 // "key value" lines of --print-tuner / --print-precision.
