@@ -64,6 +64,7 @@ TEST_CASE("conv2d forward and backward match PyTorch", "[trainer][backend]") {
     y[i] = wb::test::to_vec(*be, out);
     dx[i] = wb::test::to_vec(*be, dxt);
     dw[i] = wb::test::to_vec(*be, dwt);
+    wb::test::require_no_overrun(*be);
   }
   script << "]\n"
             "for i, xs, ws, ys, s, p in cases:\n"

@@ -59,6 +59,7 @@ TEST_CASE("softmax cross-entropy in both smoothing conventions matches PyTorch",
     be->softmax_cross_entropy_backward(probs, ty, p, dz);
     loss[i] = wb::test::to_vec(*be, tl)[0];
     grad[i] = wb::test::to_vec(*be, dz);
+    wb::test::require_no_overrun(*be);
   }
   // mindspore: CrossEntropySmooth = SoftmaxCrossEntropyWithLogits on a one-hot with on 1 - s, off s/(K-1).
   script << "]\n"
@@ -161,6 +162,7 @@ TEST_CASE("fused SGD matches torch.optim.SGD with weight-decay groups, with and 
     }
     ours_p.push_back(wb::test::to_vec(*be, params));
     ours_m.push_back(wb::test::to_vec(*be, mom));
+    wb::test::require_no_overrun(*be);
     const std::vector<float> ref(rp.begin(), rp.end());
     CHECK(wb::test::rel_l2(ours_p.back(), ref) <= 1e-6);
     if (v.momentum != 0.0f) {

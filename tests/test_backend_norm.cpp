@@ -79,6 +79,7 @@ TEST_CASE("batch norm train / eval forward and backward match PyTorch", "[traine
     res[i] = {wb::test::to_vec(*be, y),      wb::test::to_vec(*be, rm),     wb::test::to_vec(*be, rv),
               wb::test::to_vec(*be, dx),     wb::test::to_vec(*be, dgamma), wb::test::to_vec(*be, dbeta),
               wb::test::to_vec(*be, y_eval)};
+    wb::test::require_no_overrun(*be);
   }
   script << "]\n"
             "for i, s, relu in cases:\n"

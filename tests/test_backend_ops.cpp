@@ -69,6 +69,7 @@ TEST_CASE("relu, add, max-pool, global average pool and linear match PyTorch", "
              << "drelu.out', a.grad)\n"
              << "save('" << k << "add.out', a + b); save('" << k << "add_relu.out', F.relu(a + b))\n";
       ++id;
+      wb::test::require_no_overrun(*be);
     }
   }
   // max-pool 3x3/2 pad 1 and global average pooling.
@@ -102,6 +103,7 @@ TEST_CASE("relu, add, max-pool, global average pool and linear match PyTorch", "
              << "dgap.out', x.grad)\n"
              << "save('" << k << "max.out', m); save('" << k << "gap.out', g)\n";
       ++id;
+      wb::test::require_no_overrun(*be);
     }
   }
   // linear on (N, IN) and on a blocked (N, IN, 1, 1) input, as the model feeds it from the pooling.
@@ -133,6 +135,7 @@ TEST_CASE("relu, add, max-pool, global average pool and linear match PyTorch", "
            << "save('" << k << "y.out', y); save('" << k << "dx.out', x.grad); save('" << k << "dw.out', w.grad); save('"
            << k << "db.out', b.grad)\n";
     ++id;
+    wb::test::require_no_overrun(*be);
   }
   wb::test::run_torch_script(dir, "ops", script.str());
 
@@ -229,4 +232,32 @@ TEST_CASE("elementwise, pooling and linear ops reject bad shapes", "[trainer][ba
   Tensor labels = be->empty({2}, wb::backend::DType::i32);
   REQUIRE_THROWS_AS(be->from_host(labels, std::vector<float>{1.0f, 2.0f}), wb::backend::BackendError);  // dtype
   REQUIRE_THROWS_AS(be->from_host(x, std::vector<float>(5)), wb::backend::BackendError);                // size
+}
+
+TEST_CASE("every allocation keeps a tail slack for kernels that store past the end, and a canary after it",
+          "[trainer][backend]") {
+  using wb::backend::cpu::CpuBackend;
+  auto be = wb::backend::make_cpu_backend({1});
+  auto& cpu = dynamic_cast<CpuBackend&>(*be);
+  // The shape of the measured oneDNN 2.6 overrun: nChw16c with a 5-channel tail, add with a fused ReLU.
+  const Shape s{2, 5, 4, 3};
+  const auto n = static_cast<std::size_t>(s.numel());
+  Tensor a = wb::test::make_tensor(*be, s, wb::test::random_normal(n, 1), true);
+  Tensor b = wb::test::make_tensor(*be, s, wb::test::random_normal(n, 2), true);
+  Tensor y;
+  be->add(a, b, y, true);
+  REQUIRE(cpu.damaged_guards() == 0);
+
+  SECTION("a write inside the slack is tolerated") {
+    auto* p = static_cast<unsigned char*>(y.data()) + y.bytes();
+    std::fill_n(p, CpuBackend::kTailSlack, 0x11);
+    REQUIRE(cpu.damaged_guards() == 0);
+  }
+  SECTION("a write that reaches the canary is counted, once per allocation") {
+    auto* p = static_cast<unsigned char*>(y.data()) + y.bytes();
+    p[CpuBackend::kTailSlack] = 0;  // the first canary byte (bytes is a multiple of 64 here)
+    REQUIRE(cpu.damaged_guards() == 1);
+    y = Tensor();  // freed allocations are no longer checked
+    REQUIRE(cpu.damaged_guards() == 0);
+  }
 }

@@ -146,6 +146,12 @@ inline backend::Tensor make_tensor(backend::Backend& be, const backend::Shape& s
   return t;
 }
 
+// Fails when any kernel since the backend was made wrote past the tail slack of a live allocation
+// (CpuBackend::kTailSlack): JIT kernels' writes are invisible to ASan, so the canary is the check.
+inline void require_no_overrun(backend::Backend& be) {
+  REQUIRE(dynamic_cast<backend::cpu::CpuBackend&>(be).damaged_guards() == 0);
+}
+
 inline std::vector<float> to_vec(backend::Backend& be, const backend::Tensor& t) {
   std::vector<float> v(static_cast<std::size_t>(t.numel()));
   be.to_host(t, v);

@@ -17,14 +17,44 @@ using dnnl::memory;
 
 namespace {
 
-std::shared_ptr<void> aligned_storage(std::size_t bytes) {
-  std::size_t rounded = (std::max<std::size_t>(bytes, 64) + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) throw BackendError("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
-  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
-}
+constexpr unsigned char kCanaryByte = 0xA5;
+
+std::size_t round64(std::size_t bytes) { return (std::max<std::size_t>(bytes, 64) + 63) / 64 * 64; }
 
 }  // namespace
+
+std::shared_ptr<void> CpuBackend::storage(std::size_t bytes) {
+  const std::size_t body = round64(bytes);
+  void* p = std::aligned_alloc(64, body + kTailSlack + kCanaryBytes);
+  if (!p) throw BackendError("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
+  auto* c = static_cast<unsigned char*>(p);
+  std::memset(c + bytes, 0, body + kTailSlack - bytes);
+  std::memset(c + body + kTailSlack, kCanaryByte, kCanaryBytes);
+  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
+  if (guards_.size() >= 2 * live_guards_ + 64) {
+    std::erase_if(guards_, [](const Guard& g) { return g.owner.expired(); });
+    live_guards_ = guards_.size();
+  }
+  guards_.push_back({owner, body + kTailSlack});
+  ++live_guards_;
+  return owner;
+}
+
+std::size_t CpuBackend::damaged_guards() const {
+  std::size_t damaged = 0;
+  for (const Guard& g : guards_) {
+    auto owner = g.owner.lock();
+    if (!owner) continue;
+    const auto* c = static_cast<const unsigned char*>(owner.get()) + g.canary_offset;
+    for (std::size_t i = 0; i < kCanaryBytes; ++i) {
+      if (c[i] != kCanaryByte) {
+        ++damaged;
+        break;
+      }
+    }
+  }
+  return damaged;
+}
 
 CpuBackend::CpuBackend(const CpuOptions& options)
     : threads_(options.threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
@@ -69,13 +99,13 @@ Tensor CpuBackend::allocate(const Shape& shape, DType dtype, const memory::desc&
   t->owner = this;
   if (dtype == DType::i64) {
     t->bytes = static_cast<std::size_t>(shape.numel()) * 8;
-    t->storage = aligned_storage(t->bytes);
+    t->storage = storage(t->bytes);
     t->data = t->storage.get();
     return Tensor(t);
   }
   t->md = m;
   t->bytes = m.get_size();
-  t->storage = aligned_storage(t->bytes);
+  t->storage = storage(t->bytes);
   t->data = t->storage.get();
   t->mem = memory(m, engine_, t->data);
   t->layout_id = layout_id(m);
@@ -110,7 +140,7 @@ Slot CpuBackend::make_slot(const memory::desc& m) {
   ++stats_.allocations;
   Slot s;
   s.md = m;
-  s.storage = aligned_storage(m.get_size());
+  s.storage = storage(m.get_size());
   s.mem = memory(m, engine_, s.storage.get());
   return s;
 }
@@ -190,7 +220,7 @@ void CpuBackend::reorder(const memory& src, const memory& dst) {
 void CpuBackend::grow_scratch(std::size_t bytes) {
   if (bytes <= scratch_bytes_) return;
   ++stats_.allocations;
-  scratch_ = aligned_storage(bytes);
+  scratch_ = storage(bytes);
   scratch_bytes_ = bytes;
 }
 

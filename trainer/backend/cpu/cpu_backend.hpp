@@ -124,6 +124,19 @@ class CpuBackend final : public Backend {
   const Stats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
 
+  // oneDNN 2.6's JIT kernels may store a whole vector register past the end of a tensor even when the
+  // buffer is exactly the primitive's own descriptor's get_size(): measured, the AVX2 binary kernel
+  // with an eltwise post-op on an nChw16c tensor whose last channel block holds fewer than 8 channels
+  // writes 32 bytes past the end. So every allocation (tensor, slot, scratchpad) is its descriptor's
+  // size rounded up to 64 bytes, then kTailSlack zeroed bytes any kernel may scribble on (one AVX-512
+  // register), then a canary of kCanaryBytes that no write may reach.
+  static constexpr std::size_t kTailSlack = 64;
+  static constexpr std::size_t kCanaryBytes = 64;
+  // The number of live allocations whose canary a write has reached: 0 unless some kernel wrote more
+  // than kTailSlack bytes past its buffer. Cheap (one pass over the live allocations); tests check it
+  // after every op, at every ISA.
+  std::size_t damaged_guards() const;
+
   // ---- helpers shared by the op files -------------------------------------------------------------
   const dnnl::engine& engine() const { return engine_; }
   static CpuTensorImpl& impl(const Tensor& t);
@@ -169,7 +182,14 @@ class CpuBackend final : public Backend {
     dnnl::reorder prim;
   };
 
+  struct Guard {
+    std::weak_ptr<void> owner;
+    std::size_t canary_offset = 0;
+  };
+
   int layout_id(const dnnl::memory::desc& md);
+  // A 64-byte aligned allocation of `bytes` with the tail slack and canary described at kTailSlack.
+  std::shared_ptr<void> storage(std::size_t bytes);
   void grow_scratch(std::size_t bytes);
 
   int threads_ = 0;
@@ -184,6 +204,8 @@ class CpuBackend final : public Backend {
   const char* cached_hi_ = nullptr;
   std::shared_ptr<void> scratch_;
   std::size_t scratch_bytes_ = 0;
+  std::vector<Guard> guards_;  // every allocation's canary, pruned of freed ones as it grows
+  std::size_t live_guards_ = 0;
 
  public:
   Stats stats_;  // written by the op files

@@ -144,7 +144,7 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
     dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md(x), md(x), p.eps, f);
     ne->pd = dnnl::batch_normalization_backward::primitive_desc(d, attr(), engine(), hint);
     ne->prim = dnnl::batch_normalization_backward(ne->pd);
-    ne->data = md(x);
+    ne->data = ne->pd.diff_dst_desc();
     ne->dsrc = ne->pd.diff_src_desc();
     const auto& pd = ne->pd;
     e = static_cast<BnBwd*>(insert(key, std::move(ne), pd));
