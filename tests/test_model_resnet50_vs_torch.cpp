@@ -1,20 +1,26 @@
 // The whole network against torchvision: ResNet-50 initialised by us, exported to
-// torchvision.models.resnet50, one training step on a fixed batch (batch 4, 32x32, 10 classes) in both;
-// logits, loss, every parameter gradient, every running statistic and every updated parameter after
+// torchvision.models.resnet50, one training step on a fixed batch (batch 8, 32x32, 10 classes) in both;
+// logits, loss, every parameter gradient, every running-statistic update and every parameter update of
 // torch.optim.SGD (lr 0.1, momentum 0.9, weight decay 1e-4 on the decay group) must agree.
 //
-// Tolerance. Each tensor must be within rel-L2 1e-4 of PyTorch's fp32 result, or, where fp32 itself
-// cannot resolve it, at least as close to the exact (fp64) step as PyTorch's own fp32 result is:
-// rel-L2(ours, torch fp64) <= 1.5 * rel-L2(torch fp32, torch fp64). The second clause is needed: with
-// batch statistics over only 4 values per channel in layer4 (1x1 maps) and the cancellation that
-// train-mode batch norm causes in gradients, ulp-level differences grow through the network, and
-// PyTorch's fp32 gradients differ from its fp64 ones by ~1e-2 on this batch (the test prints it). A
-// wrong op or a wrong optimizer formula shows up as O(1) errors, far above either bound; the per-op
-// tests pin each op to 1e-5 / 1e-4.
+// The judge is the exact step: PyTorch in float64. Each tensor must be within
+//   max(3 x torch fp32's distance to fp64, floor)   (floor 2e-5 forward, 2e-4 gradients and updates)
+// of it, the distance being rel-L2 with the denominator floored at 0.1 of the kind's RMS, so that the
+// gradients that are exactly zero in exact arithmetic (a BN shift feeding another train-mode BN) are
+// judged on an absolute scale.
+//
+// Conditioning. With torchvision's init (BN shift 0) half of every ReLU's inputs sit at zero, and fp32
+// itself lands far from the exact step: torch fp32 is 2e-2 from fp64 at the median gradient, 8e-2 at
+// batch 4 and 32x32, so a per-tensor rule either misses 1% errors or fails by chance on the kernels
+// another CPU picks. With every BN shift set to 1.5 before the step (the same state goes to PyTorch),
+// torch fp32's median distance is 1.4e-5 (p95 1.7e-5, six seeds measured), so the per-tensor rule
+// catches a 1% scale on one gradient, or BN eps 1e-3 in one layer, with a wide margin at every ISA.
+// Torchvision's own initialisation is checked in test_model_resnet50_structure.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <map>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 
@@ -23,11 +29,10 @@
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
 
-using wb::test::rel_l2;
-
 namespace {
 
-constexpr int kBatch = 4, kSize = 32, kClasses = 10;
+constexpr int kBatch = 8, kSize = 32, kClasses = 10;
+constexpr float kBnShift = 1.5f;
 
 const char* kScript = R"PY(
 import torchvision
@@ -61,10 +66,12 @@ decay = [named[p["name"]] for p in meta["params"] if p["decay"]]
 no_decay = [named[p["name"]] for p in meta["params"] if not p["decay"]]
 opt = torch.optim.SGD([{"params": decay, "weight_decay": 1e-4}, {"params": no_decay, "weight_decay": 0.0}],
                       lr=0.1, momentum=0.9)
+before = torch.cat([named[n].detach().reshape(-1) for n in order]).clone()
 opt.step()
-save("params_after.out", torch.cat([named[n].detach().reshape(-1) for n in order]))
+save("updates.out", torch.cat([named[n].detach().reshape(-1) for n in order]) - before)
 bufs = dict(model.named_buffers())
-save("stats_after.out", torch.cat([bufs[b["name"]].reshape(-1) for b in meta["buffers"]]))
+stats0 = torch.from_numpy(stats)
+save("stat_updates.out", torch.cat([bufs[b["name"]].reshape(-1) for b in meta["buffers"]]) - stats0)
 # The same step in float64: how far fp32 itself is from the exact step on this batch.
 m64 = torchvision.models.resnet50(num_classes=K).double()
 with torch.no_grad():
@@ -81,13 +88,14 @@ l64.backward()
 save("logits64.out", logits64)
 save("loss64.out", l64.reshape(1))
 save("grads64.out", torch.cat([n64[n].grad.reshape(-1) for n in order]))
-save("stats_after64.out", torch.cat([b64[b["name"]].reshape(-1) for b in meta["buffers"]]))
+save("stat_updates64.out", torch.cat([b64[b["name"]].reshape(-1) for b in meta["buffers"]]) - stats0.double())
 d64 = [n64[p["name"]] for p in meta["params"] if p["decay"]]
 nd64 = [n64[p["name"]] for p in meta["params"] if not p["decay"]]
 opt64 = torch.optim.SGD([{"params": d64, "weight_decay": 1e-4}, {"params": nd64, "weight_decay": 0.0}],
                         lr=0.1, momentum=0.9)
+before64 = torch.cat([n64[n].detach().reshape(-1) for n in order]).clone()
 opt64.step()
-save("params_after64.out", torch.cat([n64[n].detach().reshape(-1) for n in order]))
+save("updates64.out", torch.cat([n64[n].detach().reshape(-1) for n in order]) - before64)
 with open("nbt.txt", "w") as f:
     f.write(",".join(str(int(v)) for k, v in bufs.items() if k.endswith("num_batches_tracked")))
 )PY";
@@ -100,6 +108,43 @@ std::string shape_csv(const std::vector<std::int64_t>& s) {
   }
   return out;
 }
+
+std::vector<float> difference(const std::vector<float>& after, const std::vector<float>& before) {
+  std::vector<float> d(after.size());
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = after[i] - before[i];  // exact for floats this close
+  return d;
+}
+
+double rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += static_cast<double>(x) * x;
+  return std::sqrt(s / static_cast<double>(std::max<std::size_t>(v.size(), 1)));
+}
+
+// rel-L2 of a against the reference b, the denominator floored at `floor`.
+double floored_rel_l2(const std::vector<float>& a, const std::vector<float>& b, double floor) {
+  REQUIRE(a.size() == b.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const double d = static_cast<double>(a[i]) - b[i];
+    num += d * d;
+    den += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(num) / std::max({std::sqrt(den), floor, 1e-30});
+}
+
+double quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+struct Kind {
+  double floor = 0;  // the bound's floor
+  double rms = 0;    // the kind's fp64 RMS, for the denominators' floor (0: plain rel-L2)
+  std::vector<double> ours, torch;
+  double worst_ratio = 0;
+  std::string worst;
+};
 
 std::string json_shape(const std::vector<std::int64_t>& s) {
   std::string out = "[";
@@ -120,6 +165,14 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
   cfg.seed = 20240531;
   cfg.loss = {wb::backend::LossConvention::torch, 0.1f};
   wb::model::ResNet50 model(*be, cfg);
+  {
+    auto params = model.params_to_host();
+    for (const auto& p : model.params()) {
+      const bool bn_shift = p.name.ends_with(".bias") && p.name != "fc.bias";
+      if (bn_shift) std::fill_n(params.begin() + static_cast<std::ptrdiff_t>(p.offset), p.numel, kBnShift);
+    }
+    model.params_from_host(params);
+  }
 
   // prepare: our initial state and a fixed batch, exported for the script.
   const auto images = wb::test::random_normal(static_cast<std::size_t>(kBatch * 3 * kSize * kSize), 11);
@@ -152,14 +205,16 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
   }
 
   // run: our step, then torch's.
+  const auto params_before = model.params_to_host();
+  const auto stats_before = model.running_stats_to_host();
   const float loss = model.forward(images, labels);
   const auto logits = model.logits_to_host();
   model.backward();
   const auto grads = model.grads_to_host();
-  const auto stats_after = model.running_stats_to_host();
+  const auto stat_updates = difference(model.running_stats_to_host(), stats_before);
   wb::optim::Sgd sgd({0.9f, 1e-4f, false});
   sgd.step(model, 0.1f);
-  const auto params_after = model.params_to_host();
+  const auto updates = difference(model.params_to_host(), params_before);
   wb::test::run_torch_script(dir, "resnet50_step", kScript);
 
   // verify: names, shapes and order of torchvision's state_dict.
@@ -180,38 +235,44 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
     REQUIRE(model.params().size() == 161);
   }
 
-  // One comparison per tensor: against torch fp32, and against fp64 for both fp32 results.
-  struct Worst {
-    double vs32 = 0, ours64 = 0, torch64 = 0;
-    std::string name;
-  };
-  std::map<std::string, Worst> worst;  // per kind: forward, grad, updated
-  auto compare = [&](const char* kind, const std::string& name, const std::vector<float>& ours,
-                     const std::vector<float>& t32, const std::vector<float>& t64) {
-    const double e32 = rel_l2(ours, t32), o64 = rel_l2(ours, t64), r64 = rel_l2(t32, t64);
-    CAPTURE(kind, name, e32, o64, r64);
-    CHECK((e32 <= 1e-4 || o64 <= 1.5 * r64));
-    Worst& w = worst[kind];
-    if (e32 > w.vs32) w = {e32, o64, r64, name};
-  };
+  // One judgement per tensor against fp64, beside torch fp32's own distance.
   auto rd = [&](const char* f) { return wb::test::read_raw(dir.file(f)); };
-  compare("forward", "logits", logits, rd("logits.out"), rd("logits64.out"));
-  compare("forward", "loss", {loss}, rd("loss.out"), rd("loss64.out"));
-  compare("forward", "running stats", stats_after, rd("stats_after.out"), rd("stats_after64.out"));
   const auto t_grads = rd("grads.out"), t_grads64 = rd("grads64.out");
-  const auto t_after = rd("params_after.out"), t_after64 = rd("params_after64.out");
+  const auto t_updates = rd("updates.out"), t_updates64 = rd("updates64.out");
   REQUIRE(t_grads.size() == model.param_count());
+  std::map<std::string, Kind> kinds{{"forward", {2e-5, 0}}, {"grad", {2e-4, rms(t_grads64)}},
+                                    {"update", {2e-4, rms(t_updates64)}}};
+  auto judge = [&](const char* kind, const std::string& name, const std::vector<float>& ours,
+                   const std::vector<float>& t32, const std::vector<float>& t64) {
+    Kind& k = kinds.at(kind);
+    const double floor = 1e-1 * k.rms * std::sqrt(static_cast<double>(t64.size()));
+    const double o64 = floored_rel_l2(ours, t64, floor), r64 = floored_rel_l2(t32, t64, floor);
+    const double bound = std::max(3.0 * r64, k.floor);
+    CAPTURE(kind, name, o64, r64, bound);
+    CHECK(o64 <= bound);
+    k.ours.push_back(o64);
+    k.torch.push_back(r64);
+    if (o64 / bound > k.worst_ratio) {
+      k.worst_ratio = o64 / bound;
+      k.worst = name;
+    }
+  };
+  judge("forward", "logits", logits, rd("logits.out"), rd("logits64.out"));
+  judge("forward", "loss", {loss}, rd("loss.out"), rd("loss64.out"));
+  judge("forward", "running stats update", stat_updates, rd("stat_updates.out"), rd("stat_updates64.out"));
   for (const auto& p : model.params()) {
     auto slice = [&](const std::vector<float>& v) {
       return std::vector<float>(v.begin() + static_cast<std::ptrdiff_t>(p.offset),
                                 v.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
     };
-    compare("grad", p.name, slice(grads), slice(t_grads), slice(t_grads64));
-    compare("updated", p.name, slice(params_after), slice(t_after), slice(t_after64));
+    judge("grad", p.name, slice(grads), slice(t_grads), slice(t_grads64));
+    judge("update", p.name, slice(updates), slice(t_updates), slice(t_updates64));
   }
-  for (const auto& [kind, w] : worst) {
-    std::printf("resnet50 vs torch, worst %-7s rel-L2 vs torch fp32 %.3g (%s); vs fp64: ours %.3g, torch fp32 %.3g\n",
-                kind.c_str(), w.vs32, w.name.c_str(), w.ours64, w.torch64);
+  for (auto& [name, k] : kinds) {
+    std::printf("resnet50 vs fp64, %-7s over %3zu tensors: ours median %.2g p95 %.2g, torch fp32 median %.2g p95 %.2g; "
+                "closest to its bound: %s at %.2f of it\n",
+                name.c_str(), k.ours.size(), quantile(k.ours, 0.5), quantile(k.ours, 0.95), quantile(k.torch, 0.5),
+                quantile(k.torch, 0.95), k.worst.c_str(), k.worst_ratio);
   }
 
   std::string nbt = wb::test::read_text(dir.file("nbt.txt"));
