@@ -139,8 +139,9 @@ double quantile(std::vector<double> v, double q) {
 }
 
 struct Kind {
-  double floor = 0;  // the bound's floor
-  double rms = 0;    // the kind's fp64 RMS, for the denominators' floor (0: plain rel-L2)
+  Kind(double floor_, double rms_) : floor(floor_), rms(rms_) {}
+  double floor;  // the bound's floor
+  double rms;    // the kind's fp64 RMS, for the denominators' floor (0: plain rel-L2)
   std::vector<double> ours, torch;
   double worst_ratio = 0;
   std::string worst;
@@ -240,8 +241,10 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
   const auto t_grads = rd("grads.out"), t_grads64 = rd("grads64.out");
   const auto t_updates = rd("updates.out"), t_updates64 = rd("updates64.out");
   REQUIRE(t_grads.size() == model.param_count());
-  std::map<std::string, Kind> kinds{{"forward", {2e-5, 0}}, {"grad", {2e-4, rms(t_grads64)}},
-                                    {"update", {2e-4, rms(t_updates64)}}};
+  std::map<std::string, Kind> kinds;
+  kinds.emplace("forward", Kind(2e-5, 0));
+  kinds.emplace("grad", Kind(2e-4, rms(t_grads64)));
+  kinds.emplace("update", Kind(2e-4, rms(t_updates64)));
   auto judge = [&](const char* kind, const std::string& name, const std::vector<float>& ours,
                    const std::vector<float>& t32, const std::vector<float>& t64) {
     Kind& k = kinds.at(kind);
