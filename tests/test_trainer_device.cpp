@@ -16,9 +16,9 @@
 #include "store/db.hpp"
 #include "test_trainer_util.hpp"
 #include "trainer/backend/backend.hpp"
-#include "trainer/dist/buckets.hpp"
-#include "trainer/dist/communicator.hpp"
-#include "trainer/dist/gradient_sync.hpp"
+#include "trainer/parallel/buckets.hpp"
+#include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/gradient_sync.hpp"
 
 namespace {
 
@@ -148,11 +148,11 @@ TEST_CASE("wb-train refuses GPU-only settings on the CPU with one line and exit 
 }
 
 TEST_CASE("GradientSync calls on_ready once per bucket, before that bucket's allreduce, with its slice",
-          "[trainer][dist]") {
+          "[trainer][parallel]") {
   // Five parameters, split 2,4 -> buckets [0,2), [2,4), [4,5); backward reports them last first.
-  const std::vector<wb::dist::ParamExtent> params = {{0, 10}, {10, 6}, {16, 8}, {24, 4}, {28, 2}};
+  const std::vector<wb::parallel::ParamExtent> params = {{0, 10}, {10, 6}, {16, 8}, {24, 4}, {28, 2}};
   std::vector<float> grads(30, 1.0f);
-  wb::dist::SelfCommunicator self;
+  wb::parallel::SelfCommunicator self;
   std::mutex mu;
   struct Seen {
     std::int64_t ready_ns = -1;
@@ -162,8 +162,8 @@ TEST_CASE("GradientSync calls on_ready once per bucket, before that bucket's all
   };
   std::map<int, Seen> seen;
   std::vector<int> ready_order;
-  wb::dist::SyncOptions so;
-  so.on_ready = [&](const wb::dist::Bucket& b, float* data) {
+  wb::parallel::SyncOptions so;
+  so.on_ready = [&](const wb::parallel::Bucket& b, float* data) {
     std::lock_guard lock(mu);
     Seen& s = seen[b.index];
     s.ready_ns = wb::profiler::now_ns();
@@ -171,14 +171,14 @@ TEST_CASE("GradientSync calls on_ready once per bucket, before that bucket's all
     s.data = data;
     ready_order.push_back(b.index);
   };
-  so.on_span = [&](const wb::dist::BucketSpan& span) {
+  so.on_span = [&](const wb::parallel::BucketSpan& span) {
     std::lock_guard lock(mu);
     seen[span.bucket].start_ns = span.start_ns;
   };
   const std::vector<int> split = {2, 4};
-  auto buckets = wb::dist::buckets_from_split(params, split);
+  auto buckets = wb::parallel::buckets_from_split(params, split);
   REQUIRE(buckets.size() == 3);
-  wb::dist::GradientSync sync(self, buckets, grads.data(), so);
+  wb::parallel::GradientSync sync(self, buckets, grads.data(), so);
   for (int step = 0; step < 3; ++step) {
     CAPTURE(step);
     {

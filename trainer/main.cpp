@@ -10,7 +10,7 @@
 #include "store/db.hpp"
 #include "trainer/config.hpp"
 #include "trainer/data/error.hpp"
-#include "trainer/dist/launch.hpp"
+#include "trainer/parallel/launch.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/train.hpp"
 
@@ -26,10 +26,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     trainer::validate(cfg);
-    if (cfg.nproc > 0 && dist::launch_info().launcher == "none") {
+    if (cfg.nproc > 0 && parallel::launch_info().launcher == "none") {
       // mpirun hands the ranks a pseudo-terminal; tell them whether the user's stdout really is one.
       setenv("WB_STDOUT_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);
-      dist::relaunch_under_mpirun(cfg.nproc, argc, argv);  // returns only by throwing
+      parallel::relaunch_under_mpirun(cfg.nproc, argc, argv);  // returns only by throwing
     }
     return trainer::run_training(cfg);
   } catch (const trainer::ConfigError& e) {

@@ -28,7 +28,7 @@ profiler::RecorderOptions cap_recorder_pool(profiler::RecorderOptions options, s
   return options;
 }
 
-StepObserver::StepObserver(profiler::Recorder* recorder, dist::GradientSync* sync, backend::Backend& backend)
+StepObserver::StepObserver(profiler::Recorder* recorder, parallel::GradientSync* sync, backend::Backend& backend)
     : profiling_(recorder != nullptr), sync_(sync), backend_(backend) {
   if (recorder) {
     for (const std::string& name : model::ResNet50::module_names()) names_.push_back(recorder->intern(name));

@@ -15,7 +15,7 @@
 
 #include "profiler/record/recorder.hpp"
 #include "trainer/data/observer.hpp"
-#include "trainer/dist/gradient_sync.hpp"
+#include "trainer/parallel/gradient_sync.hpp"
 #include "trainer/dump/dump.hpp"
 #include "trainer/model/observer.hpp"
 #include "trainer/model/resnet50.hpp"
@@ -30,7 +30,7 @@ profiler::RecorderOptions cap_recorder_pool(profiler::RecorderOptions options, s
 class StepObserver final : public model::ModelObserver {
  public:
   // `recorder` null: no ranges. `sync` null: single process, nothing to reduce.
-  StepObserver(profiler::Recorder* recorder, dist::GradientSync* sync, backend::Backend& backend);
+  StepObserver(profiler::Recorder* recorder, parallel::GradientSync* sync, backend::Backend& backend);
 
   void set_dump(dump::StepDump* dump) { dump_ = dump; }
 
@@ -46,7 +46,7 @@ class StepObserver final : public model::ModelObserver {
   std::vector<profiler::NameId> names_;  // module id -> interned name
   std::array<std::optional<profiler::Range>, kMaxDepth> open_;
   int depth_ = 0;
-  dist::GradientSync* sync_;
+  parallel::GradientSync* sync_;
   backend::Backend& backend_;
   dump::StepDump* dump_ = nullptr;
 };

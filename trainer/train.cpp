@@ -8,9 +8,9 @@
 //
 // On a GPU (--device cuda) the backend keeps parameters, gradients and momentum in device memory, and
 // everything that reads them on the host goes through to_host (check-sync, checkpoints, dumps); the
-// batches reach the device through the device prefetch queue (trainer/cuda/device_queue.hpp); the
+// batches reach the device through the device prefetch queue (trainer/gpu/device_queue.hpp); the
 // allreduce runs over NCCL, ordered after the gradient kernels by an event recorded when each bucket
-// becomes ready. CUDA appears here only behind WB_BACKEND_CUDA / WB_DIST_NCCL / WB_PROFILER_CUPTI, and
+// becomes ready. CUDA appears here only behind WB_BACKEND_CUDA / WB_PARALLEL_NCCL / WB_PROFILER_CUPTI, and
 // through headers without CUDA types.
 #include "trainer/train.hpp"
 
@@ -32,25 +32,25 @@
 #include "store/writer.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/data/pipeline.hpp"
-#include "trainer/dist/buckets.hpp"
-#include "trainer/dist/communicator.hpp"
-#include "trainer/dist/gradient_sync.hpp"
-#include "trainer/dist/launch.hpp"
+#include "trainer/parallel/buckets.hpp"
+#include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/gradient_sync.hpp"
+#include "trainer/parallel/launch.hpp"
 #include "trainer/dump/dump.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/observers.hpp"
 #include "trainer/optim/lr_schedule.hpp"
 #include "trainer/optim/sgd.hpp"
 #include "trainer/progress.hpp"
-#ifdef WB_DIST_MPI
-#include "trainer/dist/mpi_communicator.hpp"
+#ifdef WB_PARALLEL_MPI
+#include "trainer/parallel/mpi_communicator.hpp"
 #endif
 #ifdef WB_BACKEND_CUDA
-#include "trainer/cuda/device_queue.hpp"
-#include "trainer/cuda/gpu.hpp"
+#include "trainer/gpu/device_queue.hpp"
+#include "trainer/gpu/gpu.hpp"
 #endif
-#if defined(WB_BACKEND_CUDA) && defined(WB_DIST_NCCL)
-#include "trainer/dist/cuda/nccl_communicator.hpp"
+#if defined(WB_BACKEND_CUDA) && defined(WB_PARALLEL_NCCL)
+#include "trainer/parallel/cuda/nccl_communicator.hpp"
 #define WB_TRAIN_NCCL 1
 #endif
 #if defined(WB_BACKEND_CUDA) && defined(WB_PROFILER_CUPTI)
@@ -89,7 +89,7 @@ backend::Precision parse_precision(const std::string& text) {
   return backend::Precision::fp32;  // validate() admitted nothing else
 }
 
-DeviceChoice choose_device(const TrainConfig& cfg, const dist::LaunchInfo& info) {
+DeviceChoice choose_device(const TrainConfig& cfg, const parallel::LaunchInfo& info) {
   DeviceChoice d;
   d.description = "cpu";
   if (cfg.device == "cpu") return d;
@@ -133,22 +133,22 @@ DeviceChoice choose_device(const TrainConfig& cfg, const dist::LaunchInfo& info)
 // The collectives of one rank: `host` (self or MPI) for bookkeeping, clock sync and barriers, and on
 // GPUs with several ranks `device` (NCCL over the same MPI job) for parameters and gradients.
 struct Communicators {
-  std::unique_ptr<dist::Communicator> host;
-  std::unique_ptr<dist::Communicator> device;  // destroyed first: it holds a reference to `host`
-  dist::Communicator& main() { return device ? *device : *host; }
+  std::unique_ptr<parallel::Communicator> host;
+  std::unique_ptr<parallel::Communicator> device;  // destroyed first: it holds a reference to `host`
+  parallel::Communicator& main() { return device ? *device : *host; }
 };
 
-Communicators make_communicators(const dist::LaunchInfo& info, const DeviceChoice& device) {
+Communicators make_communicators(const parallel::LaunchInfo& info, const DeviceChoice& device) {
   Communicators c;
   if (info.world_size == 1) {
-    c.host = std::make_unique<dist::SelfCommunicator>();
+    c.host = std::make_unique<parallel::SelfCommunicator>();
     return c;
   }
-#ifdef WB_DIST_MPI
-  auto mpi = std::make_unique<dist::MpiCommunicator>();
+#ifdef WB_PARALLEL_MPI
+  auto mpi = std::make_unique<parallel::MpiCommunicator>();
   if (device.cuda) {
 #ifdef WB_TRAIN_NCCL
-    c.device = std::make_unique<dist::NcclCommunicator>(*mpi, device.index);
+    c.device = std::make_unique<parallel::NcclCommunicator>(*mpi, device.index);
 #else
     throw ConfigError("--device cuda: this wb-train was built without NCCL and cannot run " +
                       std::to_string(info.world_size) + " ranks on GPUs");
@@ -164,7 +164,7 @@ Communicators make_communicators(const dist::LaunchInfo& info, const DeviceChoic
 }
 
 // The run file's path, agreed by every rank: --run, else runs/<UTC time>.sqlite from rank 0's clock.
-fs::path run_path(const TrainConfig& cfg, dist::Communicator& comm) {
+fs::path run_path(const TrainConfig& cfg, parallel::Communicator& comm) {
   if (!cfg.run.empty()) return cfg.run;
   std::int64_t t = comm.allgather(static_cast<std::int64_t>(std::time(nullptr)))[0];
   std::time_t tt = static_cast<std::time_t>(t);
@@ -174,13 +174,13 @@ fs::path run_path(const TrainConfig& cfg, dist::Communicator& comm) {
 }
 
 // Clock offset of this rank to rank 0 (0 for a single process).
-profiler::ClockSync measure_offset(dist::Communicator& comm) {
+profiler::ClockSync measure_offset(parallel::Communicator& comm) {
   profiler::ClockSync sync;
   sync.local_ns = profiler::now_ns();
-#ifdef WB_DIST_MPI
-  if (auto* mpi = dynamic_cast<dist::MpiCommunicator*>(&comm)) {
-    std::vector<dist::ClockOffset> all = dist::measure_clock_offsets(*mpi, 50);
-    const dist::ClockOffset& mine = all[static_cast<std::size_t>(comm.rank())];
+#ifdef WB_PARALLEL_MPI
+  if (auto* mpi = dynamic_cast<parallel::MpiCommunicator*>(&comm)) {
+    std::vector<parallel::ClockOffset> all = parallel::measure_clock_offsets(*mpi, 50);
+    const parallel::ClockOffset& mine = all[static_cast<std::size_t>(comm.rank())];
     // measure_clock_offsets: rank0_time = local - offset. The profiler adds offset_ns to local time.
     sync.offset_ns = -mine.offset_ns;
     sync.rtt_ns = mine.round_trip_ns;
@@ -206,7 +206,7 @@ data::Dataset load_data(const TrainConfig& cfg, data::Split split, const fs::pat
   return data::load_dataset(kind, path, split, syn);
 }
 
-std::vector<float> eval_accuracy(const TrainConfig& cfg, model::ResNet50& model, dist::Communicator& comm,
+std::vector<float> eval_accuracy(const TrainConfig& cfg, model::ResNet50& model, parallel::Communicator& comm,
                                  const fs::path& run, int rank) {
   data::Dataset test = load_data(cfg, data::Split::kTest, run);
   data::PipelineConfig pc;
@@ -255,10 +255,10 @@ std::vector<float> eval_accuracy(const TrainConfig& cfg, model::ResNet50& model,
 int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
   // 1. who am I, and where do I compute
-  dist::LaunchInfo info = dist::launch_info();
+  parallel::LaunchInfo info = parallel::launch_info();
   const DeviceChoice device = choose_device(cfg, info);
   Communicators comms = make_communicators(info, device);
-  dist::Communicator* comm = &comms.main();
+  parallel::Communicator* comm = &comms.main();
   const int rank = comm->rank();
   const int world = comm->size();
   // The data shard: this rank's, or the one --shard names for a single process.
@@ -267,7 +267,7 @@ int run_training(const TrainConfig& cfg_in) {
     if (world > 1) throw ConfigError("--shard: a single-process aid, but this job has " + std::to_string(world) + " ranks");
     shard = parse_shard(cfg.shard);
   }
-  if (cfg.threads == 0) cfg.threads = dist::default_threads(info, std::thread::hardware_concurrency());
+  if (cfg.threads == 0) cfg.threads = parallel::default_threads(info, std::thread::hardware_concurrency());
 
   // 2. run file and profiler
   fs::path run = run_path(cfg, *comm);
@@ -366,7 +366,7 @@ int run_training(const TrainConfig& cfg_in) {
   }
 #ifdef WB_TRAIN_NCCL
   // Collectives wait for the compute stream's work (see NcclCommunicator's ordering note).
-  auto* nccl = dynamic_cast<dist::NcclCommunicator*>(comm);
+  auto* nccl = dynamic_cast<parallel::NcclCommunicator*>(comm);
   if (nccl) nccl->set_input_stream(gpu::compute_stream_handle(*backend));
 #endif
   model::ModelConfig mc;
@@ -417,9 +417,9 @@ int run_training(const TrainConfig& cfg_in) {
   }
 
   // 4. buckets
-  std::vector<dist::ParamExtent> extents = dist::param_extents(model.params());
-  std::vector<dist::Bucket> buckets = dist::plan_buckets(extents, cfg.allreduce_split, cfg.bucket_mb);
-  std::vector<int> bucket_of = dist::bucket_of_params(buckets);
+  std::vector<parallel::ParamExtent> extents = parallel::param_extents(model.params());
+  std::vector<parallel::Bucket> buckets = parallel::plan_buckets(extents, cfg.allreduce_split, cfg.bucket_mb);
+  std::vector<int> bucket_of = parallel::bucket_of_params(buckets);
   {
     std::vector<std::string> names;
     for (const auto& p : model.params()) names.push_back(p.name);
@@ -428,7 +428,7 @@ int run_training(const TrainConfig& cfg_in) {
                 << cfg.data << " (" << train_set.size() << " images), batch " << cfg.batch_size << ", "
                 << cfg.image_size << "x" << cfg.image_size << ", " << total_steps << " steps\n"
                 << "wb-train: allreduce buckets (" << buckets.size() << "):\n"
-                << dist::format_buckets(buckets, names) << std::flush;
+                << parallel::format_buckets(buckets, names) << std::flush;
     }
     for (std::size_t i = 0; i < model.params().size(); ++i) {
       const auto& p = model.params()[i];
@@ -436,18 +436,18 @@ int run_training(const TrainConfig& cfg_in) {
                                  bucket_of[i], p.decay});
     }
   }
-  std::unique_ptr<dist::GradientSync> sync;
+  std::unique_ptr<parallel::GradientSync> sync;
   if (world > 1) {
-    dist::SyncOptions so;
+    parallel::SyncOptions so;
     profiler::Recorder* rec = recorder.get();
-    so.on_span = [rec](const dist::BucketSpan& s) {
+    so.on_span = [rec](const parallel::BucketSpan& s) {
       if (rec) rec->add(store::AllreduceRow{s.rank, s.step, s.bucket, s.first_param, s.last_param, s.bytes, s.ready_ns,
                                             s.start_ns, s.end_ns});
     };
 #ifdef WB_TRAIN_NCCL
-    if (nccl) so.on_ready = [nccl](const dist::Bucket&, float* data) { nccl->mark_ready(data); };
+    if (nccl) so.on_ready = [nccl](const parallel::Bucket&, float* data) { nccl->mark_ready(data); };
 #endif
-    sync = std::make_unique<dist::GradientSync>(*comm, buckets, model.grad_buffer().data_as<float>(), so);
+    sync = std::make_unique<parallel::GradientSync>(*comm, buckets, model.grad_buffer().data_as<float>(), so);
   }
 
   StepObserver step_observer(recorder.get(), sync.get(), *backend);
@@ -556,11 +556,11 @@ int run_training(const TrainConfig& cfg_in) {
     // statistics are per rank by design and not checked). Outside the timed step, a collective on all ranks.
     if (cfg.check_sync && world > 1) {
       const std::vector<float> params = model.params_to_host();  // host copy: the buffer may live on a GPU
-      if (!dist::identical_across_ranks(*comm, params.data(), params.size())) {
+      if (!parallel::identical_across_ranks(*comm, params.data(), params.size())) {
         // One write, so the ranks' lines do not interleave on the shared stderr.
         std::ostringstream msg;
         msg << "wb-train: rank " << rank << ": --check-sync: parameters differ across ranks after step " << step
-            << " (this rank's fingerprint " << dist::fingerprint(params.data(), params.size()) << ")\n";
+            << " (this rank's fingerprint " << parallel::fingerprint(params.data(), params.size()) << ")\n";
         std::cerr << msg.str() << std::flush;
         exit_code = 1;
       }

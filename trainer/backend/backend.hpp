@@ -22,7 +22,7 @@
 #include <string>
 #include <string_view>
 
-#include "trainer/tensor.hpp"
+#include "trainer/backend/tensor.hpp"
 
 namespace wb::backend {
 

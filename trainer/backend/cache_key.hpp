@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "trainer/tensor.hpp"
+#include "trainer/backend/tensor.hpp"
 
 namespace wb::backend {
 

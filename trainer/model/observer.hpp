@@ -9,7 +9,7 @@
 
 #include <string_view>
 
-#include "trainer/tensor.hpp"
+#include "trainer/backend/tensor.hpp"
 
 namespace wb::model {
 

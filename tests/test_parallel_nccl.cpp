@@ -1,0 +1,47 @@
+// The NCCL communicator on real GPUs (CUDA builds): mpirun starts one rank per visible device (at most
+// two; NCCL refuses two ranks on one GPU) running wb-parallel-check's device checks: allreduce sum/mean
+// and broadcast on device buffers against host double references, and GradientSync over NCCL. It
+// skips itself, with a warning, when no CUDA device is present.
+
+#include <catch2/catch.hpp>
+
+#ifdef WB_PARALLEL_NCCL
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "trainer/parallel/cuda/nccl_communicator.hpp"
+
+TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
+  const int devices = wb::parallel::cuda_device_count();
+  if (devices == 0) {
+    WARN("no CUDA device: the NCCL checks did not run");
+    return;
+  }
+  const int np = std::min(devices, 2);
+  std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
+                    (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string out;
+  char buf[4096];
+  while (const auto n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
+  const int status = pclose(pipe);
+  CAPTURE(out);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(out.find("FAIL") == std::string::npos);
+  for (const char* check : {"nccl-allreduce-sum ok", "nccl-allreduce-mean ok", "nccl-broadcast ok", "nccl-sync-average ok"}) {
+    CAPTURE(check);
+    std::size_t n = 0;
+    for (auto pos = out.find(check); pos != std::string::npos; pos = out.find(check, pos + 1)) ++n;
+    REQUIRE(n == static_cast<std::size_t>(np));
+  }
+  std::printf("%s", out.c_str());
+}
+
+#endif  // WB_PARALLEL_NCCL

@@ -1,0 +1,158 @@
+#include "trainer/parallel/cuda/nccl_communicator.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "trainer/parallel/error.hpp"
+
+namespace wb::parallel {
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* statement, const char* file, int line, int device) {
+  if (rc == cudaSuccess) return;
+  throw DistError(std::string(statement) + " failed at " + file + ":" + std::to_string(line) + " (device " +
+                  std::to_string(device) + "): " + cudaGetErrorString(rc));
+}
+
+void check_nccl(ncclResult_t rc, const char* statement, const char* file, int line, int device) {
+  if (rc == ncclSuccess) return;
+  throw DistError(std::string(statement) + " failed at " + file + ":" + std::to_string(line) + " (device " +
+                  std::to_string(device) + "): " + ncclGetErrorString(rc));
+}
+
+}  // namespace
+
+#define WB_CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__, device_)
+#define WB_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__, device_)
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "no device / no driver" error
+    return 0;
+  }
+  return count;
+}
+
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
+  const int devices = cuda_device_count();
+  if (device < 0 || device >= devices) {
+    throw DistError("NCCL: rank " + std::to_string(bootstrap.rank()) + " asked for CUDA device " + std::to_string(device) +
+                    " but " + std::to_string(devices) + " device(s) are visible; expected one device per rank on each host");
+  }
+  ncclUniqueId id{};
+  if (bootstrap_.rank() == 0) WB_NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap_.broadcast_bytes(&id, sizeof id, 0);
+  WB_CUDA_CHECK(cudaSetDevice(device_));
+  cudaStream_t stream = nullptr;
+  WB_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  stream_ = stream;
+  cudaEvent_t event = nullptr;
+  WB_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  event_ = event;
+  ncclComm_t comm = nullptr;
+  WB_NCCL_CHECK(ncclCommInitRank(&comm, bootstrap_.size(), id, bootstrap_.rank()));
+  comm_ = comm;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  cudaSetDevice(device_);
+  for (auto& [data, mark] : marks_) cudaEventDestroy(static_cast<cudaEvent_t>(mark.event));
+  if (comm_) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
+  if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void NcclCommunicator::mark_ready(const float* device_data) {
+  if (!input_stream_) throw DistError("NcclCommunicator::mark_ready: no input stream (set_input_stream first)");
+  WB_CUDA_CHECK(cudaSetDevice(device_));  // called from whichever thread queued the kernels
+  std::lock_guard lock(marks_mutex_);
+  Mark& mark = marks_[device_data];
+  if (!mark.event) {
+    cudaEvent_t event = nullptr;
+    WB_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    mark.event = event;
+  }
+  WB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(mark.event), static_cast<cudaStream_t>(input_stream_)));
+  mark.pending = true;
+}
+
+void NcclCommunicator::prepare(const float* device_data) {
+  // The current device is per host thread, and collectives run on the communication thread.
+  WB_CUDA_CHECK(cudaSetDevice(device_));
+  if (input_stream_) {
+    // cudaStreamWaitEvent waits for the event's most recent record as of this call, so a mark
+    // re-recorded for the next step later cannot loosen this wait.
+    cudaEvent_t marked = nullptr;
+    {
+      std::lock_guard lock(marks_mutex_);
+      auto it = marks_.find(device_data);
+      if (it != marks_.end() && it->second.pending) {
+        marked = static_cast<cudaEvent_t>(it->second.event);
+        it->second.pending = false;
+        WB_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), marked, 0));
+      }
+    }
+    if (!marked) {
+      WB_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), static_cast<cudaStream_t>(input_stream_)));
+      WB_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(event_), 0));
+    }
+  } else {
+    WB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+}
+
+void NcclCommunicator::finish(const char* what) {
+  const auto stream = static_cast<cudaStream_t>(stream_);
+  while (true) {
+    const cudaError_t rc = cudaStreamQuery(stream);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) check_cuda(rc, what, __FILE__, __LINE__, device_);
+    ncclResult_t async = ncclSuccess;
+    WB_NCCL_CHECK(ncclCommGetAsyncError(static_cast<ncclComm_t>(comm_), &async));
+    if (async != ncclSuccess) check_nccl(async, what, __FILE__, __LINE__, device_);
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void NcclCommunicator::allreduce(float* device_data, std::size_t count, ReduceOp op) {
+  prepare(device_data);
+  WB_NCCL_CHECK(ncclAllReduce(device_data, device_data, count, ncclFloat, op == ReduceOp::mean ? ncclAvg : ncclSum,
+                              static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
+  finish("ncclAllReduce");
+}
+
+void NcclCommunicator::broadcast(float* device_data, std::size_t count, int root) {
+  if (root < 0 || root >= size()) {
+    throw DistError("broadcast: root " + std::to_string(root) + " is not a rank of a world of size " +
+                    std::to_string(size()));
+  }
+  prepare(device_data);
+  WB_NCCL_CHECK(ncclBroadcast(device_data, device_data, count, ncclFloat, root, static_cast<ncclComm_t>(comm_),
+                              static_cast<cudaStream_t>(stream_)));
+  finish("ncclBroadcast");
+}
+
+void NcclCommunicator::barrier() {
+  WB_CUDA_CHECK(cudaSetDevice(device_));
+  WB_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+  bootstrap_.barrier();
+}
+
+std::vector<std::int64_t> NcclCommunicator::allgather(std::span<const std::int64_t> values) {
+  return bootstrap_.allgather(values);
+}
+
+void NcclCommunicator::abort_job(int exit_code) noexcept {
+  // Unblocks kernels waiting on a lost peer, then ends every rank.
+  if (comm_) ncclCommAbort(static_cast<ncclComm_t>(comm_));
+  comm_ = nullptr;
+  bootstrap_.abort_job(exit_code);
+}
+
+}  // namespace wb::parallel
