@@ -170,17 +170,6 @@ TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
 
 }  // namespace
 
-std::string_view format_name(SetFormat format) {
-  switch (format) {
-    case SetFormat::run_file: return "run file";
-    case SetFormat::safetensors: return "safetensors";
-    case SetFormat::npz: return "npz";
-    case SetFormat::npy: return "npy";
-    case SetFormat::npy_dir: return "npy directory";
-  }
-  return "?";
-}
-
 SetFormat detect_format(const fs::path& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);

@@ -17,8 +17,6 @@ namespace wb::compare {
 
 enum class SetFormat { run_file, safetensors, npz, npy, npy_dir };
 
-std::string_view format_name(SetFormat format);
-
 // Which dump of a run file to read. Unset fields pick the only value present; with several, step
 // and rank pick the smallest and source prefers "run".
 struct LoadOptions {

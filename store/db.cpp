@@ -32,14 +32,6 @@ std::string db_file_name(sqlite3* db) {
   return name;
 }
 
-// One step of a migration from version `from` to `from + 1`. Version 1 is the first, so there are no
-// steps yet; a version 2 adds {1, "ALTER TABLE ..."} here and a fixture file for version 1 in the tests.
-struct Migration {
-  int from;
-  const char* sql;
-};
-constexpr std::array<Migration, 0> kMigrations{};
-
 [[noreturn]] void fail(const std::filesystem::path& path, const std::string& what) {
   throw StoreError(path.string() + ": " + what);
 }
@@ -326,21 +318,6 @@ int schema_version(Db& db) {
   fail(db.path(), "not a wb run file (meta.schema_version is '" + text + "', expected an integer)");
 }
 
-namespace {
-
-void migrate(Db& db, int from) {
-  Transaction tx(db);
-  for (int v = from; v < kSchemaVersion; ++v) {
-    for (const Migration& m : kMigrations)
-      if (m.from == v) db.exec(m.sql);
-  }
-  db.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
-  db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").bind(1, std::to_string(kSchemaVersion)).run();
-  tx.commit();
-}
-
-}  // namespace
-
 Db open_run(const std::filesystem::path& path, OpenMode mode) {
   if (mode == OpenMode::create) fail(path, "open_run opens existing run files; use Writer to create one");
   check_file_bytes(path);
@@ -358,15 +335,11 @@ Db open_run(const std::filesystem::path& path, OpenMode mode) {
   if (version > kSchemaVersion)
     fail(path, "schema version " + std::to_string(version) + " is newer than this build supports (" +
                    std::to_string(kSchemaVersion) + "); use a newer wb");
-  if (version < kOldestMigratableVersion)
-    fail(path, "schema version " + std::to_string(version) + " is older than the oldest this build can migrate (" +
-                   std::to_string(kOldestMigratableVersion) + ")");
-  if (version < kSchemaVersion) {
-    if (mode == OpenMode::read_only)
-      fail(path, "schema version " + std::to_string(version) + " is older than this build's (" +
-                     std::to_string(kSchemaVersion) + "); open it read-write to migrate");
-    migrate(db, version);
-  }
+  // The first schema: nothing older exists to migrate. A version 2 adds its migration step here,
+  // with a version-1 fixture file that a test migrates.
+  if (version < kSchemaVersion)
+    fail(path, "schema version " + std::to_string(version) + " is older than any this build reads (" +
+                   std::to_string(kSchemaVersion) + ")");
   if (mode == OpenMode::read_write) create_indexes(db);
   return db;
 }

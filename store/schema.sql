@@ -3,8 +3,8 @@
 -- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
 -- offset before writing, and keeps the offsets in `rank` so drift can be checked.
 -- Names are interned in `string` and referred to by id (name_id), like Nsight Systems' StringIds.
--- PRAGMA user_version and meta.schema_version both hold the version; newer builds migrate older files
--- with one step per version (store/db.cpp, kMigrations).
+-- PRAGMA user_version and meta.schema_version both hold the version. A build reads its own version only;
+-- a later version adds a migration step per version to store/db.cpp's open_run.
 
 -- Key/value metadata of the run.
 --   schema_version  this schema's version ("1")

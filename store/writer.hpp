@@ -29,7 +29,7 @@ struct WriterOptions {
   // Rows waiting for the background thread beyond this are dropped and counted, so a stalled disk
   // never grows memory without bound.
   std::size_t max_pending_rows = std::size_t{1} << 22;
-  // How often pending rows are committed; DESIGN.md promises at most 200 ms of loss on a kill.
+  // How often pending rows are committed; docs/ARCHITECTURE.md promises at most 200 ms of loss on a kill.
   std::chrono::milliseconds flush_interval{100};
   // Commit early once this many rows wait (at most half of max_pending_rows), so a burst is written
   // back to back instead of idling until the interval is up; 0 commits on the interval only.

@@ -107,7 +107,7 @@ TEST_CASE("invalid files give a StoreError naming the file and the reason", "[st
   }
 }
 
-TEST_CASE("schema versions: newer is refused, older than migratable is refused, both named", "[store]") {
+TEST_CASE("schema versions: newer and older are refused, both named", "[store]") {
   TempDir dir;
   auto path = dir / "run.sqlite";
   make_run(path, 10);
@@ -125,12 +125,13 @@ TEST_CASE("schema versions: newer is refused, older than migratable is refused, 
                              " is newer than this build supports (" + std::to_string(kSchemaVersion) + ")"));
     REQUIRE_THROWS_AS(open_run(path, OpenMode::read_write), StoreError);
   }
-  SECTION("older than the oldest migratable") {
-    set_version(kOldestMigratableVersion - 1);
+  SECTION("older") {
+    set_version(kSchemaVersion - 1);
     REQUIRE_THROWS_AS(Reader(path), StoreError);
-    CHECK_THAT(open_error(path), Contains("schema version " + std::to_string(kOldestMigratableVersion - 1) +
-                                          " is older than the oldest this build can migrate (" +
-                                          std::to_string(kOldestMigratableVersion) + ")"));
+    CHECK_THAT(open_error(path), Contains("schema version " + std::to_string(kSchemaVersion - 1) +
+                                          " is older than any this build reads (" + std::to_string(kSchemaVersion) +
+                                          ")"));
+    REQUIRE_THROWS_AS(open_run(path, OpenMode::read_write), StoreError);
   }
   SECTION("not an integer") {
     {

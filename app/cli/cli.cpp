@@ -95,15 +95,6 @@ std::optional<std::int64_t> Args::int_value(std::string_view flag, std::int64_t 
   return out;
 }
 
-std::optional<double> Args::double_value(std::string_view flag) const {
-  auto v = value(flag);
-  if (!v) return std::nullopt;
-  char* end = nullptr;
-  double out = std::strtod(v->c_str(), &end);
-  if (v->empty() || end == nullptr || *end != '\0') fail(std::string(flag) + " expects a number, got '" + *v + "'");
-  return out;
-}
-
 void Args::fail(std::string_view message) const {
   throw UsageError("wb " + command_ + ": " + std::string(message));
 }

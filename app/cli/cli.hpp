@@ -50,7 +50,6 @@ class Args {
   // Integer flag value; UsageError naming the flag when it is not an integer in [min, max].
   std::optional<std::int64_t> int_value(std::string_view flag, std::int64_t min = std::numeric_limits<std::int64_t>::min(),
                                         std::int64_t max = std::numeric_limits<std::int64_t>::max()) const;
-  std::optional<double> double_value(std::string_view flag) const;
 
   // A UsageError prefixed with "wb <command>: ".
   [[noreturn]] void fail(std::string_view message) const;

@@ -64,8 +64,6 @@ class TickClock {
   bool uses_tsc() const { return uses_tsc_; }
   void refresh();
   std::int64_t to_ns(std::int64_t ticks) const;
-  // The long-baseline nanoseconds per tick (1 when ticks are nanoseconds).
-  double ns_per_tick() const { return global_slope_; }
 
   // The ns reading bracketed by the two tick readings with the smallest gap of a few tries, the tick
   // taken as their midpoint.

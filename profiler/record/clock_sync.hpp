@@ -53,7 +53,6 @@ class ClockMap {
   explicit ClockMap(const ClockSync& start) : ClockMap(start.local_ns, start.offset_ns, start.local_ns, start.offset_ns) {}
 
   std::int64_t to_rank0(std::int64_t local_ns) const;
-  std::int64_t offset_at(std::int64_t local_ns) const { return to_rank0(local_ns) - local_ns; }
   // Drift in ns of offset per second of local time.
   double drift_ns_per_s() const;
 

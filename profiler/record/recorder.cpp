@@ -487,11 +487,6 @@ void Recorder::set_enabled(bool enabled) {
 
 bool Recorder::enabled() const { return options_.enabled; }
 
-void Recorder::set_clock(const ClockMap& clock) {
-  std::lock_guard lk(impl_->clock_mutex);
-  impl_->clock = clock;
-}
-
 ClockMap Recorder::clock() const {
   std::lock_guard lk(impl_->clock_mutex);
   return impl_->clock;

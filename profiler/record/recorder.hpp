@@ -250,9 +250,6 @@ class Recorder {
 
   void set_enabled(bool enabled);
   bool enabled() const;
-  // Replaces the local -> rank-0 mapping applied from the next flush on (e.g. after the end-of-run
-  // clock measurement, or when the sync runs after construction).
-  void set_clock(const ClockMap& clock);
   ClockMap clock() const;
 
   // Passthrough rows: times are local now_ns(); the recorder maps them to rank-0 time.

@@ -71,7 +71,6 @@ class Tensor {
   T* data_as() const { return static_cast<T*>(impl_->data); }
   const Backend* backend() const { return impl_->owner; }
   TensorImpl* impl() const { return impl_.get(); }
-  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   void reset() { impl_.reset(); }
 
  private:

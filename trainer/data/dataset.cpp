@@ -12,15 +12,6 @@ DatasetKind parse_dataset_kind(std::string_view name) {
                   "' is not a dataset; expected synthetic, cifar10 or fashion-mnist");
 }
 
-std::string_view dataset_kind_name(DatasetKind kind) {
-  switch (kind) {
-    case DatasetKind::kSynthetic: return "synthetic";
-    case DatasetKind::kCifar10: return "cifar10";
-    case DatasetKind::kFashionMnist: return "fashion-mnist";
-  }
-  return "unknown";
-}
-
 Normalization default_normalization(DatasetKind kind) {
   if (kind == DatasetKind::kFashionMnist) {
     // Grey replicated to three channels, so the single-channel statistics are replicated too.

@@ -19,7 +19,6 @@ enum class Split { kTrain, kTest };
 
 // "synthetic" | "cifar10" | "fashion-mnist" (the --data flag); anything else throws DataError.
 DatasetKind parse_dataset_kind(std::string_view name);
-std::string_view dataset_kind_name(DatasetKind kind);
 
 // Per-channel mean and std of the 0..1 rescaled pixels.
 struct Normalization {

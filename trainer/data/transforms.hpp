@@ -57,7 +57,6 @@ class SampleTransform {
   void apply(const uint8_t* hwc, const AugmentParams& aug, float* out_chw, Observer* observer = nullptr,
              int worker = 0, int64_t decode_begin_ns = 0);
 
-  int out_side() const { return config_.image_size; }
 
  private:
   TransformConfig config_;

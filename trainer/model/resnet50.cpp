@@ -428,7 +428,7 @@ float ResNet50::forward(const Tensor& images, const Tensor& labels) {
   }
   Layers& L = *layers_;
   emit_ = observer_ != nullptr && observer_->wants_outputs();
-  fused_ = fusion_ && !emit_;
+  fused_ = !emit_;
   input_ref_ = images;
   label_ref_ = labels;
 

@@ -78,8 +78,7 @@ class ResNet50 {
   bool training() const { return training_; }
   void set_observer(ModelObserver* observer) { observer_ = observer; }
   ModelObserver* observer() const { return observer_; }
-  // Fused batch-norm + relu where outputs are not observed (default on); off runs them separately.
-  void set_fusion(bool enabled) { fusion_ = enabled; }
+  // Batch norm and its ReLU run fused wherever outputs are not observed (dumps observe them).
 
   // ---- parameters and buffers -----------------------------------------------------------------------
   const std::vector<ParamInfo>& params() const { return params_; }                 // 161, forward order
@@ -105,7 +104,6 @@ class ResNet50 {
   // ---- outputs and names ----------------------------------------------------------------------------
   const backend::Tensor& logits() const { return logits_; }  // (batch, num_classes) plain
   std::vector<float> logits_to_host() const;
-  float last_loss() const { return last_loss_; }
   // torchvision module names in first-call order, then "loss" and "optimizer".
   static std::span<const std::string> module_names();
   static int loss_module_id();
@@ -146,7 +144,6 @@ class ResNet50 {
   ModelConfig config_;
   ModelObserver* observer_ = nullptr;
   bool training_ = true;
-  bool fusion_ = true;
   bool fused_ = false;  // the last forward fused bn + relu
   bool emit_ = false;   // the current forward calls on_output
   bool have_forward_ = false;
