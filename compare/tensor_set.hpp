@@ -1,4 +1,4 @@
-// Named tensor sets (one side of a comparison) and the dump-key conventions of DESIGN.md:
+// Named tensor sets (one side of a comparison) and the dump keys of docs/ARCHITECTURE.md:
 // `input`, `label`, `loss`, `param.<name>`, `buffer.<name>`, `act.<module>`, `grad.<name>`,
 // `param_after.<name>`, `buffer_after.<name>`, `momentum.<name>`. Keys without a known kind prefix
 // (a TroubleShooter dump, say) are of kind `other`.

@@ -193,7 +193,7 @@ TEST_CASE("records reach the file within the flush interval without an explicit 
   profiler::NameId id = rec.intern("op");
   profiler::set_thread_name("main");
   for (int i = 0; i < 100; ++i) profiler::Range r(id, Category::forward);
-  // DESIGN.md: a killed process loses at most 200 ms. Poll the file from a second connection.
+  // docs/ARCHITECTURE.md: a killed process loses at most 200 ms. Poll the file from a second connection.
   std::int64_t seen = 0;
   auto start = std::chrono::steady_clock::now();
   while (std::chrono::steady_clock::now() - start < std::chrono::seconds(2)) {

@@ -58,7 +58,7 @@ std::string wb_command(const std::string& args) { return std::string(WB_BINARY_D
 
 }  // namespace
 
-TEST_CASE("wb export safetensors|npy writes the dump under DESIGN.md's keys, bit-exactly", "[store]") {
+TEST_CASE("wb export safetensors|npy writes the dump under the dump keys, bit-exactly", "[store]") {
   REQUIRE(std::filesystem::exists(std::string(WB_BINARY_DIR) + "/bin/wb"));
   TempDir dir;
   const auto run = dir / "run.sqlite";

@@ -1,5 +1,5 @@
 // wb-train on bad input: every case must end with exit code 2 and exactly one line on stderr that
-// names the flag or file and says what was expected (DESIGN.md, "Errors and data safety").
+// names the flag or file and says what was expected (docs/ARCHITECTURE.md, "Errors and data safety").
 #include <zlib.h>
 
 #include <catch2/catch.hpp>

@@ -1,5 +1,5 @@
 // wb export safetensors|npy: the dumped tensors of one step and rank of a run file, under the dump
-// keys DESIGN.md fixes (input, label, loss, param.<name>, act.<module>, grad.<name>, ...), so the
+// keys docs/ARCHITECTURE.md fixes (input, label, loss, param.<name>, act.<module>, grad.<name>, ...), so the
 // files line up with compare/reference/torch_step.py's output and with numpy/PyTorch tooling.
 #include <cstdio>
 #include <cstring>

@@ -1,5 +1,6 @@
 // Step dumps: every tensor of one training step, in execution order, into the run file's tensor table
-// (DESIGN.md's kinds and torchvision names). The order the rows get is the order the comparison walks:
+// (kinds and torchvision names as in docs/ARCHITECTURE.md, "Dump keys"). The order the rows get is the
+// order the comparison walks:
 //   input, label, param.*, buffer.*, act.* (forward order), loss, grad.* (reverse layer order),
 //   param_after.*, buffer_after.*, momentum.*
 #pragma once
