@@ -14,10 +14,11 @@
 #include <cstdio>
 #include <string>
 
+#include "cuda/check.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 
 TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
-  const int devices = wb::parallel::cuda_device_count();
+  const int devices = wb::cuda::device_count();
   if (devices == 0) {
     WARN("no CUDA device: the NCCL checks did not run");
     return;

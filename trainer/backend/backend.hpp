@@ -107,6 +107,9 @@ class Backend {
   virtual void synchronize() = 0;
   // Parameter memory was written behind the backend's back: drop converted copies of weights.
   virtual void params_written() {}
+  // Optional: the queue every op is issued on, as an opaque handle (a cudaStream_t on the CUDA
+  // backend), so that device collectives can be ordered after it; null on a synchronous backend.
+  virtual void* native_stream() { return nullptr; }
 
   // ---- convolution: x (N,C,H,W), w (O,C,K,K) plain OIHW, y (N,O,OH,OW) ------------------------------
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) = 0;
@@ -193,6 +196,12 @@ struct CudaOptions {
 // Number of usable CUDA devices: 0 when built without CUDA or when no driver or device is present.
 // Never throws.
 int cuda_device_count();
+// Whether this build has the CUDA backend (make_cuda_backend can succeed where a device exists).
+bool have_cuda_backend();
+
+// The name of CUDA device `device` ("NVIDIA H100 80GB HBM3"). Throws BackendError when it cannot be
+// queried, or in a build without CUDA.
+std::string cuda_device_name(int device);
 
 // The cuDNN + cuBLAS backend (trainer/backend/cuda/). Throws BackendError "built without CUDA",
 // "no CUDA device" or "device N out of range".

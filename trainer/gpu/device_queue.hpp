@@ -74,7 +74,7 @@ class DeviceQueue {
  public:
   // Starts the copy thread. `host` (whose only consumer this queue becomes), `backend` (a CUDA
   // backend) and `observer` (may be null) must outlive the queue. A failed CUDA call throws
-  // backend::BackendError naming the statement, file:line and device (the backend's WB_CUDA_CHECK).
+  // cuda::CudaError naming the statement, file:line and device (WB_CUDA_CHECK).
   DeviceQueue(data::Pipeline& host, backend::Backend& backend, const DeviceQueueOptions& options,
               data::Observer* observer = nullptr);
   // Stops the host pipeline and the copy thread, waits for the copies in flight, frees the slots and

@@ -36,6 +36,13 @@ class Communicator {
   // and a collective can never complete. MPI and NCCL do not return. A single process has no peer
   // to lose, so SelfCommunicator returns without doing anything.
   virtual void abort_job(int exit_code) noexcept = 0;
+
+  // Optional, for communicators over device memory (NCCL); no-ops elsewhere.
+  // Orders every collective after the work pending on `stream` (an opaque cudaStream_t; null: none).
+  virtual void set_input_stream(void* stream) { (void)stream; }
+  // Records, on the input stream, the point the next collective on `data` (the same pointer) waits
+  // for, instead of the point of its call: GradientSync calls it when a bucket's gradients are queued.
+  virtual void mark_ready(const float* data) { (void)data; }
 };
 
 class SelfCommunicator final : public Communicator {

@@ -138,4 +138,14 @@ std::vector<ClockOffset> measure_clock_offsets(MpiCommunicator& comm, int round_
   return out;
 }
 
+bool have_mpi() { return true; }
+
+std::unique_ptr<Communicator> make_mpi_communicator() { return std::make_unique<MpiCommunicator>(); }
+
+std::optional<ClockOffset> offset_to_rank0(Communicator& comm, int round_trips) {
+  auto* mpi = dynamic_cast<MpiCommunicator*>(&comm);
+  if (!mpi || mpi->size() == 1) return std::nullopt;
+  return measure_clock_offsets(*mpi, round_trips)[static_cast<std::size_t>(mpi->rank())];
+}
+
 }  // namespace wb::parallel

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/world.hpp"
 
 namespace wb::parallel {
 
@@ -54,12 +55,6 @@ class MpiCommunicator final : public Communicator {
   int rank_ = 0;
   int size_ = 1;
   bool owns_mpi_ = false;
-};
-
-// One rank's clock relative to rank 0's: rank0_time = local_time - offset_ns.
-struct ClockOffset {
-  std::int64_t offset_ns = 0;
-  std::int64_t round_trip_ns = 0;  // smallest round trip seen; |error| of offset_ns <= round_trip_ns / 2
 };
 
 // Ping-pong between rank 0 and every other rank (collective: every rank must call it). For each

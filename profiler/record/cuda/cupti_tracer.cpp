@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "cuda/check.hpp"
 #include "store/writer.hpp"
 
 namespace wb::profiler::cuda {
@@ -50,10 +51,7 @@ void cupti_check(int result, const char* what, const char* file, int line) {
                       message);
 }
 
-bool device_present() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
+bool device_present() { return ::wb::cuda::device_count() > 0; }
 
 ActivityConverter::ActivityConverter(InternFn intern, StreamTrackFn stream_track)
     : intern_(std::move(intern)), stream_track_(std::move(stream_track)) {}

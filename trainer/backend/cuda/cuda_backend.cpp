@@ -14,17 +14,8 @@
 
 namespace wb::backend::cuda {
 
-void throw_vendor_error(const char* library, const char* statement, const char* file, int line,
-                        const char* message) {
-  int device = -1;
-  if (cudaGetDevice(&device) != cudaSuccess) device = -1;
-  cudaGetLastError();  // leave no sticky launch error behind for the next check
-  throw BackendError(std::string("cuda backend: ") + library + " call " + statement + " failed at " + file + ":" +
-                     std::to_string(line) + " (device " + std::to_string(device) + "): " + message);
-}
-
 void check_cublas(cublasStatus_t rc, const char* statement, const char* file, int line) {
-  if (rc != CUBLAS_STATUS_SUCCESS) throw_vendor_error("cuBLAS", statement, file, line, cublasGetStatusString(rc));
+  if (rc != CUBLAS_STATUS_SUCCESS) ::wb::cuda::throw_error("cuBLAS", statement, file, line, cublasGetStatusString(rc));
 }
 
 namespace {
@@ -301,13 +292,14 @@ cudaStream_t compute_stream(Backend& backend) {
 
 namespace wb::backend {
 
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the "no driver / no device" error
-    return 0;
-  }
-  return count;
+int cuda_device_count() { return ::wb::cuda::device_count(); }
+
+bool have_cuda_backend() { return true; }
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  WB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {

@@ -28,6 +28,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "cuda/check.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/cache_key.hpp"
 #include "trainer/backend/checks.hpp"
@@ -35,17 +36,12 @@
 namespace wb::backend::cuda {
 
 // ---- checked vendor calls: the statement, file:line, device and the library's own message -----------
-[[noreturn]] void throw_vendor_error(const char* library, const char* statement, const char* file, int line,
-                                     const char* message);
-inline void check_cuda(cudaError_t rc, const char* statement, const char* file, int line) {
-  if (rc != cudaSuccess) throw_vendor_error("CUDA", statement, file, line, cudaGetErrorString(rc));
-}
+// CUDA runtime calls use WB_CUDA_CHECK (cuda/check.hpp); cuDNN and cuBLAS report the same way.
 inline void check_cudnn(cudnnStatus_t rc, const char* statement, const char* file, int line) {
-  if (rc != CUDNN_STATUS_SUCCESS) throw_vendor_error("cuDNN", statement, file, line, cudnnGetErrorString(rc));
+  if (rc != CUDNN_STATUS_SUCCESS) ::wb::cuda::throw_error("cuDNN", statement, file, line, cudnnGetErrorString(rc));
 }
 void check_cublas(cublasStatus_t rc, const char* statement, const char* file, int line);
 
-#define WB_CUDA_CHECK(call) ::wb::backend::cuda::check_cuda((call), #call, __FILE__, __LINE__)
 #define WB_CUDNN_CHECK(call) ::wb::backend::cuda::check_cudnn((call), #call, __FILE__, __LINE__)
 #define WB_CUBLAS_CHECK(call) ::wb::backend::cuda::check_cublas((call), #call, __FILE__, __LINE__)
 
@@ -136,6 +132,7 @@ class CudaBackend final : public Backend {
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
   void synchronize() override;
+  void* native_stream() override { return static_cast<void*>(stream()); }
   void params_written() override { ++param_generation_; }
 
   void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) override;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/check.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 #include "trainer/parallel/gradient_sync.hpp"
 #include "trainer/parallel/launch.hpp"
@@ -39,7 +40,7 @@ int report(int rank, bool ok, const char* check, double figure) {
 
 int run_nccl_check(MpiCommunicator& mpi, const LaunchInfo& info) {
   const int rank = mpi.rank(), size = mpi.size();
-  const int devices = cuda_device_count();
+  const int devices = ::wb::cuda::device_count();
   if (devices == 0) {
     std::printf("rank %d: FAIL nccl: no CUDA device\n", rank);
     return 1;

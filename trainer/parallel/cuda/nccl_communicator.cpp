@@ -7,40 +7,23 @@
 #include <string>
 #include <thread>
 
+#include "cuda/check.hpp"
 #include "trainer/parallel/error.hpp"
 
 namespace wb::parallel {
 
 namespace {
 
-void check_cuda(cudaError_t rc, const char* statement, const char* file, int line, int device) {
-  if (rc == cudaSuccess) return;
-  throw DistError(std::string(statement) + " failed at " + file + ":" + std::to_string(line) + " (device " +
-                  std::to_string(device) + "): " + cudaGetErrorString(rc));
-}
-
-void check_nccl(ncclResult_t rc, const char* statement, const char* file, int line, int device) {
-  if (rc == ncclSuccess) return;
-  throw DistError(std::string(statement) + " failed at " + file + ":" + std::to_string(line) + " (device " +
-                  std::to_string(device) + "): " + ncclGetErrorString(rc));
+void check_nccl(ncclResult_t rc, const char* statement, const char* file, int line) {
+  if (rc != ncclSuccess) ::wb::cuda::throw_error("NCCL", statement, file, line, ncclGetErrorString(rc));
 }
 
 }  // namespace
 
-#define WB_CUDA_CHECK(call) check_cuda((call), #call, __FILE__, __LINE__, device_)
-#define WB_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__, device_)
-
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device / no driver" error
-    return 0;
-  }
-  return count;
-}
+#define WB_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
-  const int devices = cuda_device_count();
+  const int devices = ::wb::cuda::device_count();
   if (device < 0 || device >= devices) {
     throw DistError("NCCL: rank " + std::to_string(bootstrap.rank()) + " asked for CUDA device " + std::to_string(device) +
                     " but " + std::to_string(devices) + " device(s) are visible; expected one device per rank on each host");
@@ -112,10 +95,10 @@ void NcclCommunicator::finish(const char* what) {
   while (true) {
     const cudaError_t rc = cudaStreamQuery(stream);
     if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) check_cuda(rc, what, __FILE__, __LINE__, device_);
+    if (rc != cudaErrorNotReady) ::wb::cuda::check(rc, what, __FILE__, __LINE__);
     ncclResult_t async = ncclSuccess;
     WB_NCCL_CHECK(ncclCommGetAsyncError(static_cast<ncclComm_t>(comm_), &async));
-    if (async != ncclSuccess) check_nccl(async, what, __FILE__, __LINE__, device_);
+    if (async != ncclSuccess) check_nccl(async, what, __FILE__, __LINE__);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
@@ -153,6 +136,14 @@ void NcclCommunicator::abort_job(int exit_code) noexcept {
   if (comm_) ncclCommAbort(static_cast<ncclComm_t>(comm_));
   comm_ = nullptr;
   bootstrap_.abort_job(exit_code);
+}
+
+bool have_nccl() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& mpi, int device) {
+  auto* bootstrap = dynamic_cast<MpiCommunicator*>(&mpi);
+  if (!bootstrap) throw DistError(std::string("NCCL: needs an MPI communicator to start, got ") + mpi.backend());
+  return std::make_unique<NcclCommunicator>(*bootstrap, device);
 }
 
 }  // namespace wb::parallel

@@ -21,8 +21,6 @@
 
 namespace wb::parallel {
 
-// Visible CUDA devices; 0 when there is no device or no driver.
-int cuda_device_count();
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -43,10 +41,10 @@ class NcclCommunicator final : public Communicator {
 
   int device() const { return device_; }
   // A cudaStream_t (passed as void*) whose pending work every collective waits for; nullptr: none.
-  void set_input_stream(void* cuda_stream) { input_stream_ = cuda_stream; }
+  void set_input_stream(void* cuda_stream) override { input_stream_ = cuda_stream; }
   // Records, on the input stream, the point the next collective on `device_data` (the same pointer)
   // waits for, instead of the point of its call. Any thread; needs an input stream.
-  void mark_ready(const float* device_data);
+  void mark_ready(const float* device_data) override;
 
  private:
   void prepare(const float* device_data);  // on the calling thread: select the device, order after the input stream

@@ -1,0 +1,52 @@
+// The host batch source: the data pipeline's batches, read by the model straight from host memory.
+#include "trainer/batch_source.hpp"
+
+#include <stdexcept>
+#include <string>
+
+#include "trainer/observers.hpp"
+
+namespace wb::trainer {
+namespace {
+
+class HostBatch final : public Batch {
+ public:
+  data::BatchRef ref;
+
+  float forward(model::ResNet50& model) override { return model.forward(ref->images, ref->labels); }
+  void to_host(std::vector<float>& images, std::vector<std::int32_t>& labels) override {
+    images = ref->images;
+    labels = ref->labels;
+  }
+  // The pipeline's slot goes back as soon as forward has read it.
+  void forward_done() override { ref.release(); }
+};
+
+class HostBatchSource final : public BatchSource {
+ public:
+  HostBatchSource(data::Pipeline& pipeline, DataObserver& observer) : pipeline_(pipeline), observer_(observer) {}
+
+  Batch& pop(std::int64_t step) override {
+    batch_.ref = pipeline_.pop();
+    if (!batch_.ref) throw std::runtime_error("the data pipeline ended before step " + std::to_string(step));
+    return batch_;
+  }
+  std::int64_t take_wait_ns() override { return observer_.take_wait_ns(); }
+  void finish(store::Writer&) override {
+    batch_.ref.release();
+    pipeline_.stop();
+  }
+
+ private:
+  data::Pipeline& pipeline_;
+  DataObserver& observer_;
+  HostBatch batch_;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchSource> make_host_batch_source(data::Pipeline& pipeline, DataObserver& observer) {
+  return std::make_unique<HostBatchSource>(pipeline, observer);
+}
+
+}  // namespace wb::trainer

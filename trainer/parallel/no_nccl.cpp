@@ -1,0 +1,15 @@
+// The NCCL entry points of a build without NCCL (no CUDA toolkit, or no MPI): a clear error on request.
+#include "trainer/parallel/error.hpp"
+#include "trainer/parallel/world.hpp"
+
+namespace wb::parallel {
+
+bool have_nccl() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& mpi, int device) {
+  (void)mpi;
+  (void)device;
+  throw DistError("this build has no NCCL communicator (it needs the CUDA toolkit with NCCL, and MPI)");
+}
+
+}  // namespace wb::parallel

@@ -1,0 +1,43 @@
+// Where one rank of wb-train stands: its place in the job (from the launcher), the device it computes
+// on, the communicators it talks through, its data shard and its threads. The first phase of the job.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "trainer/config.hpp"
+#include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/launch.hpp"
+
+namespace wb::trainer {
+
+// The CPU, or the CUDA device of the rank's local rank (one process per GPU).
+struct DeviceChoice {
+  bool cuda = false;
+  int index = 0;
+  std::string name;         // the GPU's name
+  std::string description;  // rank row and start-up line: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, bf16)"
+};
+
+// The collectives of one rank: `host` (self or MPI) for bookkeeping, clock sync and barriers, and on
+// GPUs with several ranks `device` (NCCL over the same MPI job) for parameters and gradients.
+struct Communicators {
+  std::unique_ptr<parallel::Communicator> host;
+  std::unique_ptr<parallel::Communicator> device;  // destroyed first: it holds a reference to `host`
+  parallel::Communicator& main() { return device ? *device : *host; }
+};
+
+struct Placement {
+  parallel::LaunchInfo launch;
+  DeviceChoice device;
+  Communicators comms;
+  int rank = 0;
+  int world = 1;
+  Shard shard;      // the data shard this rank reads: its own, or the one --shard names
+  int threads = 0;  // CPU threads (cfg.threads, or the host's cores shared among its ranks)
+};
+
+// Throws ConfigError for a device, shard or world size this build or machine cannot serve.
+Placement place_rank(const TrainConfig& cfg);
+
+}  // namespace wb::trainer
