@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/split_points.hpp"
 #include "store/reader.hpp"
 
 namespace fs = std::filesystem;
@@ -70,12 +71,9 @@ double mean(const std::vector<double>& v) {
 }
 
 std::string every_n_params(int n, int total) {
-  std::string out;
-  for (int s = n; s < total; s += n) {
-    if (!out.empty()) out += ',';
-    out += std::to_string(s);
-  }
-  return out;
+  std::vector<int> points;
+  for (int s = n; s < total; s += n) points.push_back(s);
+  return wb::allreduce::SplitPoints::from_points(points).to_string();
 }
 
 void measure(const fs::path& run, int warmup, Samples& out) {
@@ -156,7 +154,7 @@ int main(int argc, char** argv) {
 
   const int kParams = 161;  // ResNet-50's trainable tensors
   const std::vector<Layout> layouts = {
-      {"one bucket", {"--bucket-mb", "1000"}},
+      {"one bucket", {"--allreduce-split", "none"}},
       {"25 MB (default)", {}},
       {"85,160", {"--allreduce-split", "85,160"}},
       {"40,100,160", {"--allreduce-split", "40,100,160"}},

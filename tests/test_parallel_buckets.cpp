@@ -1,4 +1,5 @@
-// Bucket math: split points (MindSpore all_reduce_fusion_config), size caps checked against PyTorch
+// Bucket math: split points (MindSpore all_reduce_fusion_config; their text form and checks are
+// allreduce::SplitPoints', tests/test_allreduce_split_points.cpp), size caps checked against PyTorch
 // DDP's own bucket assignment (torch.distributed._compute_bucket_assignment_by_size), the default,
 // the start-up table and the errors.
 
@@ -19,6 +20,7 @@
 #include "trainer/parallel/error.hpp"
 
 using namespace wb::parallel;
+using wb::allreduce::SplitPoints;
 
 namespace {
 
@@ -109,9 +111,10 @@ TEST_CASE("ResNet-50 table matches torchvision's parameter count", "[parallel]")
 TEST_CASE("split points 85,160 make [0,85), [85,160), [160,161)", "[parallel]") {
   const auto params = resnet50_params(10);
   const auto extents = param_extents(params);
-  const std::vector<int> split = parse_split_points("85,160");
-  REQUIRE(split == std::vector<int>{85, 160});
+  const SplitPoints split = SplitPoints::parse("85,160");
+  REQUIRE(split.points() == std::vector<int>{85, 160});
   const auto buckets = buckets_from_split(extents, split);
+  REQUIRE(buckets == buckets_from_split(extents, split.points()));
   REQUIRE(buckets.size() == 3);
   require_cover(buckets, params);
   REQUIRE(buckets[0].first_param == 0);
@@ -153,9 +156,15 @@ TEST_CASE("split points: one point, many points, and the last bucket only when p
     require_cover(b, params);
   }
   SECTION("no points: one bucket") {
-    const auto b = buckets_from_split(extents, {});
+    const auto b = buckets_from_split(extents, std::vector<int>{});
     REQUIRE(b.size() == 1);
     require_cover(b, params);
+  }
+  SECTION("the single bucket, given explicitly, wins over the size default") {
+    const auto b = plan_buckets(extents, SplitPoints::single_bucket(), 0.0);
+    REQUIRE(b.size() == 1);
+    require_cover(b, params);
+    REQUIRE(b == plan_buckets(extents, SplitPoints::parse("none"), 0.0));
   }
 }
 
@@ -177,11 +186,12 @@ TEST_CASE("bad split points are clear errors", "[parallel]") {
     REQUIRE(what.find("--allreduce-split 85,161") != std::string::npos);
     REQUIRE(what.find("161 trainable parameters") != std::string::npos);
   }
-  REQUIRE_THROWS_AS(parse_split_points(""), DistError);
-  REQUIRE_THROWS_AS(parse_split_points("85,"), DistError);
-  REQUIRE_THROWS_AS(parse_split_points("85;160"), DistError);
-  REQUIRE_THROWS_AS(parse_split_points("eighty"), DistError);
-  REQUIRE_THROWS_AS(plan_buckets(extents, std::vector<int>{85}, 4.0), DistError);  // both ways given
+  // The text itself is SplitPoints::parse's (tests/test_allreduce_split_points.cpp); a parsed split
+  // still meets the parameter count here.
+  REQUIRE_THROWS_AS(buckets_from_split(extents, SplitPoints::parse("85,161")), DistError);
+  REQUIRE_THROWS_AS(plan_buckets(extents, SplitPoints::parse("85,161"), 0.0), DistError);
+  REQUIRE_THROWS_AS(plan_buckets(extents, SplitPoints::parse("85"), 4.0), DistError);  // both ways given
+  REQUIRE_THROWS_AS(plan_buckets(extents, SplitPoints::single_bucket(), 4.0), DistError);
 }
 
 TEST_CASE("bad parameter tables and bucket sizes are clear errors", "[parallel]") {

@@ -7,6 +7,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "store/reader.hpp"
 #include "test_trainer_util.hpp"
 
 namespace {
@@ -141,4 +144,93 @@ TEST_CASE("wb-train --help lists --check-sync and leaves the --shard aid out", "
   CHECK(r.out.find("--check-sync") != std::string::npos);
   CHECK(r.out.find("--resume") != std::string::npos);
   CHECK(r.out.find("--shard") == std::string::npos);
+}
+
+TEST_CASE("wb-train: malformed --allreduce-split values give one line naming the flag and exit code 2", "[trainer]") {
+  TrainerTempDir dir;
+  struct Case {
+    std::string value, why;
+  };
+  const std::vector<Case> cases = {
+      {"85,", "item 2 is empty"},
+      {"85,,160", "item 2 is empty"},
+      {",85", "item 1 is empty"},
+      {"", "no split points given"},
+      {"abc", "'abc' is not a whole number"},
+      {"85;160", "'85;160' is not a whole number"},
+      {"0", "split point 0 would leave the first bucket empty"},
+      {"-3", "split point -3 is negative"},
+      {"161", "expected ascending split points in [1, 160] (161 is out of range for the 161 trainable parameters)"},
+      {"85,400", "(400 is out of range for the 161 trainable parameters)"},
+      {"160,85", "split point 85 follows 160 (out of order)"},
+      {"85,85", "split point 85 appears twice"},
+      {"40,85,85,160", "split point 85 appears twice"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.value);
+    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", c.value}), dir.path()),
+                           {"--allreduce-split", c.why});
+    // The flag=value form reads the same, and the split is refused before the run file exists.
+    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split=" + c.value}), dir.path()),
+                           {"--allreduce-split", c.why});
+    CHECK_FALSE(fs::exists(dir / "run.sqlite"));
+  }
+  // Split points and --bucket-mb are two ways to form buckets: one, not both (the single bucket too).
+  require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", "none", "--bucket-mb", "4"}), dir.path()),
+                         {"--allreduce-split and --bucket-mb", "one, not both"});
+}
+
+TEST_CASE("wb-train: malformed allreduce_split in a --config file gives one line naming the file and key", "[trainer]") {
+  TrainerTempDir dir;
+  struct Case {
+    std::string json, needle;
+  };
+  const std::vector<Case> cases = {
+      {R"("85,")", "item 2 is empty"},
+      {R"("85,,160")", "item 2 is empty"},
+      {R"("abc")", "'abc' is not a whole number"},
+      {"[160, 85]", "split point 85 follows 160 (out of order)"},
+      {"[85, 85]", "split point 85 appears twice"},
+      {"[0, 85]", "split point 0 would leave the first bucket empty"},
+      {"[85, 8.5]", "8.5 is not a whole number"},
+      {R"(["85"])", "\"85\" is not a whole number"},
+      {"{}", "expected split points such as [85, 160]"},
+      {"85", "expected split points such as [85, 160]"},
+  };
+  const auto cfg = dir / "split.json";
+  for (const Case& c : cases) {
+    CAPTURE(c.json);
+    write_text(cfg, "{\"allreduce_split\": " + c.json + "}");
+    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+                           {cfg.string() + ": allreduce_split", c.needle});
+  }
+  // In range is checked against the model like the flag, which names the setting.
+  write_text(cfg, R"({"allreduce_split": [85, 161]})");
+  require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+                         {"--allreduce-split 85,161", "expected ascending split points in [1, 160]"});
+  CHECK_FALSE(fs::exists(dir / "run.sqlite"));
+}
+
+TEST_CASE("wb-train: --allreduce-split none trains with one bucket and records it", "[trainer]") {
+  TrainerTempDir dir;
+  // From the flag, and from a config file where the flag's text and the array form read the same.
+  const auto cfg = dir / "split.json";
+  write_text(cfg, R"({"allreduce_split": "85,160"})");
+  struct Case {
+    std::vector<std::string> args;
+    std::string buckets;
+    nlohmann::json recorded;
+  };
+  for (const Case& c : {Case{{"--allreduce-split", "none"}, "allreduce buckets (1)", "none"},
+                        Case{{"--config", cfg.string()}, "allreduce buckets (3)", nlohmann::json({85, 160})},
+                        Case{{}, "allreduce buckets (", nullptr}}) {
+    CAPTURE(c.args);
+    fs::remove(dir / "run.sqlite");
+    const Result r = run_train(with(base_args(dir), c.args), dir.path());
+    CAPTURE(r.out, r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.out.find(c.buckets) != std::string::npos);
+    wb::store::Reader run(dir / "run.sqlite");
+    CHECK(run.config()["allreduce_split"] == c.recorded);
+  }
 }

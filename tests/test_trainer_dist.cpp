@@ -65,7 +65,7 @@ struct Runs {
     };
     split_85 = ten("split_85", {"--allreduce-split", "85,160"}, true);
     split_40 = ten("split_40", {"--allreduce-split", "40,100,160"}, false);
-    one_bucket = ten("one_bucket", {"--bucket-mb", "1000"}, false);
+    one_bucket = ten("one_bucket", {"--allreduce-split", "none"}, false);
     auto shard = [&](const std::string& which) {
       return run_train(with(common_args(), {"--shard", which + "/2", "--threads", "1", "--steps", "1", "--no-profile",
                                             "--dump-step", "0", "--run",

@@ -95,7 +95,7 @@ TEST_CASE("split points are added, moved and removed in order", "[app]") {
   CHECK(split == std::vector<int>{100, 160});
   CHECK_FALSE(remove_split(split, 5));
   CHECK(split_flags(split) == "--allreduce-split 100,160");
-  CHECK(split_flags({}) == "--bucket-mb 100000");
+  CHECK(split_flags({}) == "--allreduce-split none");  // the single bucket
 }
 
 TEST_CASE("the tuner strip maps split points to x and back", "[app]") {
@@ -226,12 +226,15 @@ TEST_CASE("a re-run keeps the run's settings and replaces run, config_file and t
   CHECK(written["nproc"] == 2);
   CHECK(written["batch_size"] == 8);
   CHECK(written["bucket_mb"] == 0.0);
-  CHECK(launch.args == std::vector<std::string>{"--config", launch.config_path.string(), "--run", launch.run_path.string(),
-                                                "--allreduce-split", "40,120"});
+  // The split is written once: in the config, not again as a flag.
+  CHECK(launch.args == std::vector<std::string>{"--config", launch.config_path.string(), "--run", launch.run_path.string()});
   auto single = make_train_launch(config, 1, {}, dir.path(), "single");
   std::ifstream in2(single.config_path);
   auto w2 = nlohmann::json::parse(in2);
-  CHECK(w2["bucket_mb"] == 100000.0);  // one bucket
+  CHECK(w2["allreduce_split"] == "none");  // one bucket, said so
+  CHECK(w2["bucket_mb"] == 0.0);
   CHECK(w2["nproc"] == 0);
+  CHECK(single.args == std::vector<std::string>{"--config", single.config_path.string(), "--run", single.run_path.string()});
+  REQUIRE_THROWS_AS(make_train_launch(config, 1, {120, 40}, dir.path(), "unsorted"), wb::allreduce::SplitError);
   REQUIRE_THROWS_AS(make_train_launch(config, 1, {}, "/proc/no-such-dir", "x"), ChildError);
 }

@@ -3,16 +3,20 @@
 #include "trainer/config.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <variant>
+
+#include "trainer/model/resnet50.hpp"
 
 namespace wb::trainer {
 namespace {
 
 using Field = std::variant<int TrainConfig::*, int64_t TrainConfig::*, uint64_t TrainConfig::*,
                            double TrainConfig::*, bool TrainConfig::*, std::string TrainConfig::*,
-                           std::filesystem::path TrainConfig::*, std::vector<int> TrainConfig::*>;
+                           std::filesystem::path TrainConfig::*, std::optional<allreduce::SplitPoints> TrainConfig::*>;
 
 struct Option {
   const char* key;  // JSON key; the flag is "--" + key with '_' -> '-'
@@ -63,7 +67,7 @@ const Option kOptions[] = {
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
-    {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...: allreduce split points (all_reduce_fusion_config)"},
+    {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
     {"bucket_mb", &TrainConfig::bucket_mb, "X: size-based allreduce buckets of X MB (default 25)"},
     {"nproc", &TrainConfig::nproc, "N: relaunch under mpirun with N ranks on this host"},
     {"eval", &TrainConfig::eval, "report top-1/top-5 accuracy on the test split after training"},
@@ -92,15 +96,42 @@ T parse_number(const std::string& text, const std::string& what) {
   return value;
 }
 
-std::vector<int> parse_int_list(const std::string& text, const std::string& what) {
-  std::vector<int> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    out.push_back(parse_number<int>(item, what));
+// --allreduce-split's text (or a JSON string): allreduce::SplitPoints::parse, its errors as ConfigError.
+allreduce::SplitPoints parse_split(const std::string& text, const std::string& what) {
+  try {
+    return allreduce::SplitPoints::parse(text, what);
+  } catch (const allreduce::SplitError& e) {
+    throw ConfigError(e.what());
   }
-  return out;
+}
+
+// allreduce_split in JSON: an array of points, a string in the flag's text form, or null (not given).
+// [] is what earlier builds recorded for "not given" and still means that; "none" is the single bucket.
+std::optional<allreduce::SplitPoints> split_from_json(const nlohmann::json& v, const std::string& what) {
+  if (v.is_null()) return std::nullopt;
+  if (v.is_string()) return parse_split(v.get<std::string>(), what);
+  const std::string expected = "expected split points such as [85, 160], \"none\" for one bucket, or null for size-based buckets";
+  if (!v.is_array()) throw ConfigError(what + ": " + expected + ", got " + v.dump());
+  if (v.empty()) return std::nullopt;
+  std::vector<int> points;
+  for (const auto& item : v) {
+    if (!item.is_number_integer()) throw ConfigError(what + ": " + item.dump() + " is not a whole number; " + expected);
+    if (std::abs(item.get<double>()) > std::numeric_limits<int>::max())
+      throw ConfigError(what + ": " + item.dump() + " is too large; " + expected);
+    points.push_back(item.get<int>());
+  }
+  try {
+    return allreduce::SplitPoints::from_points(std::move(points), what);
+  } catch (const allreduce::SplitError& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+// The JSON that split_from_json reads back: null, "none" or the array of points.
+nlohmann::json split_to_json(const std::optional<allreduce::SplitPoints>& split) {
+  if (!split) return nullptr;
+  if (split->is_single_bucket()) return split->to_string();
+  return split->points();
 }
 
 // Sets a field from text (a flag's value).
@@ -114,8 +145,8 @@ void set_from_text(TrainConfig& cfg, const Field& field, const std::string& text
           else throw ConfigError(what + ": expected true or false, got '" + text + "'");
         } else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::filesystem::path>) {
           cfg.*member = text;
-        } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-          cfg.*member = parse_int_list(text, what);
+        } else if constexpr (std::is_same_v<T, std::optional<allreduce::SplitPoints>>) {
+          cfg.*member = parse_split(text, what);
         } else {
           cfg.*member = parse_number<T>(text, what);
         }
@@ -130,8 +161,8 @@ void set_from_json(TrainConfig& cfg, const Field& field, const nlohmann::json& v
           using T = std::remove_reference_t<decltype(cfg.*member)>;
           if constexpr (std::is_same_v<T, std::filesystem::path>) {
             cfg.*member = v.get<std::string>();
-          } else if constexpr (std::is_same_v<T, std::vector<int>>) {
-            cfg.*member = v.is_string() ? parse_int_list(v.get<std::string>(), what) : v.get<std::vector<int>>();
+          } else if constexpr (std::is_same_v<T, std::optional<allreduce::SplitPoints>>) {
+            cfg.*member = split_from_json(v, what);
           } else if constexpr (std::is_same_v<T, bool>) {
             if (!v.is_boolean()) throw ConfigError(what + ": expected true or false");
             cfg.*member = v.get<bool>();
@@ -175,6 +206,7 @@ nlohmann::json TrainConfig::to_json() const {
         [&](auto member) {
           using T = std::remove_reference_t<decltype(this->*member)>;
           if constexpr (std::is_same_v<T, std::filesystem::path>) j[o.key] = (this->*member).string();
+          else if constexpr (std::is_same_v<std::remove_cv_t<T>, std::optional<allreduce::SplitPoints>>) j[o.key] = split_to_json(this->*member);
           else j[o.key] = this->*member;
         },
         o.field);
@@ -311,14 +343,18 @@ void validate(const TrainConfig& c) {
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
-  need(c.allreduce_split.empty() || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
+  need(!c.allreduce_split || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
   if (!c.shard.empty()) {
     parse_shard(c.shard);
     need(c.nproc <= 1, "--shard: a single-process aid; drop --nproc " + std::to_string(c.nproc));
   }
-  for (size_t i = 0; i < c.allreduce_split.size(); ++i) {
-    need(c.allreduce_split[i] > 0 && (i == 0 || c.allreduce_split[i] > c.allreduce_split[i - 1]),
-         "--allreduce-split: expected ascending positive parameter indices");
+  // The order was checked when the split was read; the range needs the model's parameter count.
+  if (c.allreduce_split && !c.allreduce_split->fits(model::kParamTensors)) {
+    try {
+      c.allreduce_split->validate(model::kParamTensors);
+    } catch (const allreduce::SplitError& e) {
+      throw ConfigError(e.what());
+    }
   }
 }
 

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "allreduce/split_points.hpp"
 
 namespace wb::trainer {
 
@@ -63,7 +66,10 @@ struct TrainConfig {
   bool profile = true;
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
-  std::vector<int> allreduce_split;
+  // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:
+  // an array of points ([85, 160]), "none", or the text form; null, or [] as recorded by earlier builds,
+  // means not given. Not given: size-based buckets (--bucket-mb, default 25 MB).
+  std::optional<allreduce::SplitPoints> allreduce_split;
   double bucket_mb = 0.0;  // 0 with no split: default 25 MB buckets
   int nproc = 0;           // >0: relaunch under mpirun with N ranks
   bool eval = false;

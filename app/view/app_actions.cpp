@@ -9,6 +9,7 @@
 
 #include <imgui.h>
 
+#include "allreduce/split_points.hpp"
 #include "app/view/app.hpp"
 #include "app/view/stored_comparison.hpp"
 #include "app/view/tuner_logic.hpp"
@@ -17,15 +18,7 @@ namespace wb::view {
 
 namespace {
 
-std::string join(const std::vector<int>& v) {
-  if (v.empty()) return "none";
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
+std::string join(const std::vector<int>& v) { return allreduce::SplitPoints::format(v); }
 
 bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
   std::error_code ec;
@@ -49,18 +42,14 @@ bool App::ensure_tuner() {
   tuner.initialised = true;
   if (options_.tuner_splits && !tuner_splits_applied_) {
     tuner_splits_applied_ = true;
-    const auto& want = *options_.tuner_splits;
-    const int params = static_cast<int>(sm.size());
-    bool ok = std::is_sorted(want.begin(), want.end()) && std::adjacent_find(want.begin(), want.end()) == want.end();
-    for (int s : want) ok = ok && s >= 1 && s <= params - 1;
-    if (!ok) {
-      show_error("--tuner-splits " + join(want) + ": expected ascending split points in [1, " + std::to_string(params - 1) + "] (this run has " +
-                     std::to_string(params) + " parameters)",
-                 "Bad option");
-      options_.tuner_run = false;
-    } else {
-      tuner.split = want;
+    try {
+      const auto want = allreduce::SplitPoints::from_points(*options_.tuner_splits, "--tuner-splits");
+      want.validate(static_cast<int>(sm.size()), "--tuner-splits");
+      tuner.split = want.points();
       tuner.compare_label = "--tuner-splits";
+    } catch (const allreduce::SplitError& e) {
+      show_error(e.what(), "Bad option");
+      options_.tuner_run = false;
     }
   }
   return true;

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <fstream>
 
+#include "allreduce/split_points.hpp"
+
 extern char** environ;
 
 namespace wb::view {
@@ -130,11 +132,13 @@ TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, cons
   TrainLaunch launch;
   launch.config = config.is_object() ? config : nlohmann::json::object();
   auto& c = launch.config;
-  // wb-train rejects config_file inside a config; run and the split come as flags.
+  // wb-train rejects config_file inside a config; run comes as a flag. The split is written once, here,
+  // in the form wb-train's config reads and records: the points, or "none" for the single bucket.
+  const allreduce::SplitPoints points = allreduce::SplitPoints::from_points(split);
   c.erase("config_file");
   c.erase("run");
-  c["allreduce_split"] = split;
-  c["bucket_mb"] = split.empty() ? 100000.0 : 0.0;
+  c["allreduce_split"] = points.is_single_bucket() ? nlohmann::json(points.to_string()) : nlohmann::json(points.points());
+  c["bucket_mb"] = 0.0;
   if (world_size > 1) c["nproc"] = world_size;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -144,14 +148,6 @@ TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, cons
   out << c.dump(2) << "\n";
   if (!out) throw ChildError(launch.config_path.string() + ": cannot write the wb-train config");
   launch.args = {"--config", launch.config_path.string(), "--run", launch.run_path.string()};
-  if (!split.empty()) {
-    std::string list;
-    for (std::size_t i = 0; i < split.size(); ++i) {
-      if (i) list += ',';
-      list += std::to_string(split[i]);
-    }
-    launch.args.insert(launch.args.end(), {"--allreduce-split", list});
-  }
   return launch;
 }
 

@@ -65,8 +65,10 @@ struct TrainLaunch {
 };
 
 // The recorded config (meta.config_json) with run, config_file and the split settings replaced: the
-// new split (bucket_mb 0; an empty split becomes one bucket via a huge bucket_mb), nproc = world_size
-// for multi-rank runs, the run file in `dir`. Writes the config file; throws ChildError when it cannot.
+// new split in allreduce_split (its points, or "none" for an empty split: one bucket) with bucket_mb 0,
+// nproc = world_size for multi-rank runs, the run file in `dir`. Writes the config file, the only place
+// the split goes (args are --config and --run); throws ChildError when it cannot write it, and
+// allreduce::SplitError when the split is not ascending.
 TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, const std::vector<int>& split,
                               const std::filesystem::path& dir, std::string_view stem);
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/split_points.hpp"
 #include "app/view/app.hpp"
 
 namespace {
@@ -53,23 +54,13 @@ const char* kUsage =
     "  --print-tuner           at exit, print the tuner's split, predicted and measured figures on stdout\n"
     "  --print-precision       at exit, print the Precision view's verdict counts and first divergence\n";
 
-// "85,160" -> {85, 160}; "none" -> {}.
+// "85,160" -> {85, 160}; "none" -> {} (one bucket): wb-train's --allreduce-split text.
 std::vector<int> parse_split(const std::string& flag, const std::string& v) {
-  std::vector<int> out;
-  if (v == "none") return out;
-  std::size_t pos = 0;
-  while (pos <= v.size()) {
-    std::size_t comma = v.find(',', pos);
-    std::string item = v.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    int n = 0;
-    auto r = std::from_chars(item.data(), item.data() + item.size(), n);
-    if (item.empty() || r.ec != std::errc() || r.ptr != item.data() + item.size())
-      throw UsageError(flag + " " + v + ": expected split points as integers a,b,... (or none)");
-    out.push_back(n);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
+  try {
+    return wb::allreduce::SplitPoints::parse(v, flag).points();
+  } catch (const wb::allreduce::SplitError& e) {
+    throw UsageError(e.what());
   }
-  return out;
 }
 
 Args parse(int argc, char** argv) {

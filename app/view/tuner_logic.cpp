@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "allreduce/split_points.hpp"
 
 namespace wb::view {
 
@@ -61,13 +62,7 @@ std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x,
 }
 
 std::string split_flags(const std::vector<int>& split) {
-  if (split.empty()) return "--bucket-mb 100000";
-  std::string out = "--allreduce-split ";
-  for (std::size_t i = 0; i < split.size(); ++i) {
-    if (i) out += ',';
-    out += std::to_string(split[i]);
-  }
-  return out;
+  return std::string(allreduce::kSplitFlag) + " " + allreduce::SplitPoints::format(split);
 }
 
 }  // namespace wb::view

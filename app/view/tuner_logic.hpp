@@ -29,8 +29,7 @@ int param_at_x(double x, int params, double x0, double width);
 std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x, int params, double x0,
                                         double width, double tolerance_px);
 
-// "--allreduce-split 85,160" (an empty split: one bucket, "--allreduce-split ''" would be ambiguous,
-// so it gives "--bucket-mb 100000").
+// "--allreduce-split 85,160"; an empty split is the single bucket, "--allreduce-split none".
 std::string split_flags(const std::vector<int>& split);
 
 }  // namespace wb::view

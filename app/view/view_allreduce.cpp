@@ -9,6 +9,7 @@
 
 #include <imgui.h>
 
+#include "allreduce/split_points.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
 #include "app/view/tuner_logic.hpp"
@@ -18,11 +19,6 @@ namespace wb::view {
 namespace {
 
 ImU32 bucket_color(int b) { return b % 2 ? IM_COL32(215, 195, 70, 255) : IM_COL32(90, 165, 225, 255); }
-
-// The bucket index (forward order) of parameter i under a split.
-int bucket_of(const std::vector<int>& split, int i) {
-  return static_cast<int>(std::upper_bound(split.begin(), split.end(), i) - split.begin());
-}
 
 void model_summary(const analysis::SplitModel& sm) {
   ImGui::Text("alpha-beta fit of the run's allreduce spans:  t = %s + bytes x %.3f ns/B  (%s per MiB)", fmt_ns(sm.alpha_ns).c_str(),
@@ -49,18 +45,19 @@ void split_strip(App& app, const analysis::SplitModel& sm, ImVec2 size) {
   for (double b : sm.bytes) max_log = std::max(max_log, std::log10(std::max(b, 1.0)));
   st.strip = TunerState::Strip{x0, width, (top + bottom) * 0.5f, P};
   const float colw = width / static_cast<float>(P);
+  // st.split passed predict() this frame: ascending within [1, P-1].
+  const allreduce::SplitPoints points = allreduce::SplitPoints::from_points(st.split, "tuner split");
   for (int i = 0; i < P; ++i) {
     float xa = static_cast<float>(split_x(i + 1, P, x0, width)), xb = xa + colw;
     double lb = std::log10(std::max(sm.bytes[static_cast<std::size_t>(i)], 1.0));
     float h = static_cast<float>(lb / max_log) * (bottom - top);
     dl->AddRectFilled(ImVec2(xa + (colw > 3 ? 0.5f : 0.0f), bottom - h), ImVec2(xb - (colw > 3 ? 0.5f : 0.0f), bottom),
-                      bucket_color(bucket_of(st.split, i)));
+                      bucket_color(points.bucket_of(i)));
   }
   // Bucket labels at the bottom.
-  std::vector<int> starts{0};
-  starts.insert(starts.end(), st.split.begin(), st.split.end());
-  for (std::size_t b = 0; b < starts.size(); ++b) {
-    int first = starts[b], last = (b + 1 < starts.size() ? starts[b + 1] : P) - 1;
+  const std::vector<allreduce::BucketRange> ranges = points.ranges(P, "tuner split");
+  for (std::size_t b = 0; b < ranges.size(); ++b) {
+    int first = ranges[b].first, last = ranges[b].end - 1;
     double bytes = 0;
     for (int i = first; i <= last; ++i) bytes += sm.bytes[static_cast<std::size_t>(i)];
     float xa = static_cast<float>(split_x(last + 1, P, x0, width)), xb = static_cast<float>(split_x(first, P, x0, width));
@@ -103,7 +100,7 @@ void split_strip(App& app, const analysis::SplitModel& sm, ImVec2 size) {
       ImGui::Text("%d  %s", i, sm.names[static_cast<std::size_t>(i)].c_str());
       ImGui::Text("%s, gradient ready %s after backward start", fmt_bytes(sm.bytes[static_cast<std::size_t>(i)]).c_str(),
                   fmt_ns(sm.ready_ns[static_cast<std::size_t>(i)]).c_str());
-      ImGui::Text("bucket %d", bucket_of(st.split, i));
+      ImGui::Text("bucket %d", points.bucket_of(i));
       ImGui::TextColored(to_vec4(color::kDim), "click: add a split here   drag a handle: move   right-click a handle: remove");
       ImGui::EndTooltip();
     }

@@ -12,30 +12,27 @@
 
 namespace wb::analysis {
 
-void validate_split(std::span<const int> split, std::size_t params) {
-  int prev = 0;
-  for (int s : split) {
-    if (s <= prev || static_cast<std::size_t>(s) >= params) {
-      throw AnalysisError("split " + format_split(split) + ": expected ascending indices in [1, " +
-                          std::to_string(params > 0 ? params - 1 : 0) + "] (" + std::to_string(params) + " parameters)");
-    }
-    prev = s;
+allreduce::SplitPoints validate_split(std::span<const int> split, std::size_t params) {
+  try {
+    allreduce::SplitPoints points = allreduce::SplitPoints::from_points({split.begin(), split.end()}, "split");
+    points.validate(static_cast<int>(params), "split");
+    return points;
+  } catch (const allreduce::SplitError& e) {
+    throw AnalysisError(e.what());
   }
 }
 
 Prediction predict(const SplitModel& m, std::span<const int> split) {
   const std::size_t p = m.size();
   if (p == 0) throw AnalysisError("predict: the model has no parameters");
-  validate_split(split, p);
+  const std::vector<allreduce::BucketRange> ranges = validate_split(split, p).ranges(static_cast<int>(p));
   Prediction out;
   out.split.assign(split.begin(), split.end());
-  std::vector<int> starts{0};
-  starts.insert(starts.end(), split.begin(), split.end());
   double stream_free = -std::numeric_limits<double>::infinity();
-  for (std::size_t b = starts.size(); b-- > 0;) {
+  for (auto range = ranges.rbegin(); range != ranges.rend(); ++range) {
     BucketPlan plan;
-    plan.first = starts[b];
-    plan.last = (b + 1 < starts.size() ? starts[b + 1] : static_cast<int>(p)) - 1;
+    plan.first = range->first;
+    plan.last = range->end - 1;
     plan.ready_ns = -std::numeric_limits<double>::infinity();
     for (int i = plan.first; i <= plan.last; ++i) {
       plan.bytes += m.bytes[static_cast<std::size_t>(i)];
@@ -302,13 +299,6 @@ std::vector<Suggestion> suggest_splits(const SplitModel& m) {
   return out;
 }
 
-std::string format_split(std::span<const int> split) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < split.size(); ++i) {
-    if (i > 0) s += ",";
-    s += std::to_string(split[i]);
-  }
-  return s + "]";
-}
+std::string format_split(std::span<const int> split) { return allreduce::SplitPoints::format(split); }
 
 }  // namespace wb::analysis

@@ -1,9 +1,10 @@
 // The allreduce split-point model behind the tuner and `wb suggest-split`.
 //
 // Inputs: per-parameter gradient-ready times (averaged over steps, relative to the start of backward),
-// gradient bytes, and an alpha-beta cost per allreduce. A split is MindSpore's all_reduce_fusion_config:
-// ascending indices s1 < s2 < ... < sk into the forward-ordered parameter list, making buckets [0,s1),
-// [s1,s2), ..., [sk,P); backward produces the last bucket first. The model runs buckets on one
+// gradient bytes, and an alpha-beta cost per allreduce. A split is MindSpore's all_reduce_fusion_config
+// (allreduce::SplitPoints, allreduce/split_points.hpp): ascending indices s1 < s2 < ... < sk into the
+// forward-ordered parameter list, making buckets [0,s1), [s1,s2), ..., [sk,P); backward produces the
+// last bucket first. The functions here take the points as a plain list and check them with SplitPoints. The model runs buckets on one
 // communication stream: each starts at max(its ready time, the previous bucket's end) and lasts
 // alpha + beta * bytes. Exposed communication is what runs past the end of backward compute.
 #pragma once
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce/split_points.hpp"
 #include "profiler/analysis/run_data.hpp"
 
 namespace wb::analysis {
@@ -48,8 +50,9 @@ struct Prediction {
   double step_ns = 0.0;             // measured step - measured exposed + predicted exposed
 };
 
-// Throws AnalysisError unless split is strictly ascending within [1, params-1].
-void validate_split(std::span<const int> split, std::size_t params);
+// The split as allreduce::SplitPoints; throws AnalysisError (SplitPoints' message) unless it is strictly
+// ascending within [1, params-1].
+allreduce::SplitPoints validate_split(std::span<const int> split, std::size_t params);
 Prediction predict(const SplitModel& model, std::span<const int> split);
 
 // Optimal contiguous buckets by dynamic programming over the backward order k = 1..P:
@@ -76,6 +79,7 @@ struct Suggestion {
 };
 std::vector<Suggestion> suggest_splits(const SplitModel& model);
 
+// The split as --allreduce-split takes it: "85,160", or "none" for the single bucket.
 std::string format_split(std::span<const int> split);
 
 }  // namespace wb::analysis

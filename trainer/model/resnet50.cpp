@@ -216,6 +216,9 @@ void ResNet50::build() {
   L.fc_param = add_param("fc.weight", {config_.num_classes, in}, kFcWeight);
   add_param("fc.bias", {config_.num_classes}, kFcBias);
   if (module != loss_module_id()) throw std::logic_error("resnet50: module table out of step with the layers");
+  if (params_.size() != static_cast<std::size_t>(kParamTensors))
+    throw std::logic_error("resnet50: " + std::to_string(params_.size()) + " parameter tensors, kParamTensors says " +
+                           std::to_string(kParamTensors));
 
   auto& be = backend_;
   param_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);

@@ -29,6 +29,10 @@ class ModelError : public std::runtime_error {
   explicit ModelError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// Trainable parameter tensors, whatever the classes and input size (torchvision's 161): what
+// --allreduce-split's points index, known before a model is built.
+inline constexpr int kParamTensors = 161;
+
 struct ModelConfig {
   int num_classes = 10;
   int image_size = 32;   // square inputs, 32..224
@@ -81,7 +85,7 @@ class ResNet50 {
   // Batch norm and its ReLU run fused wherever outputs are not observed (dumps observe them).
 
   // ---- parameters and buffers -----------------------------------------------------------------------
-  const std::vector<ParamInfo>& params() const { return params_; }                 // 161, forward order
+  const std::vector<ParamInfo>& params() const { return params_; }                 // kParamTensors, forward order
   const std::vector<backend::ParamSegment>& segments() const { return segments_; }  // same order
   std::size_t param_count() const { return param_count_; }                          // total elements
   const backend::Tensor& param_buffer() const { return param_buf_; }

@@ -1,6 +1,5 @@
 #include "trainer/parallel/buckets.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -12,15 +11,6 @@ namespace wb::parallel {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-
-std::string join(std::span<const int> v) {
-  std::string s;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += std::to_string(v[i]);
-  }
-  return s;
-}
 
 void check_params(std::span<const ParamExtent> params) {
   if (params.empty()) throw DistError("gradient buckets: the model has no trainable parameters");
@@ -51,29 +41,25 @@ Bucket make_bucket(std::span<const ParamExtent> params, int index, int first, in
 
 }  // namespace
 
-std::vector<Bucket> buckets_from_split(std::span<const ParamExtent> params, std::span<const int> split) {
+std::vector<Bucket> buckets_from_split(std::span<const ParamExtent> params, const allreduce::SplitPoints& split) {
   check_params(params);
-  const int count = static_cast<int>(params.size());
-  const std::string flag = "--allreduce-split " + join(split);
-  for (std::size_t i = 0; i < split.size(); ++i) {
-    if (split[i] < 1 || split[i] >= count) {
-      throw DistError(flag + ": split point " + std::to_string(split[i]) +
-                      " is out of range; expected indices from 1 to " + std::to_string(count - 1) +
-                      " into the " + std::to_string(count) + " trainable parameters");
-    }
-    if (i > 0 && split[i] <= split[i - 1]) {
-      throw DistError(flag + ": split points must be strictly ascending (" + std::to_string(split[i]) +
-                      " follows " + std::to_string(split[i - 1]) + ")");
-    }
+  std::vector<allreduce::BucketRange> ranges;
+  try {
+    ranges = split.ranges(static_cast<int>(params.size()));
+  } catch (const allreduce::SplitError& e) {
+    throw DistError(e.what());
   }
   std::vector<Bucket> out;
-  int first = 0;
-  for (const int s : split) {
-    out.push_back(make_bucket(params, static_cast<int>(out.size()), first, s));
-    first = s;
-  }
-  out.push_back(make_bucket(params, static_cast<int>(out.size()), first, count));
+  for (const auto& r : ranges) out.push_back(make_bucket(params, static_cast<int>(out.size()), r.first, r.end));
   return out;
+}
+
+std::vector<Bucket> buckets_from_split(std::span<const ParamExtent> params, std::span<const int> split) {
+  try {
+    return buckets_from_split(params, allreduce::SplitPoints::from_points({split.begin(), split.end()}));
+  } catch (const allreduce::SplitError& e) {
+    throw DistError(e.what());
+  }
 }
 
 std::vector<Bucket> buckets_by_size(std::span<const ParamExtent> params, double bucket_mb) {
@@ -105,31 +91,13 @@ std::vector<Bucket> buckets_by_size(std::span<const ParamExtent> params, double 
   return out;
 }
 
-std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, std::span<const int> split,
+std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, const std::optional<allreduce::SplitPoints>& split,
                                  double bucket_mb) {
-  if (!split.empty() && bucket_mb > 0.0) {
+  if (split && bucket_mb > 0.0) {
     throw DistError("--allreduce-split and --bucket-mb both given; expected one way to form buckets");
   }
-  if (!split.empty()) return buckets_from_split(params, split);
+  if (split) return buckets_from_split(params, *split);
   return buckets_by_size(params, bucket_mb > 0.0 ? bucket_mb : kDefaultBucketMb);
-}
-
-std::vector<int> parse_split_points(std::string_view text) {
-  const std::string expected = "--allreduce-split '" + std::string(text) +
-                               "': expected comma-separated parameter indices such as 85,160";
-  if (text.empty()) throw DistError(expected);
-  std::vector<int> out;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', pos), text.size());
-    const std::string_view item = text.substr(pos, comma - pos);
-    int value = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
-    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size()) throw DistError(expected);
-    out.push_back(value);
-    pos = comma + 1;
-  }
-  return out;
 }
 
 std::vector<int> bucket_of_params(std::span<const Bucket> buckets) {

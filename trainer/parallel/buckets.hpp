@@ -6,17 +6,19 @@
 // bucket first, so allreduces run from the highest bucket index down to 0.
 //
 // Two ways to choose them:
-//  - split points (--allreduce-split), MindSpore's all_reduce_fusion_config: ascending indices
-//    s1 < s2 < ... < sk < P make [0,s1), [s1,s2), ..., [sk,P). ResNet-50 (P = 161) with 85,160 gives
-//    [0,85), [85,160), [160,161).
+//  - split points (--allreduce-split), MindSpore's all_reduce_fusion_config: an allreduce::SplitPoints
+//    (allreduce/split_points.hpp: the text form, the checks, the ranges). ResNet-50 (P = 161) with
+//    85,160 gives [0,85), [85,160), [160,161); "none" is the single bucket [0,161).
 //  - a size cap (--bucket-mb, MiB like DDP's bucket_cap_mb): walk the parameters from last to first
 //    and close the bucket as soon as it holds at least the cap. Default: 25 MiB.
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
+
+#include "allreduce/split_points.hpp"
 
 namespace wb::parallel {
 
@@ -51,17 +53,16 @@ struct Bucket {
   bool operator==(const Bucket&) const = default;
 };
 
-// All three throw DistError naming the flag and what was expected. `params` must be in forward order
+// All of these throw DistError naming the flag and what was expected. `params` must be in forward order
 // with ascending, non-overlapping extents.
+std::vector<Bucket> buckets_from_split(std::span<const ParamExtent> params, const allreduce::SplitPoints& split);
+// The same from a plain list of points (checked as allreduce::SplitPoints::from_points does).
 std::vector<Bucket> buckets_from_split(std::span<const ParamExtent> params, std::span<const int> split);
 std::vector<Bucket> buckets_by_size(std::span<const ParamExtent> params, double bucket_mb);
-// wb-train's rule: split points when given, else --bucket-mb when > 0, else 25 MiB buckets.
-// Giving both is an error.
-std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, std::span<const int> split,
+// wb-train's rule: split points when given (allreduce::SplitPoints::single_bucket() included), else
+// --bucket-mb when > 0, else 25 MiB buckets. Giving both is an error.
+std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, const std::optional<allreduce::SplitPoints>& split,
                                  double bucket_mb);
-
-// "85,160" -> {85, 160}; the order check happens in buckets_from_split.
-std::vector<int> parse_split_points(std::string_view text);
 
 // For every parameter, the index of the bucket holding it (the store's param.bucket).
 std::vector<int> bucket_of_params(std::span<const Bucket> buckets);
