@@ -129,8 +129,6 @@ class App {
   // Loading or comparing in the background.
   bool busy() const;
   bool error_shown() const { return !error_.empty(); }
-  // The title of the error popup ("The file could not be opened", "The re-run failed", ...).
-  const std::string& error_title() const { return error_title_; }
   const std::string& error() const { return error_; }
 
   void open(const std::filesystem::path& run);

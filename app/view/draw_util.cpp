@@ -84,15 +84,6 @@ std::string fmt_pct(double fraction) {
   return buf;
 }
 
-void color_chip(ImU32 c, const char* label) {
-  ImVec2 p = ImGui::GetCursorScreenPos();
-  float h = ImGui::GetTextLineHeight();
-  ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(p.x, p.y + 2), ImVec2(p.x + h - 2, p.y + h - 2), c, 2.0f);
-  ImGui::Dummy(ImVec2(h, h));
-  ImGui::SameLine(0, 4);
-  ImGui::TextUnformatted(label);
-}
-
 void section(const char* title) {
   ImGui::Spacing();
   ImGui::PushStyleColor(ImGuiCol_Text, to_vec4(color::kAccent));
