@@ -10,8 +10,8 @@
 #include <imgui.h>
 
 #include "app/view/app.hpp"
-#include "app/view/stored_comparison.hpp"
 #include "app/view/tuner_logic.hpp"
+#include "compare/stored_comparison.hpp"
 
 namespace wb::view {
 
@@ -188,7 +188,7 @@ bool App::scripted_busy() const {
 void App::open_stored_comparison(std::int64_t id) {
   if (!model) return;
   try {
-    StoredComparison stored = read_stored_comparison(model->run.path, id);
+    compare::StoredComparison stored = compare::read_stored_comparison(model->run.path, id);
     auto data = std::make_shared<PrecisionData>();
     data->a_path = stored.header.a_path;
     data->b_path = stored.header.b_path;
@@ -196,8 +196,8 @@ void App::open_stored_comparison(std::int64_t id) {
     data->stored_id = id;
     data->stored_created = stored.header.created_utc;
     data->has_tensors = false;
-    auto a = locate_side(stored.header.a_path, model->run.path);
-    auto b = locate_side(stored.header.b_path, model->run.path);
+    auto a = compare::locate_side(stored.header.a_path, model->run.path);
+    auto b = compare::locate_side(stored.header.b_path, model->run.path);
     if (!a || !b) {
       data->tensors_note = (!b ? "The reference " + stored.header.b_path : "The compared side " + stored.header.a_path) +
                            " is no longer there: the table, verdicts and first divergence come from the run file; the histograms, "

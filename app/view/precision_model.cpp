@@ -4,8 +4,8 @@
 #include <cmath>
 #include <limits>
 
-#include "app/view/stored_comparison.hpp"
 #include "compare/load.hpp"
+#include "compare/stored_comparison.hpp"
 
 namespace wb::view {
 
@@ -61,7 +61,7 @@ PrecisionLoader::PrecisionLoader(std::shared_ptr<const PrecisionData> stored, st
         stage_ = "reading the tensors of " + reference_.filename().string();
       }
       data->b = compare::load_tensor_set(reference_);
-      attach_sets(data->comparison, data->a, data->b);
+      compare::attach_sets(data->comparison, data->a, data->b);
       data->has_tensors = true;
     } catch (const std::exception& e) {
       data->a = {};
