@@ -16,11 +16,11 @@
 
 #include <imgui.h>
 
+#include "app/model/child_process.hpp"
+#include "app/model/ops_logic.hpp"
+#include "app/model/synthetic_run.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "app/view/app.hpp"
-#include "app/view/child_process.hpp"
-#include "app/view/ops_logic.hpp"
-#include "app/view/synthetic_run.hpp"
-#include "app/view/timeline_logic.hpp"
 #include "compare/report.hpp"
 #include "compare/stored_comparison.hpp"
 #include "profiler/analysis/split_model.hpp"
@@ -30,6 +30,7 @@
 
 using wb::test::Headless;
 
+using namespace wb::app_model;
 using namespace wb::view;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;

@@ -9,11 +9,19 @@
 
 #include <imgui.h>
 
+#include "app/model/tuner_logic.hpp"
 #include "app/view/app.hpp"
-#include "app/view/tuner_logic.hpp"
 #include "compare/stored_comparison.hpp"
 
 namespace wb::view {
+
+using app_model::ChildProcess;
+using app_model::make_train_launch;
+using app_model::PrecisionData;
+using app_model::PrecisionLoader;
+using app_model::RunModel;
+using app_model::split_x;
+using app_model::train_executable;
 
 namespace {
 

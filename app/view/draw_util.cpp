@@ -5,10 +5,16 @@
 #include <cstdio>
 #include <limits>
 
-#include "app/view/plot_logic.hpp"
-#include "app/view/timeline_logic.hpp"
+#include "app/model/plot_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 
 namespace wb::view {
+
+using app_model::Axis;
+using app_model::log_decades;
+using app_model::nice_axis;
+using app_model::nice_step;
+using app_model::ticks;
 
 ImU32 category_color(std::uint8_t category) {
   switch (static_cast<store::Category>(category)) {

@@ -12,6 +12,12 @@
 
 namespace wb::view {
 
+using app_model::counter_columns;
+using app_model::DrawRun;
+using app_model::Level;
+using app_model::RunModel;
+using app_model::visible_runs;
+
 namespace {
 
 constexpr double kMinBoxPx = 3.0;  // Tracy folds runs under 3 px

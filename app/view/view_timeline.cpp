@@ -17,6 +17,21 @@
 
 namespace wb::view {
 
+using app_model::align_runs;
+using app_model::Alignment;
+using app_model::DrawRun;
+using app_model::first_steady_step;
+using app_model::fit_view;
+using app_model::format_tick;
+using app_model::keep_in;
+using app_model::nice_step;
+using app_model::pan_px;
+using app_model::RunModel;
+using app_model::SelectionStats;
+using app_model::shifted;
+using app_model::ticks;
+using app_model::zoom_at;
+
 namespace {
 
 bool contains_ci(std::string_view hay, std::string_view needle) {

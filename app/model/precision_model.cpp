@@ -1,4 +1,4 @@
-#include "app/view/precision_model.hpp"
+#include "app/model/precision_model.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "compare/load.hpp"
 #include "compare/stored_comparison.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 PrecisionLoader::PrecisionLoader(std::filesystem::path run, std::filesystem::path reference)
     : run_(std::move(run)), reference_(std::move(reference)) {
@@ -208,4 +208,4 @@ TensorDetail tensor_detail(const PrecisionData& data, std::size_t row, std::int6
   return d;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "app/view/timeline_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/report.hpp"
@@ -24,7 +24,7 @@
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 // Loading publishes the model twice: once the rows are read and the timeline levels built (the timeline
 // can draw), and again when the analyses are done. Fields below `analysed` are written by the loader
@@ -110,4 +110,4 @@ class RunLoader {
   std::thread thread_;
 };
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -1,10 +1,10 @@
-#include "app/view/tuner_logic.hpp"
+#include "app/model/tuner_logic.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 
-namespace wb::view {
+namespace wb::app_model {
 
 bool add_split(std::vector<int>& split, int s, int params) {
   if (s < 1 || s > params - 1) return false;
@@ -70,4 +70,4 @@ std::string split_flags(const std::vector<int>& split) {
   return out;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

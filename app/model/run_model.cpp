@@ -1,4 +1,4 @@
-#include "app/view/run_model.hpp"
+#include "app/model/run_model.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -8,7 +8,7 @@
 #include "store/db.hpp"
 #include "store/reader.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 std::string RunModel::title() const { return run.path.filename().string(); }
 
@@ -247,4 +247,4 @@ std::string RunLoader::error() const {
   return error_;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

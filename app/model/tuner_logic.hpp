@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace wb::view {
+namespace wb::app_model {
 
 // Adds s when 1 <= s <= params-1 and not already present; keeps the split ascending.
 // Returns whether the split changed.
@@ -33,4 +33,4 @@ std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x,
 // so it gives "--bucket-mb 100000").
 std::string split_flags(const std::vector<int>& split);
 
-}  // namespace wb::view
+}  // namespace wb::app_model
