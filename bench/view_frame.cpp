@@ -15,9 +15,9 @@
 
 #include <imgui.h>
 
+#include "app/model/run_model.hpp"
+#include "app/model/synthetic_run.hpp"
 #include "app/view/app.hpp"
-#include "app/view/run_model.hpp"
-#include "app/view/synthetic_run.hpp"
 
 namespace {
 
@@ -48,12 +48,12 @@ int main(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   if (!keep || !std::filesystem::exists(file)) {
     auto t0 = clock::now();
-    wb::view::SyntheticRun spec;
+    wb::app_model::SyntheticRun spec;
     spec.ranks = ranks;
     spec.steps = 8;
     spec.ranges_per_rank = ranges / ranks;
     spec.params = 161;
-    std::int64_t written = wb::view::write_synthetic_run(file, spec);
+    std::int64_t written = wb::app_model::write_synthetic_run(file, spec);
     std::printf("wrote %lld ranges across %d ranks to %s in %.1f s\n", static_cast<long long>(written), ranks, file.string().c_str(),
                 std::chrono::duration<double>(clock::now() - t0).count());
   }
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   // Open as the app does; CPU time tells contention on a shared machine apart from work.
   auto t_open = clock::now();
   double cpu0 = cpu_seconds(), cpu_ready = 0.0;
-  auto model = wb::view::load_run_model(file, nullptr, [&](const std::shared_ptr<const wb::view::RunModel>&) { cpu_ready = cpu_seconds(); });
+  auto model = wb::app_model::load_run_model(file, nullptr, [&](const std::shared_ptr<const wb::app_model::RunModel>&) { cpu_ready = cpu_seconds(); });
   double total_open = std::chrono::duration<double>(clock::now() - t_open).count();
   std::printf("open: %lld ranges, timeline ready in %.3f s wall, %.3f s CPU (goal < 3 s); analyses %.3f s more; %.3f s in all\n",
               static_cast<long long>(model->range_count), model->open_seconds, cpu_ready - cpu0, model->analysis_seconds, total_open);

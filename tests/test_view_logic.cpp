@@ -9,15 +9,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store_test_util.hpp"
-#include "app/view/child_process.hpp"
-#include "app/view/files_logic.hpp"
-#include "app/view/plot_logic.hpp"
-#include "app/view/tuner_logic.hpp"
+#include "app/model/child_process.hpp"
+#include "app/model/files_logic.hpp"
+#include "app/model/plot_logic.hpp"
+#include "app/model/tuner_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/split_model.hpp"
+#include "store_test_util.hpp"
 
-using namespace wb::view;
+using namespace wb::app_model;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 

@@ -11,10 +11,10 @@
 
 #include <imgui.h>
 
+#include "app/model/precision_model.hpp"
+#include "app/model/run_model.hpp"
+#include "app/model/synthetic_run.hpp"
 #include "app/view/app.hpp"
-#include "app/view/precision_model.hpp"
-#include "app/view/run_model.hpp"
-#include "app/view/synthetic_run.hpp"
 #include "compare/compare.hpp"
 #include "store/db.hpp"
 #include "store_test_util.hpp"
@@ -22,6 +22,7 @@
 
 using wb::test::Headless;
 
+using namespace wb::app_model;
 using namespace wb::view;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;

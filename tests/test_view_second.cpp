@@ -16,13 +16,13 @@
 
 #include <imgui.h>
 
+#include "app/model/child_process.hpp"
+#include "app/model/ops_logic.hpp"
+#include "app/model/synthetic_run.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "app/view/app.hpp"
-#include "app/view/child_process.hpp"
-#include "app/view/ops_logic.hpp"
-#include "app/view/stored_comparison.hpp"
-#include "app/view/synthetic_run.hpp"
-#include "app/view/timeline_logic.hpp"
 #include "compare/report.hpp"
+#include "compare/stored_comparison.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "store/db.hpp"
 #include "store_test_util.hpp"
@@ -30,6 +30,7 @@
 
 using wb::test::Headless;
 
+using namespace wb::app_model;
 using namespace wb::view;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
@@ -156,7 +157,7 @@ TEST_CASE("a comparison saved in a run reads back equal, without the reference",
   REQUIRE(computed.failed >= 1);
   const std::int64_t id = wb::compare::save_to_run(run, computed);
 
-  StoredComparison stored = read_stored_comparison(run, id);
+  wb::compare::StoredComparison stored = wb::compare::read_stored_comparison(run, id);
   const auto& c = stored.comparison;
   CHECK(stored.header.id == id);
   REQUIRE(c.rows.size() == computed.rows.size());
@@ -195,14 +196,14 @@ TEST_CASE("a comparison saved in a run reads back equal, without the reference",
 
   // Linking the rows to tensors again makes the detail computable.
   auto linked = c;
-  attach_sets(linked, a, b);
+  wb::compare::attach_sets(linked, a, b);
   for (const auto& r : linked.rows) {
     CHECK(r.a_index == a.position(r.a_key));
     CHECK(r.b_index == b.position(r.b_key));
   }
 
-  REQUIRE_THROWS_AS(read_stored_comparison(run, id + 5), wb::compare::CompareError);
-  REQUIRE_THROWS_AS(read_stored_comparison(dir / "missing.sqlite", 1), wb::store::StoreError);
+  REQUIRE_THROWS_AS(wb::compare::read_stored_comparison(run, id + 5), wb::compare::CompareError);
+  REQUIRE_THROWS_AS(wb::compare::read_stored_comparison(dir / "missing.sqlite", 1), wb::store::StoreError);
 }
 
 TEST_CASE("the sides of a stored comparison are found where they are, or reported gone", "[app]") {
@@ -210,10 +211,10 @@ TEST_CASE("the sides of a stored comparison are found where they are, or reporte
   const auto run = dir / "run.sqlite";
   { std::ofstream(run) << "x"; }
   { std::ofstream(dir / "ref.safetensors") << "x"; }
-  CHECK(locate_side((dir / "ref.safetensors").string(), run) == dir / "ref.safetensors");
-  CHECK(locate_side("ref.safetensors", run) == dir / "ref.safetensors");  // relative to another directory: beside the run
-  CHECK(locate_side("some/where/run.sqlite", run) == run);  // the run itself, moved
-  CHECK_FALSE(locate_side((dir / "gone.safetensors").string(), run).has_value());
+  CHECK(wb::compare::locate_side((dir / "ref.safetensors").string(), run) == dir / "ref.safetensors");
+  CHECK(wb::compare::locate_side("ref.safetensors", run) == dir / "ref.safetensors");  // relative to another directory: beside the run
+  CHECK(wb::compare::locate_side("some/where/run.sqlite", run) == run);  // the run itself, moved
+  CHECK_FALSE(wb::compare::locate_side((dir / "gone.safetensors").string(), run).has_value());
 }
 
 TEST_CASE("the tuner's wb-train is found next to the app or through WB_TRAIN_BIN", "[app]") {

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <random>
 
-#include "app/view/timeline_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 
-using namespace wb::view;
+using namespace wb::app_model;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 

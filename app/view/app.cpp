@@ -10,10 +10,19 @@
 
 #include <imgui.h>
 
+#include "app/model/files_logic.hpp"
 #include "app/view/draw_util.hpp"
-#include "app/view/files_logic.hpp"
 
 namespace wb::view {
+
+using app_model::list_directory;
+using app_model::PrecisionLoader;
+using app_model::push_recent;
+using app_model::read_recent;
+using app_model::recent_files_path;
+using app_model::RunLoader;
+using app_model::RunModel;
+using app_model::write_recent;
 
 const char* view_name(ViewId v) {
   switch (v) {

@@ -1,6 +1,8 @@
 // The workbench shell without the window: the loaded runs, the state each view keeps between frames,
 // the menu bar, tabs, status bar, file browser and error popup. main.cpp owns the GLFW window and the
 // ImGui backends and calls App::frame() once per frame; bench/view_frame drives it without a window.
+// What the views show (the loaded run, the precision data, the tuner's arithmetic and child process)
+// comes from app/model (wb::app_model), which holds no ImGui.
 #pragma once
 
 #include <cstdint>
@@ -11,12 +13,12 @@
 #include <string_view>
 #include <vector>
 
-#include "app/view/child_process.hpp"
-#include "app/view/files_logic.hpp"
-#include "app/view/ops_logic.hpp"
-#include "app/view/precision_model.hpp"
-#include "app/view/run_model.hpp"
-#include "app/view/timeline_logic.hpp"
+#include "app/model/child_process.hpp"
+#include "app/model/files_logic.hpp"
+#include "app/model/ops_logic.hpp"
+#include "app/model/precision_model.hpp"
+#include "app/model/run_model.hpp"
+#include "app/model/timeline_logic.hpp"
 
 namespace wb::view {
 
@@ -39,15 +41,15 @@ class Lane;
 
 struct TimelineState {
   std::vector<std::shared_ptr<Lane>> lanes;  // built for `lanes_for`
-  const RunModel* lanes_for = nullptr;
-  TimeView view;
+  const app_model::RunModel* lanes_for = nullptr;
+  app_model::TimeView view;
   bool fitted = false;
   float scroll_y = 0.0f;
   std::optional<EventRef> hovered;   // this frame
   std::optional<EventRef> selected;
   std::optional<std::pair<std::int64_t, std::int64_t>> range_sel;  // shift-drag selection
   std::optional<double> drag_anchor_ns;
-  std::vector<SelectionStat> range_stats;
+  std::vector<app_model::SelectionStat> range_stats;
   std::vector<int> collapsed;        // ranks whose lanes are folded
   char find[128] = {};
   std::string find_done;             // the text the occurrences were found for
@@ -58,7 +60,7 @@ struct TimelineState {
   // A second run's lanes below the first run's, shifted so both runs' step `align_step` start at the
   // same x (align_runs in timeline_logic).
   std::vector<std::shared_ptr<Lane>> second_lanes;  // built for `second_for`
-  const RunModel* second_for = nullptr;
+  const app_model::RunModel* second_for = nullptr;
   bool show_second = true;
   bool align = true;
   int align_step = -1;  // -1: the first steady step of the first run
@@ -75,8 +77,23 @@ struct OpsState {
   bool dirty = true;
   int sort_column = 3;
   bool sort_ascending = false;
-  std::vector<OpDelta> deltas;             // against the second run, per op of RunModel::ops.by_name
-  const RunModel* deltas_for = nullptr;    // the second run they were computed for
+  std::vector<app_model::OpDelta> deltas;           // against the second run, per op of RunModel::ops.by_name
+  const app_model::RunModel* deltas_for = nullptr;  // the second run they were computed for
+};
+
+struct PrecisionState {
+  std::unique_ptr<app_model::PrecisionLoader> loader;
+  std::shared_ptr<const app_model::PrecisionData> data;
+  std::string error;
+  int selected = -1;           // row index
+  bool sort_by_error = false;
+  int kind_filter = -1;        // a compare::TensorKind, -1 all
+  bool failures_only = false;
+  int n_index = 0;
+  int c_index = 0;
+  std::unique_ptr<app_model::TensorDetail> detail;
+  std::string detail_error;
+  char reference_path[1024] = {};
 };
 
 struct TunerState {
@@ -85,8 +102,8 @@ struct TunerState {
   std::vector<analysis::Suggestion> suggestions;  // of the loaded run
   std::optional<std::size_t> dragging;
   std::string compare_label;  // which suggestion the split came from
-  std::unique_ptr<ChildProcess> job;
-  std::optional<TrainLaunch> launch;
+  std::unique_ptr<app_model::ChildProcess> job;
+  std::optional<app_model::TrainLaunch> launch;
   std::vector<int> job_split;
   std::string job_error;
   // After a re-run: what the model predicted for the split it ran with, against what was measured.
@@ -129,17 +146,15 @@ class App {
   // Loading or comparing in the background.
   bool busy() const;
   bool error_shown() const { return !error_.empty(); }
-  // The title of the error popup ("The file could not be opened", "The re-run failed", ...).
-  const std::string& error_title() const { return error_title_; }
   const std::string& error() const { return error_; }
 
   void open(const std::filesystem::path& run);
   void open_second(const std::filesystem::path& run);
   void open_reference(const std::filesystem::path& reference);
   // Installs an already loaded model (tests, benchmarks).
-  void set_model(std::shared_ptr<const RunModel> model);
+  void set_model(std::shared_ptr<const app_model::RunModel> model);
   // Installs (or, with null, closes) the second run.
-  void set_second(std::shared_ptr<const RunModel> model);
+  void set_second(std::shared_ptr<const app_model::RunModel> model);
   void show_view(ViewId v);
   // Opens the file browser to pick a reference dump for the Precision view.
   void browse_reference();
@@ -160,8 +175,8 @@ class App {
   std::string precision_report() const;
 
   // State read and written by the views (app/view/view_*.cpp).
-  std::shared_ptr<const RunModel> model;
-  std::shared_ptr<const RunModel> second;  // a second run, compared in the Overview
+  std::shared_ptr<const app_model::RunModel> model;
+  std::shared_ptr<const app_model::RunModel> second;  // a second run, compared in the Overview
   TimelineState timeline;
   OpsState ops;
   TunerState tuner;
@@ -181,9 +196,9 @@ class App {
   bool scripted_busy() const;
 
   Options options_;
-  std::unique_ptr<RunLoader> loader_;
+  std::unique_ptr<app_model::RunLoader> loader_;
   bool loader_published_ = false;  // its model is installed (the timeline draws while analyses run)
-  std::unique_ptr<RunLoader> second_loader_;
+  std::unique_ptr<app_model::RunLoader> second_loader_;
   std::string error_;
   std::string error_title_;
   bool error_popup_open_ = false;
@@ -198,7 +213,7 @@ class App {
   bool browse_open_request_ = false;
   std::filesystem::path browse_dir_;
   char browse_path_[1024] = {};
-  std::vector<DirEntry> browse_entries_;
+  std::vector<app_model::DirEntry> browse_entries_;
   bool browse_dirty_ = true;
 };
 

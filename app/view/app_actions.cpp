@@ -10,11 +10,19 @@
 #include <imgui.h>
 
 #include "allreduce/split_points.hpp"
+#include "app/model/tuner_logic.hpp"
 #include "app/view/app.hpp"
-#include "app/view/stored_comparison.hpp"
-#include "app/view/tuner_logic.hpp"
+#include "compare/stored_comparison.hpp"
 
 namespace wb::view {
+
+using app_model::ChildProcess;
+using app_model::make_train_launch;
+using app_model::PrecisionData;
+using app_model::PrecisionLoader;
+using app_model::RunModel;
+using app_model::split_x;
+using app_model::train_executable;
 
 namespace {
 
@@ -177,7 +185,7 @@ bool App::scripted_busy() const {
 void App::open_stored_comparison(std::int64_t id) {
   if (!model) return;
   try {
-    StoredComparison stored = read_stored_comparison(model->run.path, id);
+    compare::StoredComparison stored = compare::read_stored_comparison(model->run.path, id);
     auto data = std::make_shared<PrecisionData>();
     data->a_path = stored.header.a_path;
     data->b_path = stored.header.b_path;
@@ -185,8 +193,8 @@ void App::open_stored_comparison(std::int64_t id) {
     data->stored_id = id;
     data->stored_created = stored.header.created_utc;
     data->has_tensors = false;
-    auto a = locate_side(stored.header.a_path, model->run.path);
-    auto b = locate_side(stored.header.b_path, model->run.path);
+    auto a = compare::locate_side(stored.header.a_path, model->run.path);
+    auto b = compare::locate_side(stored.header.b_path, model->run.path);
     if (!a || !b) {
       data->tensors_note = (!b ? "The reference " + stored.header.b_path : "The compared side " + stored.header.a_path) +
                            " is no longer there: the table, verdicts and first divergence come from the run file; the histograms, "

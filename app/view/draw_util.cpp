@@ -5,10 +5,16 @@
 #include <cstdio>
 #include <limits>
 
-#include "app/view/plot_logic.hpp"
-#include "app/view/timeline_logic.hpp"
+#include "app/model/plot_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 
 namespace wb::view {
+
+using app_model::Axis;
+using app_model::log_decades;
+using app_model::nice_axis;
+using app_model::nice_step;
+using app_model::ticks;
 
 ImU32 category_color(std::uint8_t category) {
   switch (static_cast<store::Category>(category)) {
@@ -82,15 +88,6 @@ std::string fmt_pct(double fraction) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f %%", fraction * 100.0);
   return buf;
-}
-
-void color_chip(ImU32 c, const char* label) {
-  ImVec2 p = ImGui::GetCursorScreenPos();
-  float h = ImGui::GetTextLineHeight();
-  ImGui::GetWindowDrawList()->AddRectFilled(ImVec2(p.x, p.y + 2), ImVec2(p.x + h - 2, p.y + h - 2), c, 2.0f);
-  ImGui::Dummy(ImVec2(h, h));
-  ImGui::SameLine(0, 4);
-  ImGui::TextUnformatted(label);
 }
 
 void section(const char* title) {

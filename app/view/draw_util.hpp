@@ -42,8 +42,6 @@ std::string fmt_bytes(double bytes);    // "12.3 MiB"
 std::string fmt_num(double v, int precision = 3);  // %g-like with thousands kept readable
 std::string fmt_pct(double fraction);   // "12.3 %"
 
-// Text with a coloured background chip (legends, status).
-void color_chip(ImU32 c, const char* label);
 // A titled section header line.
 void section(const char* title);
 

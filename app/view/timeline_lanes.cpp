@@ -12,6 +12,12 @@
 
 namespace wb::view {
 
+using app_model::counter_columns;
+using app_model::DrawRun;
+using app_model::Level;
+using app_model::RunModel;
+using app_model::visible_runs;
+
 namespace {
 
 constexpr double kMinBoxPx = 3.0;  // Tracy folds runs under 3 px
@@ -148,7 +154,7 @@ class HostLane final : public EventLane {
 
 class StreamLane final : public EventLane {
  public:
-  StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.kernels.at(t.id)) {}
+  StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.run.kernels.at(t.id)) {}
   std::string label() const override { return "GPU " + model_.run.name(track_.name); }
 
  protected:
@@ -323,7 +329,7 @@ std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
     for (const auto& t : m.run.tracks) {
       if (t.rank != rank) continue;
       if (t.kind == store::TrackKind::thread && m.levels.count(t.id)) threads.push_back(&t);
-      else if (t.kind == store::TrackKind::stream && m.kernels.count(t.id)) streams.push_back(&t);
+      else if (t.kind == store::TrackKind::stream && m.run.kernels.count(t.id)) streams.push_back(&t);
       else if (t.kind == store::TrackKind::queue && m.run.counters.count(t.id)) queues.push_back(&t);
     }
     std::stable_sort(threads.begin(), threads.end(), [&](auto* a, auto* b) { return (a->id == main) > (b->id == main); });
@@ -338,8 +344,8 @@ std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
 
 std::uint64_t corr_of(const RunModel& m, const EventRef& ref) {
   if (ref.kernel) {
-    auto it = m.kernels.find(ref.track);
-    return it != m.kernels.end() && ref.row < it->second.size() ? it->second[ref.row].corr_id : 0;
+    auto it = m.run.kernels.find(ref.track);
+    return it != m.run.kernels.end() && ref.row < it->second.size() ? it->second[ref.row].corr_id : 0;
   }
   const auto& rows = m.run.ranges_of(ref.track);
   return ref.row < rows.size() ? rows[ref.row].corr_id : 0;
@@ -347,8 +353,8 @@ std::uint64_t corr_of(const RunModel& m, const EventRef& ref) {
 
 std::pair<std::int64_t, std::int64_t> extent_of(const RunModel& m, const EventRef& ref) {
   if (ref.kernel) {
-    auto it = m.kernels.find(ref.track);
-    if (it != m.kernels.end() && ref.row < it->second.size()) return {it->second[ref.row].start_ns, it->second[ref.row].end_ns};
+    auto it = m.run.kernels.find(ref.track);
+    if (it != m.run.kernels.end() && ref.row < it->second.size()) return {it->second[ref.row].start_ns, it->second[ref.row].end_ns};
     return {0, 0};
   }
   const auto& rows = m.run.ranges_of(ref.track);

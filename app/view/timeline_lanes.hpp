@@ -12,23 +12,23 @@
 
 #include <imgui.h>
 
+#include "app/model/run_model.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "app/view/app.hpp"
-#include "app/view/run_model.hpp"
-#include "app/view/timeline_logic.hpp"
 
 namespace wb::view {
 
 // What a lane needs to draw one frame.
 struct LaneContext {
-  const RunModel& model;
+  const app_model::RunModel& model;
   TimelineState& state;
   ImDrawList* dl;
-  TimeView view;     // the time window across [x0, x0 + view.width_px]
+  app_model::TimeView view;  // the time window across [x0, x0 + view.width_px]
   float x0 = 0.0f;
   float row_h = 18.0f;
   ImVec2 mouse;
   bool mouse_in = false;  // the mouse is over the lane area (not over the labels)
-  std::vector<DrawRun>& scratch;
+  std::vector<app_model::DrawRun>& scratch;
   // Set by the lane the mouse is over: the event under it, for click-to-select and kernel linking.
   std::optional<EventRef> hovered;
   std::uint64_t linked_corr = 0;  // corr_id to outline in other lanes (hovered or selected event's)
@@ -46,11 +46,11 @@ class Lane {
 };
 
 // Every lane of a run, grouped by rank: threads (the main one first), streams, queues, allreduce.
-std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& model);
+std::vector<std::shared_ptr<Lane>> make_lanes(const app_model::RunModel& model);
 
 // The corr_id of an event (0 when none).
-std::uint64_t corr_of(const RunModel& model, const EventRef& ref);
+std::uint64_t corr_of(const app_model::RunModel& model, const EventRef& ref);
 // Start and end of an event.
-std::pair<std::int64_t, std::int64_t> extent_of(const RunModel& model, const EventRef& ref);
+std::pair<std::int64_t, std::int64_t> extent_of(const app_model::RunModel& model, const EventRef& ref);
 
 }  // namespace wb::view

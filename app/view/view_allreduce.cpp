@@ -10,11 +10,22 @@
 #include <imgui.h>
 
 #include "allreduce/split_points.hpp"
+#include "app/model/tuner_logic.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
-#include "app/view/tuner_logic.hpp"
 
 namespace wb::view {
+
+using app_model::add_split;
+using app_model::move_split;
+using app_model::param_at_x;
+using app_model::parse_progress;
+using app_model::remove_split;
+using app_model::RunModel;
+using app_model::split_at_x;
+using app_model::split_flags;
+using app_model::split_near_x;
+using app_model::split_x;
 
 namespace {
 

@@ -9,11 +9,17 @@
 
 #include <imgui.h>
 
+#include "app/model/plot_logic.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
-#include "app/view/plot_logic.hpp"
 
 namespace wb::view {
+
+using app_model::Histogram;
+using app_model::make_histogram;
+using app_model::op_deltas;
+using app_model::OpDelta;
+using app_model::RunModel;
 
 namespace {
 

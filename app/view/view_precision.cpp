@@ -9,11 +9,16 @@
 
 #include <imgui.h>
 
+#include "app/model/precision_model.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
-#include "app/view/precision_model.hpp"
 
 namespace wb::view {
+
+using app_model::Histogram;
+using app_model::PrecisionData;
+using app_model::tensor_detail;
+using app_model::TensorDetail;
 
 namespace {
 

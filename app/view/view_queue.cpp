@@ -8,12 +8,18 @@
 
 #include <imgui.h>
 
+#include "app/model/plot_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
-#include "app/view/plot_logic.hpp"
-#include "app/view/timeline_logic.hpp"
 
 namespace wb::view {
+
+using app_model::Axis;
+using app_model::counter_columns;
+using app_model::nice_axis;
+using app_model::RunModel;
+using app_model::TimeView;
 
 namespace {
 

@@ -17,6 +17,21 @@
 
 namespace wb::view {
 
+using app_model::align_runs;
+using app_model::Alignment;
+using app_model::DrawRun;
+using app_model::first_steady_step;
+using app_model::fit_view;
+using app_model::format_tick;
+using app_model::keep_in;
+using app_model::nice_step;
+using app_model::pan_px;
+using app_model::RunModel;
+using app_model::SelectionStats;
+using app_model::shifted;
+using app_model::ticks;
+using app_model::zoom_at;
+
 namespace {
 
 bool contains_ci(std::string_view hay, std::string_view needle) {
@@ -159,7 +174,7 @@ void details_panel(TimelineState& st, const RunModel& m) {
   }
   const EventRef& ref = *st.selected;
   if (ref.kernel) {
-    const auto& k = m.kernels.at(ref.track)[ref.row];
+    const auto& k = m.run.kernels.at(ref.track)[ref.row];
     ImGui::TextColored(to_vec4(color::kSelect), "%s", m.run.name(k.name).c_str());
     ImGui::Text("device activity  %s   start %s   %s", fmt_ns(static_cast<double>(k.end_ns - k.start_ns)).c_str(),
                 fmt_ns(static_cast<double>(k.start_ns - m.t_min_ns)).c_str(), k.bytes ? fmt_bytes(static_cast<double>(k.bytes)).c_str() : "");
@@ -202,7 +217,7 @@ void details_panel(TimelineState& st, const RunModel& m) {
   }
   if (r.corr_id) {
     int n = 0;
-    for (const auto& [track, ks] : m.kernels)
+    for (const auto& [track, ks] : m.run.kernels)
       for (const auto& k : ks)
         if (k.corr_id == r.corr_id && n++ < 8)
           ImGui::BulletText("kernel %s  %s", m.run.name(k.name).c_str(), fmt_ns(static_cast<double>(k.end_ns - k.start_ns)).c_str());
@@ -385,7 +400,7 @@ void draw_timeline(App& app) {
     if (st.range_sel) {
       SelectionStats stats(st.range_sel->first, st.range_sel->second);
       for (const auto& [track, levels] : m.levels) {
-        if (m.kernels.count(track)) continue;
+        if (m.run.kernels.count(track)) continue;
         for (const auto& level : levels) stats.add(level, m.run.ranges_of(track));
       }
       st.range_stats = stats.result();

@@ -1,8 +1,13 @@
 #include "profiler/analysis/run_data.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
 
+#include "store/db.hpp"
 #include "store/reader.hpp"
 
 namespace wb::analysis {
@@ -69,7 +74,11 @@ bool RunData::complete() const {
   return it != meta.end() && it->second == "1";
 }
 
-RunData load_run(store::Reader& reader) {
+RunData load_run(store::Reader& reader, const LoadOptions& options) {
+  auto cancelled = [&] { return options.cancel && options.cancel->load(); };
+  auto check_cancel = [&] {
+    if (cancelled()) throw LoadCancelled(reader.path().string() + ": loading cancelled");
+  };
   RunData run;
   run.path = reader.path();
   run.meta = reader.meta();
@@ -77,28 +86,69 @@ RunData load_run(store::Reader& reader) {
   run.strings = reader.strings();
   run.ranks = reader.ranks();
   run.tracks = reader.tracks();
+  auto& db = reader.db();
+  run.kernel_rows = db.query_int64("SELECT count(*) FROM kernel");
+  const std::int64_t total = options.progress ? db.query_int64("SELECT count(*) FROM range") + run.kernel_rows : 0;
+
+  std::vector<const store::TrackRow*> event_tracks;  // thread and stream tracks
   for (const auto& t : run.tracks) {
-    if (t.kind == store::TrackKind::queue) {
-      run.counters[t.id] = reader.counters(t.id);
-    } else if (t.kind == store::TrackKind::stream) {
-      auto rows = reader.kernels(t.id);
-      if (!rows.empty()) run.kernels[t.id] = std::move(rows);
-    } else {
-      auto rows = reader.ranges(t.id);
-      if (!rows.empty()) run.ranges[t.id] = std::move(rows);
+    if (t.kind == store::TrackKind::queue) run.counters[t.id] = reader.counters(t.id);
+    else event_tracks.push_back(&t);
+  }
+  // Each thread takes the next track until none is left; the calling thread reads through `reader`,
+  // the others through a connection of their own.
+  struct TrackRows {
+    std::vector<store::RangeRow> ranges;
+    std::vector<store::KernelRow> kernels;
+  };
+  std::vector<TrackRows> loaded(event_tracks.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::int64_t> rows_done{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto work = [&](store::Reader* own) {
+    try {
+      std::optional<store::Reader> opened;
+      if (!own) own = &opened.emplace(run.path);
+      for (std::size_t i = next++; i < event_tracks.size() && !cancelled(); i = next++) {
+        const auto& t = *event_tracks[i];
+        std::int64_t reported = 0;  // this track's rows already added to rows_done
+        store::ProgressFn on_rows;
+        if (options.progress)
+          on_rows = [&](std::uint64_t n, std::uint64_t) {
+            const auto rows = static_cast<std::int64_t>(n);
+            options.progress(rows_done.fetch_add(rows - reported) + rows - reported, total);
+            reported = rows;
+          };
+        if (t.kind == store::TrackKind::stream) loaded[i].kernels = own->kernels(t.id, on_rows);
+        else loaded[i].ranges = own->ranges(t.id, on_rows);
+      }
+    } catch (...) {
+      std::lock_guard lock(error_mutex);
+      if (!error) error = std::current_exception();
     }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned k = 1; k < options.threads && k < event_tracks.size(); ++k) pool.emplace_back(work, nullptr);
+  work(&reader);
+  for (auto& th : pool) th.join();
+  if (error) std::rethrow_exception(error);
+  check_cancel();
+  for (std::size_t i = 0; i < event_tracks.size(); ++i) {
+    const auto id = event_tracks[i]->id;
+    if (!loaded[i].kernels.empty()) run.kernels[id] = std::move(loaded[i].kernels);
+    if (!loaded[i].ranges.empty()) run.ranges[id] = std::move(loaded[i].ranges);
   }
   run.steps = reader.steps();
   run.allreduces = reader.allreduces();
   run.params = reader.params();
-  auto counts = reader.row_counts();
-  run.kernel_rows = counts.count("kernel") ? counts["kernel"] : 0;
+  check_cancel();
   return run;
 }
 
-RunData load_run(const std::filesystem::path& path) {
+RunData load_run(const std::filesystem::path& path, const LoadOptions& options) {
   store::Reader reader(path);
-  return load_run(reader);
+  return load_run(reader, options);
 }
 
 std::int64_t union_length(std::vector<std::pair<std::int64_t, std::int64_t>> intervals, std::int64_t lo,

@@ -1,9 +1,12 @@
-// Everything the analyses read from a run file, loaded once. The analyses are pure functions over this
-// struct (or over plain row vectors), so tests can hand-build runs with known answers.
+// Everything the analyses read from a run file, loaded once (by `wb` and by wb-view alike). The analyses
+// are pure functions over this struct (or over plain row vectors), so tests can hand-build runs with
+// known answers.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -55,8 +58,26 @@ struct RunData {
   bool complete() const;
 };
 
-RunData load_run(store::Reader& reader);
-RunData load_run(const std::filesystem::path& path);
+// Thrown by load_run when LoadOptions::cancel is raised; the message names the file.
+class LoadCancelled : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// How load_run reads a big run (wb-view opens millions of rows). The range and kernel rows, nearly all of
+// the work, can be read by several threads, each with its own connection to the file.
+struct LoadOptions {
+  unsigned threads = 1;
+  // Range and kernel rows read so far and their total, called as they come in: from every reading
+  // thread, so it must be safe to call concurrently.
+  std::function<void(std::int64_t done, std::int64_t total)> progress;
+  // Polled between tracks: once it holds true, load_run stops and throws LoadCancelled.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// Every row the analyses read. Throws store::StoreError for a bad file (the message names it).
+RunData load_run(store::Reader& reader, const LoadOptions& options = {});
+RunData load_run(const std::filesystem::path& path, const LoadOptions& options = {});
 
 // Concatenates text pieces. (Also sidesteps GCC 12's false -Wrestrict on `"literal" + std::string&&`.)
 template <typename... Parts>

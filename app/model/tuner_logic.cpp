@@ -1,11 +1,11 @@
-#include "app/view/tuner_logic.hpp"
+#include "app/model/tuner_logic.hpp"
 
 #include <algorithm>
 #include <cmath>
 
 #include "allreduce/split_points.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 bool add_split(std::vector<int>& split, int s, int params) {
   if (s < 1 || s > params - 1) return false;
@@ -65,4 +65,4 @@ std::string split_flags(const std::vector<int>& split) {
   return std::string(allreduce::kSplitFlag) + " " + allreduce::SplitPoints::format(split);
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

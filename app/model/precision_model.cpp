@@ -1,13 +1,13 @@
-#include "app/view/precision_model.hpp"
+#include "app/model/precision_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
-#include "app/view/stored_comparison.hpp"
 #include "compare/load.hpp"
+#include "compare/stored_comparison.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 PrecisionLoader::PrecisionLoader(std::filesystem::path run, std::filesystem::path reference)
     : run_(std::move(run)), reference_(std::move(reference)) {
@@ -61,7 +61,7 @@ PrecisionLoader::PrecisionLoader(std::shared_ptr<const PrecisionData> stored, st
         stage_ = "reading the tensors of " + reference_.filename().string();
       }
       data->b = compare::load_tensor_set(reference_);
-      attach_sets(data->comparison, data->a, data->b);
+      compare::attach_sets(data->comparison, data->a, data->b);
       data->has_tensors = true;
     } catch (const std::exception& e) {
       data->a = {};
@@ -208,4 +208,4 @@ TensorDetail tensor_detail(const PrecisionData& data, std::size_t row, std::int6
   return d;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -13,7 +13,7 @@
 
 #include "store/rows.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 // The visible time window [t0_ns, t1_ns] drawn across width_px pixels (x = 0 at t0_ns).
 struct TimeView {
@@ -124,4 +124,4 @@ Alignment align_runs(std::span<const store::StepRow> first, std::int64_t first_t
 // The first run's window seen on the second run's clock.
 TimeView shifted(const TimeView& view, double offset_ns);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

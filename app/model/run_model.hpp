@@ -1,5 +1,5 @@
 // What the views show of one run file, loaded once on a background thread: the run's rows
-// (analysis::RunData), device activity per stream, per-depth timeline levels, and every analysis the
+// (analysis::RunData, read by analysis::load_run), per-depth timeline levels, and every analysis the
 // views need (step breakdown, op statistics, input starvation, allreduce overlap, warnings, the split
 // model). Immutable once published, so views read it without locks.
 #pragma once
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "app/view/timeline_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/report.hpp"
@@ -24,15 +24,14 @@
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 // Loading publishes the model twice: once the rows are read and the timeline levels built (the timeline
 // can draw), and again when the analyses are done. Fields below `analysed` are written by the loader
 // thread in between and may be read only once ready() is true.
 struct RunModel {
   analysis::RunData run;
-  std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;  // stream tracks, by start
-  std::map<std::uint32_t, std::vector<Level>> levels;              // thread and stream tracks
+  std::map<std::uint32_t, std::vector<Level>> levels;  // thread and stream tracks
   std::int64_t t_min_ns = 0;  // the extent of everything recorded
   std::int64_t t_max_ns = 0;
   std::int64_t range_count = 0;
@@ -110,4 +109,4 @@ class RunLoader {
   std::thread thread_;
 };
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -1,10 +1,10 @@
-#include "app/view/files_logic.hpp"
+#include "app/model/files_logic.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
-namespace wb::view {
+namespace wb::app_model {
 
 std::filesystem::path recent_files_path() {
   std::filesystem::path base;
@@ -64,4 +64,4 @@ std::vector<DirEntry> list_directory(const std::filesystem::path& dir, const std
   return out;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -1,10 +1,10 @@
-#include "app/view/ops_logic.hpp"
+#include "app/model/ops_logic.hpp"
 
 #include <map>
 #include <string>
 #include <utility>
 
-namespace wb::view {
+namespace wb::app_model {
 
 std::vector<OpDelta> op_deltas(const std::vector<analysis::OpStat>& ops, const std::vector<analysis::OpStat>& second) {
   std::map<std::pair<std::string, store::Category>, const analysis::OpStat*> index;
@@ -23,4 +23,4 @@ std::vector<OpDelta> op_deltas(const std::vector<analysis::OpStat>& ops, const s
   return out;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -14,12 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "app/view/plot_logic.hpp"
+#include "app/model/plot_logic.hpp"
 #include "compare/compare.hpp"
 #include "compare/metrics.hpp"
 #include "compare/tensor_set.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 struct PrecisionData {
   std::string a_path, b_path;
@@ -94,19 +94,4 @@ struct TensorDetail {
 // Throws compare::CompareError when the row has no pair of same-shaped tensors.
 TensorDetail tensor_detail(const PrecisionData& data, std::size_t row, std::int64_t n, std::int64_t c, int bins = 60);
 
-struct PrecisionState {
-  std::unique_ptr<PrecisionLoader> loader;
-  std::shared_ptr<const PrecisionData> data;
-  std::string error;
-  int selected = -1;           // row index
-  bool sort_by_error = false;
-  int kind_filter = -1;        // a compare::TensorKind, -1 all
-  bool failures_only = false;
-  int n_index = 0;
-  int c_index = 0;
-  std::unique_ptr<TensorDetail> detail;
-  std::string detail_error;
-  char reference_path[1024] = {};
-};
-
-}  // namespace wb::view
+}  // namespace wb::app_model

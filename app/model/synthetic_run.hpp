@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 
-namespace wb::view {
+namespace wb::app_model {
 
 struct SyntheticRun {
   int ranks = 2;
@@ -20,4 +20,4 @@ struct SyntheticRun {
 // ranges written. Throws store::StoreError when the files cannot be written.
 std::int64_t write_synthetic_run(const std::filesystem::path& out, const SyntheticRun& spec);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

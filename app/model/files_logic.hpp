@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace wb::view {
+namespace wb::app_model {
 
 inline constexpr std::size_t kMaxRecent = 12;
 
@@ -29,4 +29,4 @@ struct DirEntry {
 // entries left out. An unreadable directory gives an empty list.
 std::vector<DirEntry> list_directory(const std::filesystem::path& dir, const std::vector<std::string>& extensions);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

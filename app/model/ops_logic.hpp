@@ -6,7 +6,7 @@
 
 #include "profiler/analysis/op_stats.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 struct OpDelta {
   bool present = false;     // the second run has this op
@@ -18,4 +18,4 @@ struct OpDelta {
 // One entry per op of `ops`, in its order.
 std::vector<OpDelta> op_deltas(const std::vector<analysis::OpStat>& ops, const std::vector<analysis::OpStat>& second);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

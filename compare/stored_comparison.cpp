@@ -1,4 +1,4 @@
-#include "app/view/stored_comparison.hpp"
+#include "compare/stored_comparison.hpp"
 
 #include <cmath>
 #include <limits>
@@ -8,7 +8,7 @@
 #include "store/reader.hpp"
 #include "store/tensor_file.hpp"
 
-namespace wb::view {
+namespace wb::compare {
 
 namespace {
 
@@ -55,8 +55,8 @@ std::vector<std::int64_t> shape(const json& j, const char* key) {
   return it->get<std::vector<std::int64_t>>();
 }
 
-compare::SideStats side(const json& j) {
-  compare::SideStats s;
+SideStats side(const json& j) {
+  SideStats s;
   if (!j.is_object()) return s;
   s.min = num(j, "min");
   s.max = num(j, "max");
@@ -67,8 +67,8 @@ compare::SideStats side(const json& j) {
   return s;
 }
 
-compare::Metrics metrics(const json& j) {
-  compare::Metrics m;
+Metrics metrics(const json& j) {
+  Metrics m;
   m.numel = integer(j, "numel");
   m.compared = integer(j, "compared");
   m.max_abs = num(j, "max_abs");
@@ -94,8 +94,8 @@ compare::Metrics metrics(const json& j) {
   return m;
 }
 
-compare::Thresholds thresholds(const json& j) {
-  compare::Thresholds t;
+Thresholds thresholds(const json& j) {
+  Thresholds t;
   if (!j.is_object()) return t;
   t.bit_exact = flag(j, "bit_exact");
   t.cosine_min = opt_num(j, "cosine_min");
@@ -114,11 +114,10 @@ compare::Thresholds thresholds(const json& j) {
   return t;
 }
 
-std::optional<compare::RowStatus> status_from_name(std::string_view name) {
-  using compare::RowStatus;
+std::optional<RowStatus> status_from_name(std::string_view name) {
   for (RowStatus s : {RowStatus::pass, RowStatus::fail, RowStatus::shape_mismatch, RowStatus::missing_a, RowStatus::missing_b,
                       RowStatus::skipped})
-    if (compare::status_name(s) == name) return s;
+    if (status_name(s) == name) return s;
   return std::nullopt;
 }
 
@@ -126,28 +125,28 @@ std::string where(const store::ComparisonRow& header) { return "stored compariso
 
 }  // namespace
 
-compare::Comparison comparison_from_stored(const store::ComparisonRow& header, const std::vector<store::ComparisonEntryRow>& rows) {
-  compare::Comparison c;
+Comparison comparison_from_stored(const store::ComparisonRow& header, const std::vector<store::ComparisonEntryRow>& rows) {
+  Comparison c;
   c.a_source = header.a_path;
   c.b_source = header.b_path;
-  c.profile = compare::profile_from_name(header.profile);
+  c.profile = profile_from_name(header.profile);
   c.rows.reserve(rows.size());
   for (const auto& e : rows) {
     json j;
     try {
       j = json::parse(e.metrics_json);
     } catch (const json::exception& ex) {
-      throw compare::CompareError(where(header) + ", row " + e.name + ": metrics are not JSON (" + ex.what() + ")");
+      throw CompareError(where(header) + ", row " + e.name + ": metrics are not JSON (" + ex.what() + ")");
     }
-    if (!j.is_object()) throw compare::CompareError(where(header) + ", row " + e.name + ": expected a JSON object");
-    compare::RowResult r;
+    if (!j.is_object()) throw CompareError(where(header) + ", row " + e.name + ": expected a JSON object");
+    RowResult r;
     r.name = e.name;
     r.a_key = text(j, "a_name");
     r.b_key = text(j, "b_name");
-    auto kind = compare::kind_from_name(e.kind);
-    r.kind = kind ? *kind : compare::TensorKind::other;
+    auto kind = kind_from_name(e.kind);
+    r.kind = kind ? *kind : TensorKind::other;
     auto status = status_from_name(e.status);
-    if (!status) throw compare::CompareError(where(header) + ", row " + e.name + ": unknown status '" + e.status + "'");
+    if (!status) throw CompareError(where(header) + ", row " + e.name + ": unknown status '" + e.status + "'");
     r.status = *status;
     if (auto d = store::dtype_from_name(text(j, "a_dtype"))) r.a_dtype = d;
     if (auto d = store::dtype_from_name(text(j, "b_dtype"))) r.b_dtype = d;
@@ -159,12 +158,12 @@ compare::Comparison comparison_from_stored(const store::ComparisonRow& header, c
     r.reason = text(j, "reason");
     r.walk_position = e.exec_order;
     switch (r.status) {
-      case compare::RowStatus::pass: ++c.passed; break;
-      case compare::RowStatus::fail:
-      case compare::RowStatus::shape_mismatch: ++c.failed; break;
-      case compare::RowStatus::missing_a: ++c.missing_a; break;
-      case compare::RowStatus::missing_b: ++c.missing_b; break;
-      case compare::RowStatus::skipped: ++c.skipped; break;
+      case RowStatus::pass: ++c.passed; break;
+      case RowStatus::fail:
+      case RowStatus::shape_mismatch: ++c.failed; break;
+      case RowStatus::missing_a: ++c.missing_a; break;
+      case RowStatus::missing_b: ++c.missing_b; break;
+      case RowStatus::skipped: ++c.skipped; break;
     }
     c.rows.push_back(std::move(r));
   }
@@ -173,12 +172,12 @@ compare::Comparison comparison_from_stored(const store::ComparisonRow& header, c
     try {
       j = json::parse(header.first_divergence);
     } catch (const json::exception& ex) {
-      throw compare::CompareError(where(header) + ": first divergence is not JSON (" + ex.what() + ")");
+      throw CompareError(where(header) + ": first divergence is not JSON (" + ex.what() + ")");
     }
-    compare::FirstDivergence d;
+    FirstDivergence d;
     d.name = text(j, "name");
-    auto kind = compare::kind_from_name(text(j, "kind"));
-    d.kind = kind ? *kind : compare::TensorKind::other;
+    auto kind = kind_from_name(text(j, "kind"));
+    d.kind = kind ? *kind : TensorKind::other;
     d.reason = text(j, "reason");
     d.local = flag(j, "local");
     d.optimizer_only = flag(j, "optimizer_only");
@@ -189,7 +188,7 @@ compare::Comparison comparison_from_stored(const store::ComparisonRow& header, c
     d.summary = text(j, "summary");
     if (j.contains("worst") && j["worst"].is_array())
       for (const auto& w : j["worst"]) {
-        compare::WorstElement we;
+        WorstElement we;
         we.index = integer(w, "index");
         if (w.contains("coord") && w["coord"].is_array()) we.coord = w["coord"].get<std::vector<std::int64_t>>();
         we.a = num(w, "a");
@@ -221,13 +220,13 @@ StoredComparison read_stored_comparison(const std::filesystem::path& run, std::i
     }
   }
   if (!found)
-    throw compare::CompareError(run.string() + ": no stored comparison " + std::to_string(id) +
+    throw CompareError(run.string() + ": no stored comparison " + std::to_string(id) +
                                 (ids.empty() ? std::string(" (it holds none; wb compare RUN REF saves one)") : " (it holds " + ids + ")"));
   out.comparison = comparison_from_stored(out.header, reader.comparison_rows(id));
   return out;
 }
 
-void attach_sets(compare::Comparison& comparison, const compare::TensorSet& a, const compare::TensorSet& b) {
+void attach_sets(Comparison& comparison, const TensorSet& a, const TensorSet& b) {
   for (auto& r : comparison.rows) {
     r.a_index = r.a_key.empty() ? std::nullopt : a.position(r.a_key);
     r.b_index = r.b_key.empty() ? std::nullopt : b.position(r.b_key);
@@ -247,4 +246,4 @@ std::optional<std::filesystem::path> locate_side(const std::string& saved, const
   return std::nullopt;
 }
 
-}  // namespace wb::view
+}  // namespace wb::compare

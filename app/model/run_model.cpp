@@ -1,14 +1,12 @@
-#include "app/view/run_model.hpp"
+#include "app/model/run_model.hpp"
 
 #include <algorithm>
 #include <chrono>
-#include <exception>
 #include <limits>
 
-#include "store/db.hpp"
 #include "store/reader.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 std::string RunModel::title() const { return run.path.filename().string(); }
 
@@ -40,10 +38,8 @@ std::string LoadProgress::get_stage() const {
 
 namespace {
 
-class Cancelled : public std::exception {};
-
-void check_cancel(LoadProgress* p) {
-  if (p && p->cancel.load()) throw Cancelled();
+void check_cancel(const LoadProgress* p, const std::filesystem::path& path) {
+  if (p && p->cancel.load()) throw analysis::LoadCancelled(path.string() + ": loading cancelled");
 }
 
 }  // namespace
@@ -62,93 +58,47 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
 
   stage("opening", 0.0);
   store::Reader reader(path);
-  run.path = reader.path();
-  run.meta = reader.meta();
-  run.config = reader.config();
-  run.strings = reader.strings();
-  run.ranks = reader.ranks();
-  run.tracks = reader.tracks();
-  auto& db = reader.db();
-  const std::int64_t total_ranges = db.query_int64("SELECT count(*) FROM range");
-  const std::int64_t total_kernels = db.query_int64("SELECT count(*) FROM kernel");
-  const double total = static_cast<double>(std::max<std::int64_t>(total_ranges + total_kernels, 1));
-  // Reading rows is ~70 % of the open. Host and device tracks are read by a few threads, each with its
-  // own connection, and each builds its tracks' timeline levels as it goes.
-  std::vector<const store::TrackRow*> event_tracks;
-  for (const auto& t : run.tracks) {
-    if (t.kind == store::TrackKind::queue) {
-      run.counters[t.id] = reader.counters(t.id);
-      model->counter_count += static_cast<std::int64_t>(run.counters[t.id].size());
-    } else {
-      event_tracks.push_back(&t);
-    }
-  }
-  struct TrackRows {
-    std::vector<store::RangeRow> ranges;
-    std::vector<store::KernelRow> kernels;
-    std::vector<Level> levels;
-  };
-  std::vector<TrackRows> loaded(event_tracks.size());
-  std::atomic<std::int64_t> rows_done{0};
-  std::atomic<std::size_t> next{0};
-  std::mutex error_mutex;
-  std::exception_ptr error;
+  // Reading rows is ~70 % of the open: analysis::load_run reads the host and device tracks on a few
+  // threads, each with its own connection.
   stage("reading host ranges", 0.0);
-  auto work = [&] {
-    try {
-      store::Reader own(path);
-      for (std::size_t i = next++; i < event_tracks.size(); i = next++) {
-        if (progress && progress->cancel.load()) return;
-        const auto& t = *event_tracks[i];
-        std::int64_t before = 0;
-        auto on_rows = [&](std::uint64_t n, std::uint64_t) {
-          std::int64_t now = rows_done.fetch_add(static_cast<std::int64_t>(n) - before) + static_cast<std::int64_t>(n) - before;
-          before = static_cast<std::int64_t>(n);
-          if (progress) progress->fraction.store(0.7 * static_cast<double>(now) / total);
-        };
-        if (t.kind == store::TrackKind::stream) {
-          loaded[i].kernels = own.kernels(t.id, on_rows);
-          loaded[i].levels = build_levels(loaded[i].kernels);
-        } else {
-          loaded[i].ranges = own.ranges(t.id, on_rows);
-          loaded[i].levels = build_levels(loaded[i].ranges);
-        }
-      }
-    } catch (...) {
-      std::lock_guard lock(error_mutex);
-      if (!error) error = std::current_exception();
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  analysis::LoadOptions options;
+  options.threads = threads;
+  if (progress) {
+    options.progress = [progress](std::int64_t done, std::int64_t total) {
+      progress->fraction.store(0.7 * static_cast<double>(done) / static_cast<double>(std::max<std::int64_t>(total, 1)));
+    };
+    options.cancel = &progress->cancel;
+  }
+  run = analysis::load_run(reader, options);
+  model->comparisons = reader.comparisons();
+  for (const auto& [id, rows] : run.ranges) model->range_count += static_cast<std::int64_t>(rows.size());
+  for (const auto& [id, rows] : run.kernels) model->kernel_count += static_cast<std::int64_t>(rows.size());
+  for (const auto& [id, rows] : run.counters) model->counter_count += static_cast<std::int64_t>(rows.size());
+  check_cancel(progress, path);
+
+  // The timeline levels of every thread and stream track, on as many threads.
+  stage("building timeline levels", 0.7);
+  std::vector<std::uint32_t> tracks;
+  for (const auto& [id, rows] : run.ranges) tracks.push_back(id);
+  for (const auto& [id, rows] : run.kernels) tracks.push_back(id);
+  std::vector<std::vector<Level>> levels(tracks.size());
+  std::atomic<std::size_t> next{0};
+  auto build = [&] {
+    for (std::size_t i = next++; i < tracks.size(); i = next++) {
+      if (progress && progress->cancel.load()) return;
+      auto r = run.ranges.find(tracks[i]);
+      levels[i] = r != run.ranges.end() ? build_levels(r->second) : build_levels(run.kernels.at(tracks[i]));
     }
   };
-  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
-  std::vector<std::thread> pool;
-  for (unsigned k = 1; k < threads && k < event_tracks.size(); ++k) pool.emplace_back(work);
-  work();
-  for (auto& th : pool) th.join();
-  if (error) std::rethrow_exception(error);
-  check_cancel(progress);
-  for (std::size_t i = 0; i < event_tracks.size(); ++i) {
-    const auto id = event_tracks[i]->id;
-    if (event_tracks[i]->kind == store::TrackKind::stream) {
-      model->kernel_count += static_cast<std::int64_t>(loaded[i].kernels.size());
-      if (!loaded[i].kernels.empty()) {
-        model->kernels[id] = std::move(loaded[i].kernels);
-        model->levels[id] = std::move(loaded[i].levels);
-      }
-    } else {
-      model->range_count += static_cast<std::int64_t>(loaded[i].ranges.size());
-      if (!loaded[i].ranges.empty()) {
-        run.ranges[id] = std::move(loaded[i].ranges);
-        model->levels[id] = std::move(loaded[i].levels);
-      }
-    }
+  {
+    std::vector<std::thread> pool;
+    for (unsigned k = 1; k < threads && k < tracks.size(); ++k) pool.emplace_back(build);
+    build();
+    for (auto& th : pool) th.join();
   }
-  stage("reading steps and allreduce spans", 0.7);
-  run.steps = reader.steps();
-  run.allreduces = reader.allreduces();
-  run.params = reader.params();
-  run.kernel_rows = total_kernels;
-  model->comparisons = reader.comparisons();
-  check_cancel(progress);
+  check_cancel(progress, path);
+  for (std::size_t i = 0; i < tracks.size(); ++i) model->levels[tracks[i]] = std::move(levels[i]);
 
   stage("indexing the timeline", 0.75);
   std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = std::numeric_limits<std::int64_t>::min();
@@ -159,7 +109,7 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   for (const auto& [id, rows] : run.ranges)
     for (const auto& level : model->levels[id])
       if (!level.spans.empty()) extend(level.spans.front().start_ns, level.spans.back().end_ns);
-  for (const auto& [id, rows] : model->kernels)
+  for (const auto& [id, rows] : run.kernels)
     for (const auto& level : model->levels[id])
       for (const auto& s : level.spans) extend(s.start_ns, s.end_ns);
   for (const auto& [id, rows] : run.counters)
@@ -175,14 +125,14 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
     model->queue_capacity = run.config["prefetch"].get<int>();
   auto t_open = clock::now();
   model->open_seconds = std::chrono::duration<double>(t_open - t_start).count();
-  check_cancel(progress);
+  check_cancel(progress, path);
   if (on_open) on_open(model);
 
   stage("step breakdown", 0.8);
   model->breakdown = analysis::step_breakdown(run);
   stage("op statistics", 0.83);
   model->ops = analysis::op_stats(run);
-  check_cancel(progress);
+  check_cancel(progress, path);
   stage("input starvation", 0.9);
   model->starvation = analysis::starvation(run, 8);
   {
@@ -216,9 +166,6 @@ RunLoader::RunLoader(std::filesystem::path path) : path_(std::move(path)) {
       });
       std::lock_guard lock(mutex_);
       result_ = std::move(model);
-    } catch (const Cancelled&) {
-      std::lock_guard lock(mutex_);
-      error_ = path_.string() + ": loading cancelled";
     } catch (const std::exception& e) {
       std::lock_guard lock(mutex_);
       error_ = e.what();
@@ -247,4 +194,4 @@ std::string RunLoader::error() const {
   return error_;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

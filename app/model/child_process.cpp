@@ -1,4 +1,4 @@
-#include "app/view/child_process.hpp"
+#include "app/model/child_process.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 
 extern char** environ;
 
-namespace wb::view {
+namespace wb::app_model {
 
 ChildProcess::ChildProcess(const std::filesystem::path& exe, const std::vector<std::string>& args) {
   int fds[2];
@@ -164,4 +164,4 @@ std::optional<TrainProgress> parse_progress(std::string_view line) {
   return std::nullopt;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-namespace wb::view {
+namespace wb::app_model {
 
 // Adds s when 1 <= s <= params-1 and not already present; keeps the split ascending.
 // Returns whether the split changed.
@@ -32,4 +32,4 @@ std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x,
 // "--allreduce-split 85,160"; an empty split is the single bucket, "--allreduce-split none".
 std::string split_flags(const std::vector<int>& split);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-namespace wb::view {
+namespace wb::app_model {
 
 struct Histogram {
   std::vector<double> edges;          // bins + 1 ascending edges
@@ -36,4 +36,4 @@ Axis nice_axis(double lo, double hi, double target = 5.0);
 // Decades 10^k covering [lo, hi] (lo > 0) for a log axis.
 std::vector<double> log_decades(double lo, double hi);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

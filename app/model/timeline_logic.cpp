@@ -1,11 +1,11 @@
-#include "app/view/timeline_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 
-namespace wb::view {
+namespace wb::app_model {
 
 TimeView fit_view(double t0_ns, double t1_ns, double width_px, double margin) {
   double span = std::max(t1_ns - t0_ns, kMinSpanNs);
@@ -290,4 +290,4 @@ TimeView shifted(const TimeView& view, double offset_ns) {
   return v;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace wb::view {
+namespace wb::app_model {
 
 class ChildError : public std::runtime_error {
  public:
@@ -79,4 +79,4 @@ struct TrainProgress {
 };
 std::optional<TrainProgress> parse_progress(std::string_view line);
 
-}  // namespace wb::view
+}  // namespace wb::app_model

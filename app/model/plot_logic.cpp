@@ -1,13 +1,13 @@
-#include "app/view/plot_logic.hpp"
+#include "app/model/plot_logic.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
 
-#include "app/view/timeline_logic.hpp"
+#include "app/model/timeline_logic.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 std::int64_t Histogram::max_count() const {
   return counts.empty() ? 0 : *std::max_element(counts.begin(), counts.end());
@@ -104,4 +104,4 @@ std::vector<double> log_decades(double lo, double hi) {
   return out;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model

@@ -1,4 +1,4 @@
-#include "app/view/synthetic_run.hpp"
+#include "app/model/synthetic_run.hpp"
 
 #include <algorithm>
 #include <string>
@@ -9,7 +9,7 @@
 #include "store/merge.hpp"
 #include "store/writer.hpp"
 
-namespace wb::view {
+namespace wb::app_model {
 
 namespace {
 
@@ -119,4 +119,4 @@ std::int64_t write_synthetic_run(const std::filesystem::path& out, const Synthet
   return total;
 }
 
-}  // namespace wb::view
+}  // namespace wb::app_model
