@@ -7,13 +7,13 @@
 
 #ifdef WB_PARALLEL_NCCL
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "support/process.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 
 TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
@@ -23,17 +23,12 @@ TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda
     return;
   }
   const int np = std::min(devices, 2);
-  std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
-                    (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  char buf[4096];
-  while (const auto n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = pclose(pipe);
+  const std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
+                          (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl";
+  const wb::test::ProcessResult r = wb::test::run_command(cmd);
+  const std::string& out = r.output;
   CAPTURE(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(r.exit_code == 0);
   REQUIRE(out.find("FAIL") == std::string::npos);
   for (const char* check : {"nccl-allreduce-sum ok", "nccl-allreduce-mean ok", "nccl-broadcast ok", "nccl-sync-average ok"}) {
     CAPTURE(check);

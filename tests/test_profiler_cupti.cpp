@@ -15,6 +15,7 @@
 #include "profiler/record/cuda/cupti_tracer.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -136,9 +137,7 @@ TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profi
     WARN("no CUDA device: the GPU part of this test is skipped");
     return;
   }
-  fs::path dir = fs::temp_directory_path() / ("wb_test_profiler_cupti_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   {
     store::WriterOptions wo;
     wo.path = dir / "run.sqlite";
@@ -172,7 +171,6 @@ TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profi
   REQUIRE(kernels.size() >= 1);
   CHECK(kernels[0].kind == static_cast<std::uint8_t>(store::KernelKind::memset));
   CHECK(kernels[0].bytes == (1 << 20));
-  fs::remove_all(dir);
 }
 
 #endif  // WB_PROFILER_CUPTI
