@@ -1,7 +1,7 @@
 // The NCCL communicator on real GPUs (CUDA builds): mpirun starts one rank per visible device (at most
 // two; NCCL refuses two ranks on one GPU) running wb-parallel-check's device checks: allreduce sum/mean
-// and broadcast on device buffers against host double references, and GradientSync over NCCL. It
-// skips itself, with a warning, when no CUDA device is present.
+// and broadcast on device buffers against host double references, and GradientSync over NCCL. [cuda]:
+// skipped (CTest exit code 77) when no CUDA device is present, see tests/support/main.cpp.
 
 #include <catch2/catch.hpp>
 
@@ -18,10 +18,7 @@
 
 TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
   const int devices = wb::parallel::cuda_device_count();
-  if (devices == 0) {
-    WARN("no CUDA device: the NCCL checks did not run");
-    return;
-  }
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
   const int np = std::min(devices, 2);
   const std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
                           (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl";

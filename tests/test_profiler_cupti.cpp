@@ -1,5 +1,6 @@
-// CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU, a traced
-// memset linked to the host range that issued it. CUDA builds only.
+// CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU ([cuda]:
+// skipped without one, see tests/support/main.cpp), a traced memset linked to the host range that issued
+// it. CUDA builds only.
 #include <catch2/catch.hpp>
 
 #ifdef WB_PROFILER_CUPTI
@@ -51,7 +52,7 @@ CUpti_ActivityExternalCorrelation external(std::uint32_t correlation, std::uint6
 
 }  // namespace
 
-TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[profiler][cuda]") {
+TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[profiler][cupti]") {
   Names n;
   KernelRecord k{};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
@@ -133,10 +134,6 @@ TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[
 }
 
 TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profiler][cuda]") {
-  if (!profiler::cuda::device_present()) {
-    WARN("no CUDA device: the GPU part of this test is skipped");
-    return;
-  }
   const wb::test::TempDir dir;
   {
     store::WriterOptions wo;

@@ -1,7 +1,8 @@
 // wb-train's device choice and its GPU path. Without a GPU (CI): --device cuda is one line and exit
 // code 2, --device auto trains on the CPU and says so, CUDA-only settings are refused on the CPU, and
 // GradientSync's bucket-ready hook (what orders NCCL after the gradient kernels) runs before each
-// bucket's allreduce. On a GPU ([cuda], skipped without one): a short CUDA run's losses follow a CPU
+// bucket's allreduce. On a GPU ([cuda]; the test main skips them without one, and CTest reports
+// test_trainer_device-cuda as skipped, see tests/support/main.cpp): a short CUDA run's losses follow a CPU
 // run's on the same data, its kernels link to the host ranges that launched them, and the device
 // queue's depth is recorded.
 #include <catch2/catch.hpp>
@@ -205,10 +206,6 @@ TEST_CASE("GradientSync calls on_ready once per bucket, before that bucket's all
 // ---- on a GPU ---------------------------------------------------------------------------------------
 
 TEST_CASE("a 5-step CUDA run follows a 5-step CPU run on the same data", "[trainer][cuda]") {
-  if (!has_gpu()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
   TempDir dir;
   const fs::path cpu_run = dir / "cpu.sqlite", gpu_run = dir / "gpu.sqlite";
   const Result rc = run_train(with(small_run(cpu_run, 5), {"--device", "cpu", "--no-profile"}));
@@ -268,10 +265,6 @@ TEST_CASE("a 5-step CUDA run follows a 5-step CPU run on the same data", "[train
 }
 
 TEST_CASE("a CUDA run with bf16 and channels-last trains and records its precision", "[trainer][cuda]") {
-  if (!has_gpu()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
   TempDir dir;
   const fs::path run = dir / "bf16.sqlite";
   const Result r = run_train(

@@ -1,0 +1,38 @@
+#include "support/gpu.hpp"
+
+#if WB_TEST_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace wb::test {
+
+#if WB_TEST_CUDA
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();  // clear the "no driver / no device" error
+    return 0;
+  }
+  return count;
+}
+
+std::string why_no_gpu() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  }
+  return count > 0 ? "" : "no CUDA device (cudaGetDeviceCount found none)";
+}
+
+#else
+
+int cuda_device_count() { return 0; }
+
+std::string why_no_gpu() { return "no CUDA device: this build has no CUDA (configure with -DWB_CUDA=ON)"; }
+
+#endif
+
+}  // namespace wb::test
