@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "profiler/analysis/allreduce.hpp"
+#include "support/python.hpp"
 
 using namespace wb;
 using store::AllreduceRow;
@@ -98,14 +99,12 @@ TEST_CASE("the alpha-beta fit matches numpy.polyfit on noisy spans", "[analysis]
     ys += buf;
   }
   auto fit = analysis::fit_alpha_beta(xy);
-  std::string cmd = std::string(WB_PYTHON) + " -c \"import numpy as np; x=np.array([" + xs + "]); y=np.array([" + ys +
-                    "]); b,a=np.polyfit(x,y,1); r=np.corrcoef(x,y)[0,1]; print(repr(a), repr(b), repr(r*r))\"";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[256] = {};
-  REQUIRE(std::fgets(buf, sizeof buf, p) != nullptr);
-  REQUIRE(pclose(p) == 0);
-  std::istringstream in(buf);
+  const wb::test::ProcessResult py =
+      wb::test::run_python("-c \"import numpy as np; x=np.array([" + xs + "]); y=np.array([" + ys +
+                           "]); b,a=np.polyfit(x,y,1); r=np.corrcoef(x,y)[0,1]; print(repr(a), repr(b), repr(r*r))\"");
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
+  std::istringstream in(py.out);
   double a = 0, b = 0, r2 = 0;
   in >> a >> b >> r2;
   CHECK_THAT(fit.alpha_ns, WithinRel(a, 1e-6));

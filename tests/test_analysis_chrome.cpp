@@ -16,6 +16,8 @@
 #include "store/merge.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -23,25 +25,20 @@ using analysis::concat;
 
 namespace {
 
+// A scratch directory with an empty run/ folder for rank files.
 struct RunDir {
-  fs::path dir;
-  RunDir() {
-    dir = fs::temp_directory_path() / concat("wb_test_analysis_chrome_", std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir / "run");
-  }
-  ~RunDir() { fs::remove_all(dir); }
+  wb::test::TempDir tmp;
+  fs::path dir = tmp.path();
+  RunDir() { fs::create_directories(dir / "run"); }
 };
 
+// Runs `script` with python -c and `arg`; its stdout.
 std::string run_python(const std::string& script, const fs::path& arg) {
-  std::string cmd = concat(WB_PYTHON, " -c '", script, "' ", arg.string());
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  REQUIRE(pclose(p) == 0);
-  return out;
+  const wb::test::ProcessResult r =
+      wb::test::run_python("-c " + wb::test::shell_quote(script) + " " + wb::test::shell_quote(arg.string()));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return r.out;
 }
 
 }  // namespace

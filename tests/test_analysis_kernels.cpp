@@ -10,16 +10,17 @@
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/report.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
 
 namespace {
 
+// A run file in a scratch directory.
 struct TempRun {
-  fs::path path = fs::temp_directory_path() / ("wb_test_analysis_kernels_" + std::to_string(::getpid()) + ".sqlite");
-  TempRun() { fs::remove(path); }
-  ~TempRun() { fs::remove(path); }
+  wb::test::TempDir dir;
+  fs::path path = dir / "run.sqlite";
 };
 
 // Two steps. Each: conv forward (corr 10s+1) launches two kernels of 300 and 200 us; its backward (corr

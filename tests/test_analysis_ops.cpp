@@ -12,6 +12,8 @@
 
 #include "profiler/analysis/op_stats.hpp"
 #include "store/writer.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -105,24 +107,19 @@ TEST_CASE("op stats agree with numpy on random durations", "[analysis]") {
   auto stats = analysis::compute_op_stats({&track}, {"op"});
   const OpStat& s = stats.by_name.at(0);
 
-  fs::path dir = fs::temp_directory_path() / ("wb_test_analysis_ops_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   {
     std::ofstream f(dir / "d.txt");
     for (auto d : durations) f << d << "\n";
   }
-  std::string cmd = std::string(WB_PYTHON) +
-                    " -c \"import numpy as np,sys; x=np.loadtxt(sys.argv[1],dtype=np.int64); "
-                    "print(x.sum(), x.mean(), int(np.percentile(x,50,method='inverted_cdf')), "
-                    "int(np.percentile(x,95,method='inverted_cdf')), x.max())\" " +
-                    (dir / "d.txt").string();
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[512] = {};
-  REQUIRE(std::fgets(buf, sizeof buf, p) != nullptr);
-  REQUIRE(pclose(p) == 0);
-  fs::remove_all(dir);
-  std::istringstream in(buf);
+  const wb::test::ProcessResult py = wb::test::run_python(
+      "-c \"import numpy as np,sys; x=np.loadtxt(sys.argv[1],dtype=np.int64); "
+      "print(x.sum(), x.mean(), int(np.percentile(x,50,method='inverted_cdf')), "
+      "int(np.percentile(x,95,method='inverted_cdf')), x.max())\" " +
+      wb::test::shell_quote((dir / "d.txt").string()));
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
+  std::istringstream in(py.out);
   long long sum = 0, p50 = 0, p95 = 0, mx = 0;
   double mean = 0;
   in >> sum >> mean >> p50 >> p95 >> mx;
@@ -135,9 +132,7 @@ TEST_CASE("op stats agree with numpy on random durations", "[analysis]") {
 }
 
 TEST_CASE("op stats read from a run file, per rank", "[analysis]") {
-  fs::path dir = fs::temp_directory_path() / ("wb_test_analysis_ops_run_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   {
     store::WriterOptions o;
     o.path = dir / "run.sqlite";
@@ -155,5 +150,4 @@ TEST_CASE("op stats read from a run file, per rank", "[analysis]") {
   CHECK(stats.by_name[0].total_ns == 10 * 55);
   CHECK(stats.by_name[0].p95_ns == 100);
   CHECK(analysis::op_stats(run, 3).by_name.empty());
-  fs::remove_all(dir);
 }

@@ -9,6 +9,7 @@
 #include "profiler/analysis/report.hpp"
 #include "store/merge.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -18,14 +19,11 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
+// A scratch directory with an empty run/ folder for rank files.
 struct RunDir {
-  fs::path dir;
-  RunDir() {
-    dir = fs::temp_directory_path() / concat("wb_test_analysis_report_", std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir / "run");
-  }
-  ~RunDir() { fs::remove_all(dir); }
+  wb::test::TempDir tmp;
+  fs::path dir = tmp.path();
+  RunDir() { fs::create_directories(dir / "run"); }
 };
 
 // Rank 0: 10 ms steps with 3 ms data wait and 1 ms of exposed allreduce. Rank 1: 12 ms steps, no wait,

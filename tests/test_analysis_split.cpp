@@ -11,6 +11,7 @@
 
 #include "profiler/analysis/split_model.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -135,9 +136,7 @@ TEST_CASE("MindSpore's [85,160] applies to models with more than 160 parameters"
 }
 
 TEST_CASE("a split model built from a recorded run", "[analysis]") {
-  fs::path dir = fs::temp_directory_path() / analysis::concat("wb_test_analysis_split_", std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   fs::path file = dir / "run.sqlite";
   // Parameters 0,1 of 200 floats and 2,3 of 100; backward of module m3 ends 100 ns after backward starts, m2 at 200,
   // m1 at 300, m0 at 400 (in both steps). Buckets [0,2) and [2,4); bucket sizes 800 B each; spans of
@@ -197,5 +196,4 @@ TEST_CASE("a split model built from a recorded run", "[analysis]") {
     w.finish();
   }
   REQUIRE_THROWS_AS(analysis::build_split_model(analysis::load_run(empty)), analysis::AnalysisError);
-  fs::remove_all(dir);
 }

@@ -7,6 +7,7 @@
 
 #include "profiler/analysis/steps.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -18,14 +19,10 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
+// A scratch directory for one run file.
 struct RunDir {
-  fs::path dir;
-  RunDir() {
-    dir = fs::temp_directory_path() / ("wb_test_analysis_steps_" + std::to_string(::getpid()));
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~RunDir() { fs::remove_all(dir); }
+  wb::test::TempDir tmp;
+  fs::path dir = tmp.path();
   fs::path file() const { return dir / "run.sqlite"; }
 };
 

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/db.hpp"
+#include "support/python.hpp"
 #include "test_trainer_util.hpp"
 
 namespace {
@@ -29,8 +30,7 @@ using Catch::Matchers::WithinAbs;
 using wb::test::Result;
 using wb::test::run_command;
 using wb::test::shell_quote;
-using wb::test::TrainerTempDir;
-using wb::test::write_text;
+using wb::test::TempDir;
 
 constexpr int kBatch = 8;
 constexpr int kSteps = 6;
@@ -52,7 +52,7 @@ class Runs {
     static Runs runs;
     return runs;
   }
-  const TrainerTempDir& dir() const { return dir_; }
+  const TempDir& dir() const { return dir_; }
 
   // Two workers and a deep queue, no delay: the workers stay far ahead of the training loop.
   const fs::path& normal() { return make("normal", {"--data-workers", "2", "--prefetch", std::to_string(kPrefetch)}); }
@@ -76,13 +76,13 @@ class Runs {
     const fs::path run = dir_ / (name + ".sqlite");
     args.push_back("--run");
     args.push_back(run.string());
-    Result r = wb::test::run_train(args, dir_.path());
+    Result r = wb::test::run_train(args);
     INFO("wb-train for run '" << name << "' exited " << r.exit_code << "\nstdout:\n" << r.out << "\nstderr:\n" << r.err);
     REQUIRE(r.exit_code == 0);
     REQUIRE(fs::exists(run));
     return runs_.emplace(name, run).first->second;
   }
-  TrainerTempDir dir_;
+  TempDir dir_;
   std::map<std::string, fs::path> runs_;
 };
 
@@ -92,7 +92,7 @@ Result wb_cli(const std::vector<std::string>& args) {
     cmd += ' ';
     cmd += shell_quote(a);
   }
-  return run_command(cmd, Runs::get().dir().path());
+  return run_command(cmd);
 }
 
 std::string report_of(const fs::path& run) {
@@ -127,14 +127,12 @@ std::int64_t count(wb::store::Db& db, const std::string& sql) { return db.query_
 
 // Runs a Python script (the interpreter with torch, numpy) from a file; returns its stdout.
 std::string python(const std::string& name, const std::string& script, const std::vector<std::string>& args) {
-  const fs::path file = Runs::get().dir() / name;
-  write_text(file, script);
-  std::string cmd = shell_quote(WB_PYTHON) + " " + shell_quote(file.string());
+  std::string quoted;
   for (const auto& a : args) {
-    cmd += ' ';
-    cmd += shell_quote(a);
+    if (!quoted.empty()) quoted += ' ';
+    quoted += shell_quote(a);
   }
-  Result r = run_command(cmd, Runs::get().dir().path());
+  Result r = wb::test::run_python_script(Runs::get().dir(), name, script, quoted);
   INFO(name << " exited " << r.exit_code << "\nstderr:\n" << r.err);
   REQUIRE(r.exit_code == 0);
   return r.out;

@@ -1,109 +1,25 @@
 #pragma once
-// Shared helpers of the backend and model tests: a scratch directory, raw float32/int32 files, running a
-// generated PyTorch script with WB_PYTHON, random data, and normalised errors.
+// Shared helpers of the backend and model tests: random data, tensors in the layouts the model uses,
+// finite-difference gradient checks. Scratch directories, raw files, PyTorch scripts and rel_l2 come from
+// tests/support.
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "support/files.hpp"
+#include "support/numeric.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/cpu/cpu_backend.hpp"
 
 namespace wb::test {
-
-// A fresh directory under /tmp, removed with everything in it at scope exit.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    std::string tmpl = "/tmp/wb-" + tag + "-XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (!mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-template <class T>
-inline void write_raw(const std::string& path, const std::vector<T>& v) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(reinterpret_cast<const char*>(v.data()), static_cast<std::streamsize>(v.size() * sizeof(T)));
-  if (!f) throw std::runtime_error("cannot write " + path);
-}
-
-inline std::vector<float> read_raw(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw std::runtime_error("cannot read " + path + " (did the python script write it?)");
-  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  std::vector<float> v(bytes.size() / sizeof(float));
-  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
-  return v;
-}
-
-inline std::string read_text(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-// Writes `body` to dir/<name>.py after a prelude (imports, raw-file helpers, 2 threads, float32) and runs
-// it with WB_PYTHON inside dir. Fails the test with the script's output when it exits non-zero.
-inline void run_torch_script(const TempDir& dir, const std::string& name, const std::string& body) {
-  const std::string prelude =
-      "import os, sys, json, math\n"
-      "import numpy as np\n"
-      "import torch\n"
-      "import torch.nn.functional as F\n"
-      "torch.set_num_threads(2)\n"
-      "torch.backends.cudnn.deterministic = True\n"
-      "def load(name, *shape, dtype=np.float32):\n"
-      "    return torch.from_numpy(np.fromfile(name, dtype=dtype).reshape(shape).copy())\n"
-      "def save(name, t):\n"
-      "    np.ascontiguousarray(t.detach().cpu().numpy().astype(np.float32)).tofile(name)\n";
-  const std::string script = dir.file(name + ".py");
-  {
-    std::ofstream f(script);
-    f << prelude << body;
-  }
-  const std::string log = dir.file(name + ".log");
-  const std::string cmd = "cd '" + dir.path().string() + "' && " WB_PYTHON " '" + script + "' > '" + log + "' 2>&1";
-  int rc = std::system(cmd.c_str());
-  INFO("python output:\n" << read_text(log));
-  REQUIRE(rc == 0);
-}
-
-// ||a - b|| / ||b|| in double (||b|| floored at 1e-30).
-inline double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double num = 0.0, den = 0.0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    num += d * d;
-    den += static_cast<double>(b[i]) * static_cast<double>(b[i]);
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-}
 
 inline std::vector<float> random_normal(std::size_t n, std::uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 gen(seed);

@@ -3,10 +3,6 @@
 // one clear line for bad input.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -18,48 +14,29 @@
 #include "compare/test_support/tensor_sets.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/files.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb::compare;
 using wb::compare::testing::get_f32;
 using wb::compare::testing::set_f32;
+using wb::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("wb_test_compare_cli_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 struct RunResult {
   int code = -1;
   std::string out, err;
 };
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 const fs::path kWb = fs::path(WB_BINARY_DIR) / "bin" / "wb";
 
-RunResult run_wb(const TempDir& dir, const std::string& args) {
+RunResult run_wb(const std::string& args) {
   REQUIRE(fs::exists(kWb));  // built by the `wb` target
-  const fs::path out = dir.path / "stdout.txt", err = dir.path / "stderr.txt";
-  const std::string cmd = kWb.string() + " " + args + " > " + out.string() + " 2> " + err.string();
-  const int status = std::system(cmd.c_str());
-  RunResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
+  const wb::test::ProcessResult r = wb::test::run_command(kWb.string() + " " + args);
+  return {r.exit_code, r.out, r.err};
 }
 
 TensorSet small_step(std::uint64_t seed) {
@@ -109,8 +86,8 @@ void write_run(const TensorSet& s, const fs::path& p) {
 TEST_CASE("every input format loads with its execution order", "[compare]") {
   TempDir dir;
   const TensorSet ref = small_step(1);
-  const fs::path st = dir.path / "ordered.safetensors", st2 = dir.path / "plain.safetensors", npz = dir.path / "a.npz",
-                 npy_dir = dir.path / "ts_dump", run = dir.path / "run.sqlite";
+  const fs::path st = dir.path() / "ordered.safetensors", st2 = dir.path() / "plain.safetensors", npz = dir.path() / "a.npz",
+                 npy_dir = dir.path() / "ts_dump", run = dir.path() / "run.sqlite";
   // File order reversed: only the recorded order can restore the walk.
   write_safetensors(ref, st, true, true);
   write_safetensors(ref, st2, false, true);
@@ -142,27 +119,27 @@ TEST_CASE("every input format loads with its execution order", "[compare]") {
   CHECK(keys.front() == "input");
   CHECK(kind_of_key(keys.back()) == TensorKind::momentum);
 
-  REQUIRE_THROWS_AS(load_tensor_set(dir.path / "missing.safetensors"), CompareError);
-  std::ofstream(dir.path / "notes.txt") << "hello";
-  REQUIRE_THROWS_AS(load_tensor_set(dir.path / "notes.txt"), CompareError);
-  std::ofstream(dir.path / "empty.sqlite") << "";
-  REQUIRE_THROWS_AS(load_tensor_set(dir.path / "empty.sqlite"), CompareError);
+  REQUIRE_THROWS_AS(load_tensor_set(dir.path() / "missing.safetensors"), CompareError);
+  std::ofstream(dir.path() / "notes.txt") << "hello";
+  REQUIRE_THROWS_AS(load_tensor_set(dir.path() / "notes.txt"), CompareError);
+  std::ofstream(dir.path() / "empty.sqlite") << "";
+  REQUIRE_THROWS_AS(load_tensor_set(dir.path() / "empty.sqlite"), CompareError);
 }
 
 TEST_CASE("wb compare: exit codes, reports and the saved comparison", "[compare]") {
   TempDir dir;
   const TensorSet ref = small_step(7);
-  const fs::path b = dir.path / "ref.safetensors", same = dir.path / "same.npz", run = dir.path / "run.sqlite";
+  const fs::path b = dir.path() / "ref.safetensors", same = dir.path() / "same.npz", run = dir.path() / "run.sqlite";
   write_safetensors(ref, b, true);
   wb::store::write_npz(same, host_tensors(ref), true);
 
   SECTION("identical dumps: exit 0, JSON with no divergence") {
-    const fs::path json = dir.path / "ok.json";
-    const RunResult r = run_wb(dir, "compare " + same.string() + " " + b.string() + " --json " + json.string());
+    const fs::path json = dir.path() / "ok.json";
+    const RunResult r = run_wb("compare " + same.string() + " " + b.string() + " --json " + json.string());
     CAPTURE(r.out, r.err);
     CHECK(r.code == 0);
     CHECK(r.out.find("No divergence") != std::string::npos);
-    const auto j = nlohmann::json::parse(slurp(json));
+    const auto j = nlohmann::json::parse(wb::test::read_text(json));
     CHECK(j.at("first_divergence").is_null());
     CHECK(j.at("summary").at("failed") == 0);
     CHECK(j.at("rows").size() == ref.tensors.size());
@@ -174,20 +151,20 @@ TEST_CASE("wb compare: exit codes, reports and the saved comparison", "[compare]
     auto& t = a.tensors[*a.position("act.layer2.0.bn1")].tensor;
     for (std::int64_t i = 0; i < t.numel(); i += 3) set_f32(t, i, get_f32(t, i) * 1.5f);
     write_run(a, run);
-    const fs::path json = dir.path / "bad.json", csv = dir.path / "bad.csv";
-    const RunResult r = run_wb(dir, "compare " + run.string() + " " + b.string() + " --json " + json.string() + " --csv " +
+    const fs::path json = dir.path() / "bad.json", csv = dir.path() / "bad.csv";
+    const RunResult r = run_wb("compare " + run.string() + " " + b.string() + " --json " + json.string() + " --csv " +
                                         csv.string() + " --order exec");
     CAPTURE(r.out, r.err);
     CHECK(r.code == 1);
     CHECK(r.out.find("First divergence: act.layer2.0.bn1") != std::string::npos);
-    const auto j = nlohmann::json::parse(slurp(json));
+    const auto j = nlohmann::json::parse(wb::test::read_text(json));
     const auto& d = j.at("first_divergence");
     CHECK(d.at("name") == "act.layer2.0.bn1");
     CHECK(d.at("kind") == "act");
     CHECK(d.at("reason").get<std::string>().find("cosine") != std::string::npos);
     CHECK(d.at("worst").size() == 5);
 
-    const std::string text = slurp(csv);
+    const std::string text = wb::test::read_text(csv);
     std::istringstream lines(text);
     std::string header;
     std::getline(lines, header);
@@ -215,12 +192,12 @@ TEST_CASE("wb compare: exit codes, reports and the saved comparison", "[compare]
   }
 
   SECTION("bad input: one line naming the problem, exit 2") {
-    const fs::path garbage = dir.path / "garbage.safetensors";
+    const fs::path garbage = dir.path() / "garbage.safetensors";
     std::ofstream(garbage) << "not a safetensors file at all";
-    const fs::path bad_map = dir.path / "map.json";
+    const fs::path bad_map = dir.path() / "map.json";
     std::ofstream(bad_map) << "{\"rules\": 3}";
     const std::vector<std::pair<std::string, std::string>> cases = {
-        {"compare " + (dir.path / "nope.safetensors").string() + " " + b.string(), "nope.safetensors"},
+        {"compare " + (dir.path() / "nope.safetensors").string() + " " + b.string(), "nope.safetensors"},
         {"compare " + garbage.string() + " " + b.string(), "garbage.safetensors"},
         {"compare " + same.string() + " " + b.string() + " --profile fp16", "--profile"},
         {"compare " + same.string() + " " + b.string() + " --map " + bad_map.string(), "map.json"},
@@ -228,7 +205,7 @@ TEST_CASE("wb compare: exit codes, reports and the saved comparison", "[compare]
         {"compare " + same.string(), "compare"},
     };
     for (const auto& [args, needle] : cases) {
-      const RunResult r = run_wb(dir, args);
+      const RunResult r = run_wb(args);
       CAPTURE(args, r.out, r.err);
       CHECK(r.code == 2);
       CHECK(r.err.find(needle) != std::string::npos);
@@ -245,7 +222,7 @@ TEST_CASE("kinds marked not comparable in the reference are shown but not judged
     if (kind_of_key(t.key) != TensorKind::grad) continue;
     for (std::int64_t i = 0; i < t.tensor.numel(); ++i) set_f32(t.tensor, i, -get_f32(t.tensor, i));
   }
-  const fs::path pa = dir.path / "a.safetensors", pb = dir.path / "b.safetensors", bad = dir.path / "bad.safetensors";
+  const fs::path pa = dir.path() / "a.safetensors", pb = dir.path() / "b.safetensors", bad = dir.path() / "bad.safetensors";
   write_safetensors(a, pa, true);
   wb::store::write_safetensors(pb, host_tensors(ref), {{kNotComparableMetadataKey, R"(["grad", "param_after", "momentum"])"}});
   const Comparison c = compare_sets(load_tensor_set(pa), load_tensor_set(pb));

@@ -2,24 +2,22 @@
 // state_dict names, order and shapes, and every leaf module's output shape at 32x32.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "compare/test_support/resnet50_layout.hpp"
+#include "support/files.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
 TEST_CASE("the ResNet-50 layout matches torchvision", "[compare]") {
-  const fs::path dir = fs::temp_directory_path() / ("wb_test_compare_layout_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path script = dir / "layout.py", out = dir / "layout.json";
-  std::ofstream(script) << R"PY(
+  const wb::test::TempDir dir;
+  const fs::path out = dir / "layout.json";
+  const char* const script = R"PY(
 import json, sys, torch, torchvision
 m = torchvision.models.resnet50(num_classes=10)
 state = []
@@ -40,11 +38,11 @@ with torch.no_grad():
     m(torch.zeros(2, 3, 32, 32))
 json.dump({"state": state, "acts": [["act." + n, acts[n]] for n in order]}, open(sys.argv[1], "w"))
 )PY";
-  const std::string cmd = std::string(WB_PYTHON) + " " + script.string() + " " + out.string();
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  std::ifstream in(out);
-  const auto j = nlohmann::json::parse(in);
-  fs::remove_all(dir);
+  const wb::test::ProcessResult py =
+      wb::test::run_python_script(dir, "layout.py", script, wb::test::shell_quote(out.string()));
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
+  const auto j = nlohmann::json::parse(wb::test::read_text(out));
 
   const auto state = wb::compare::testing::resnet50_state(10);
   REQUIRE(state.size() == j.at("state").size());

@@ -2,8 +2,6 @@
 // order+shape matching that recovers stripped names and reports its ambiguities.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
@@ -12,10 +10,12 @@
 
 #include "compare/match.hpp"
 #include "compare/test_support/tensor_sets.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb::compare;
 using wb::compare::testing::LayoutEntry;
+using wb::test::TempDir;
 
 namespace {
 
@@ -63,16 +63,6 @@ const char* kMindSporeMap = R"({
   "thresholds": [{"match": "^buffer\\.", "rel_l2_max": 1e-3}]
 })";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("wb_test_compare_match_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
-
 }  // namespace
 
 TEST_CASE("exact names match every tensor", "[compare]") {
@@ -92,7 +82,7 @@ TEST_CASE("exact names match every tensor", "[compare]") {
 
 TEST_CASE("a mapping file maps MindSpore names onto all torchvision ResNet-50 state entries", "[compare]") {
   TempDir dir;
-  const fs::path map_path = dir.path / "mindspore.json";
+  const fs::path map_path = dir.path() / "mindspore.json";
   std::ofstream(map_path) << kMindSporeMap;
   const MappingFile map = load_mapping(map_path);
   CHECK(map.rules.size() == 4);
@@ -137,7 +127,7 @@ TEST_CASE("a mapping file maps MindSpore names onto all torchvision ResNet-50 st
 TEST_CASE("bad mapping files are rejected with the file named", "[compare]") {
   TempDir dir;
   auto write = [&](const std::string& name, const std::string& text) {
-    const fs::path p = dir.path / name;
+    const fs::path p = dir.path() / name;
     std::ofstream(p) << text;
     return p;
   };
@@ -145,7 +135,7 @@ TEST_CASE("bad mapping files are rejected with the file named", "[compare]") {
   REQUIRE_THROWS_AS(load_mapping(write("regex.json", R"({"rules": [{"pattern": "(", "replace": "x"}]})")), CompareError);
   REQUIRE_THROWS_AS(load_mapping(write("field.json", R"({"renames": {}})")), CompareError);
   REQUIRE_THROWS_AS(load_mapping(write("pair.json", R"({"pairs": {"a": 3}})")), CompareError);
-  REQUIRE_THROWS_AS(load_mapping(dir.path / "missing.json"), CompareError);
+  REQUIRE_THROWS_AS(load_mapping(dir.path() / "missing.json"), CompareError);
   try {
     load_mapping(write("regex2.json", R"({"rules": [{"pattern": "[", "replace": "x"}]})"));
     FAIL("expected CompareError");

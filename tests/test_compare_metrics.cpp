@@ -2,12 +2,9 @@
 // writes (random, near-equal, zero-norm, NaN/Inf at matching and different positions, every dtype).
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <bit>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -21,12 +18,15 @@
 
 #include "compare/metrics.hpp"
 #include "store/tensor_file.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using wb::compare::Metrics;
 using wb::compare::Tolerance;
 using wb::store::DType;
 using wb::store::HostTensor;
+using wb::test::TempDir;
 
 namespace {
 
@@ -98,16 +98,6 @@ for c in cases:
     res[c['name']] = metrics(a, b, c['rtol'], c['atol'])
 json.dump(res, open(sys.argv[2], 'w'))
 )PY";
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("wb_test_compare_metrics_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 template <typename T>
 HostTensor make(DType dtype, const std::vector<T>& values, std::vector<std::int64_t> shape = {}) {
@@ -288,17 +278,18 @@ TEST_CASE("metrics agree with a numpy float64 oracle", "[compare]") {
   std::vector<Case> cases = build_cases();
   nlohmann::json manifest = nlohmann::json::array();
   for (std::size_t i = 0; i < cases.size(); ++i) {
-    const fs::path pa = dir.path / (cases[i].name + "_a.npy"), pb = dir.path / (cases[i].name + "_b.npy");
+    const fs::path pa = dir.path() / (cases[i].name + "_a.npy"), pb = dir.path() / (cases[i].name + "_b.npy");
     wb::store::write_npy(pa, cases[i].oracle_a);
     wb::store::write_npy(pb, cases[i].oracle_b);
     manifest.push_back({{"name", cases[i].name}, {"a", pa.string()}, {"b", pb.string()},
                         {"rtol", cases[i].tol.rtol}, {"atol", cases[i].tol.atol}});
   }
-  const fs::path manifest_path = dir.path / "cases.json", script = dir.path / "oracle.py", out = dir.path / "out.json";
+  const fs::path manifest_path = dir / "cases.json", out = dir / "out.json";
   std::ofstream(manifest_path) << manifest.dump();
-  std::ofstream(script) << kOracle;
-  const std::string cmd = std::string(WB_PYTHON) + " " + script.string() + " " + manifest_path.string() + " " + out.string();
-  REQUIRE(std::system(cmd.c_str()) == 0);
+  const wb::test::ProcessResult py = wb::test::run_python_script(
+      dir, "oracle.py", kOracle, wb::test::shell_quote(manifest_path.string()) + " " + wb::test::shell_quote(out.string()));
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
   std::ifstream in(out);
   const nlohmann::json oracle = nlohmann::json::parse(in);
 

@@ -4,69 +4,30 @@
 // own safetensors reader, so the two implementations of the format are checked against each other.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <map>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "store/tensor_file.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "wb-test-reference-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-struct ScriptResult {
-  int exit_code = -1;  // -1 when the script did not exit normally
-  std::string output;  // stdout and stderr together
-};
+using wb::test::ProcessResult;
+using wb::test::shell_quote;
+using wb::test::TempDir;
 
 // Runs compare/reference/tests/<script> --tmp DIR with the Python that has torch.
-ScriptResult run_script(const std::string& script, const fs::path& tmp) {
+ProcessResult run_script(const std::string& script, const fs::path& tmp) {
   const fs::path path = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "tests" / script;
-  const std::string command =
-      shell_quote(WB_PYTHON) + " " + shell_quote(path.string()) + " --tmp " + shell_quote(tmp.string()) + " 2>&1";
-  ScriptResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  ProcessResult result = wb::test::run_python(shell_quote(path.string()) + " --tmp " + shell_quote(tmp.string()));
   std::cout << script << ":\n" << result.output << std::flush;  // the figures, kept in the CTest log
   return result;
 }
@@ -95,14 +56,14 @@ std::vector<std::string> expected_act_names() {
 
 TEST_CASE("wbformat.py writes and reads safetensors and run files", "[compare][python]") {
   TempDir tmp;
-  const ScriptResult r = run_script("test_wbformat.py", tmp.path());
+  const ProcessResult r = run_script("test_wbformat.py", tmp.path());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
 }
 
 TEST_CASE("torch_step.py replays a dumped step as an independent computation does", "[compare][python]") {
   TempDir tmp;
-  const ScriptResult r = run_script("test_torch_step.py", tmp.path());
+  const ProcessResult r = run_script("test_torch_step.py", tmp.path());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
 
@@ -141,14 +102,14 @@ TEST_CASE("torch_step.py replays a dumped step as an independent computation doe
 
 TEST_CASE("wbdump.py in a training script dumps what torch_step.py replays", "[compare][python]") {
   TempDir tmp;
-  const ScriptResult r = run_script("test_wbdump.py", tmp.path());
+  const ProcessResult r = run_script("test_wbdump.py", tmp.path());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
 }
 
 TEST_CASE("torch_step.py rejects bad input with exit 2 and one line naming the file", "[compare][python]") {
   TempDir tmp;
-  const ScriptResult r = run_script("test_errors.py", tmp.path());
+  const ProcessResult r = run_script("test_errors.py", tmp.path());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
 }

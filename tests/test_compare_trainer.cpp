@@ -13,9 +13,6 @@
 // replays run a few at a time, one thread each.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -37,41 +34,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
-// A fresh directory under /tmp, removed with everything in it.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "wb-test-compare-trainer-XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
+using wb::test::TempDir;
 
- private:
-  fs::path path_;
-};
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-std::string quote(const fs::path& p) { return quote(p.string()); }
+std::string quote(const fs::path& p) { return wb::test::shell_quote(p.string()); }
 
 struct CommandResult {
   std::string command;
-  int exit_code = -1;  // -1 when the command did not exit normally
+  int exit_code = -1;  // 128 + signal when killed, -1 when it could not be started
   std::string output;  // stdout and stderr together
   double seconds = 0;
 };
@@ -80,13 +57,9 @@ CommandResult run_command(const std::string& command) {
   CommandResult r;
   r.command = command;
   const auto t0 = std::chrono::steady_clock::now();
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) throw std::runtime_error("popen failed: " + command);
-  char buffer[4096];
-  std::size_t n = 0;
-  while ((n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
+  wb::test::ProcessResult p = wb::test::run_command(command);
+  r.exit_code = p.exit_code;
+  r.output = std::move(p.output);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <set>
@@ -11,13 +12,18 @@
 #include <vector>
 
 #include "trainer/data/pipeline.hpp"
-#include "trainer/data/test_support.hpp"
 
 using namespace wb::data;
 using Catch::Matchers::Contains;
-using wb::data::testing::fnv1a;
 
 namespace {
+
+// FNV-1a over raw bytes: a cheap fingerprint of a batch sequence.
+uint64_t fnv1a(const void* data, size_t n, uint64_t h = 1469598103934665603ull) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
 
 const Dataset& small_set() {
   static const Dataset d = synthetic_images({5, 600, 10}, Split::kTrain);

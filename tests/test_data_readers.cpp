@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "support/files.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 #include "trainer/data/dataset.hpp"
-#include "trainer/data/test_support.hpp"
 
 using namespace wb::data;
 using Catch::Matchers::Contains;
-using wb::data::testing::TempDir;
+using wb::test::TempDir;
 
 namespace {
 
@@ -142,17 +144,19 @@ records.astype(np.uint8).tofile(os.path.join(root, "cifar-10-batches-bin", "test
 np.ascontiguousarray(chw.transpose(0, 2, 3, 1)).tofile(os.path.join(root, "expected_hwc.bin"))
 labels.astype(np.int32).tofile(os.path.join(root, "expected_labels.bin"))
 )PY";
-  REQUIRE(wb::data::testing::run_python(dir.path(), "write_cifar.py", script, dir.path().string()) == 0);
+  const wb::test::ProcessResult py = wb::test::run_python_script(dir, "write_cifar.py", script, dir.path().string());
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
 
   const Dataset d = read_cifar10(dir.path(), Split::kTest);
   REQUIRE(d.size() == 13);
-  REQUIRE(d.labels == wb::data::testing::read_all<int32_t>(dir / "expected_labels.bin"));
-  REQUIRE(d.images == wb::data::testing::read_all<uint8_t>(dir / "expected_hwc.bin"));
+  REQUIRE(d.labels == wb::test::read_raw<int32_t>(dir / "expected_labels.bin"));
+  REQUIRE(d.images == wb::test::read_raw<uint8_t>(dir / "expected_hwc.bin"));
 
   // Our writer reproduces numpy's file byte for byte.
   write_cifar10_file(dir / "rewritten.bin", d);
-  REQUIRE(wb::data::testing::read_all<uint8_t>(dir / "rewritten.bin") ==
-          wb::data::testing::read_all<uint8_t>(dir / "cifar-10-batches-bin" / "test_batch.bin"));
+  REQUIRE(wb::test::read_raw<uint8_t>(dir / "rewritten.bin") ==
+          wb::test::read_raw<uint8_t>(dir / "cifar-10-batches-bin" / "test_batch.bin"));
 }
 
 TEST_CASE("CIFAR-10 reader rejects missing, short and mislabelled files", "[trainer][data]") {
@@ -163,7 +167,7 @@ TEST_CASE("CIFAR-10 reader rejects missing, short and mislabelled files", "[trai
   }
   SECTION("size not a multiple of 3073") {
     const std::vector<uint8_t> bytes(2 * 3073 + 5, 1);
-    wb::data::testing::write_bytes(dir / "test_batch.bin", bytes.data(), bytes.size());
+    wb::test::write_bytes(dir / "test_batch.bin", bytes.data(), bytes.size());
     REQUIRE_THROWS_AS(read_cifar10(dir.path(), Split::kTest), DataError);
     REQUIRE_THROWS_WITH(read_cifar10(dir.path(), Split::kTest),
                         Contains("test_batch.bin") && Contains("6151") && Contains("3073"));
@@ -171,7 +175,7 @@ TEST_CASE("CIFAR-10 reader rejects missing, short and mislabelled files", "[trai
   SECTION("label outside 0..9") {
     std::vector<uint8_t> bytes(2 * 3073, 0);
     bytes[3073] = 10;
-    wb::data::testing::write_bytes(dir / "test_batch.bin", bytes.data(), bytes.size());
+    wb::test::write_bytes(dir / "test_batch.bin", bytes.data(), bytes.size());
     REQUIRE_THROWS_AS(read_cifar10(dir.path(), Split::kTest), DataError);
     REQUIRE_THROWS_WITH(read_cifar10(dir.path(), Split::kTest), Contains("record 1") && Contains("0..9"));
   }
@@ -202,14 +206,16 @@ for split, n in (("train", 60000), ("t10k", 10000)):
 for name in ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
     open(os.path.join(out, name), "wb").write(load(name + ".gz"))
 )PY";
-  REQUIRE(wb::data::testing::run_python(dir.path(), "fmnist.py", script,
-                                        kFashionDir.string() + " " + dir.path().string()) == 0);
+  const wb::test::ProcessResult py =
+      wb::test::run_python_script(dir, "fmnist.py", script, kFashionDir.string() + " " + dir.path().string());
+  INFO(py.output);
+  REQUIRE(py.exit_code == 0);
 
   const Dataset train = read_fashion_mnist(kFashionDir, Split::kTrain);
   const Dataset test = read_fashion_mnist(kFashionDir, Split::kTest);
   for (const auto& [d, split] : {std::pair{&train, "train"}, std::pair{&test, "t10k"}}) {
     CAPTURE(split);
-    const auto facts = wb::data::testing::read_all<int64_t>(dir / (std::string(split) + "_facts.bin"));
+    const auto facts = wb::test::read_raw<int64_t>(dir / (std::string(split) + "_facts.bin"));
     REQUIRE(facts.size() == 2 + 20 + 10 + 4);
     REQUIRE(d->size() == facts[0]);
     REQUIRE(d->height == 28);
@@ -250,28 +256,28 @@ TEST_CASE("IDX reader rejects wrong magic, truncation and count mismatch", "[tra
     REQUIRE_THROWS_AS(read_idx_images(dir / "imgs.gz"), DataError);
     REQUIRE_THROWS_WITH(read_idx_images(dir / "imgs.gz"), Contains("imgs.gz") && Contains("expected 2051"));
     const auto labels = idx_images(2051, 2, 3, 3, 18);
-    wb::data::testing::write_bytes(dir / "labels", labels.data(), labels.size());
+    wb::test::write_bytes(dir / "labels", labels.data(), labels.size());
     REQUIRE_THROWS_AS(read_idx_labels(dir / "labels"), DataError);
     REQUIRE_THROWS_WITH(read_idx_labels(dir / "labels"), Contains("expected 2049"));
   }
   SECTION("truncated pixels, plain and gzip") {
     const auto short_plain = idx_images(2051, 100, 28, 28, 50);
-    wb::data::testing::write_bytes(dir / "short", short_plain.data(), short_plain.size());
+    wb::test::write_bytes(dir / "short", short_plain.data(), short_plain.size());
     REQUIRE_THROWS_AS(read_idx_images(dir / "short"), DataError);
     REQUIRE_THROWS_WITH(read_idx_images(dir / "short"), Contains("truncated") && Contains("78400"));
     write_gz(dir / "short.gz", short_plain);
     REQUIRE_THROWS_AS(read_idx_images(dir / "short.gz"), DataError);
   }
   SECTION("truncated gzip stream of the real file") {
-    const auto whole = wb::data::testing::read_all<uint8_t>(kFashionDir / "t10k-labels-idx1-ubyte.gz");
+    const auto whole = wb::test::read_raw<uint8_t>(kFashionDir / "t10k-labels-idx1-ubyte.gz");
     REQUIRE(whole.size() > 2000);
-    wb::data::testing::write_bytes(dir / "cut.gz", whole.data(), whole.size() / 2);
+    wb::test::write_bytes(dir / "cut.gz", whole.data(), whole.size() / 2);
     REQUIRE_THROWS_AS(read_idx_labels(dir / "cut.gz"), DataError);
     REQUIRE_THROWS_WITH(read_idx_labels(dir / "cut.gz"), Contains("cut.gz"));
   }
   SECTION("truncated header") {
     const std::vector<uint8_t> two = {0, 0};
-    wb::data::testing::write_bytes(dir / "tiny", two.data(), two.size());
+    wb::test::write_bytes(dir / "tiny", two.data(), two.size());
     REQUIRE_THROWS_AS(read_idx_labels(dir / "tiny"), DataError);
   }
   SECTION("image and label counts differ") {

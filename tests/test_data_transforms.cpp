@@ -4,18 +4,21 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "support/files.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 #include "trainer/data/sampler.hpp"
-#include "trainer/data/test_support.hpp"
 #include "trainer/data/transforms.hpp"
 
 using namespace wb::data;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
-using wb::data::testing::read_all;
-using wb::data::testing::TempDir;
+using wb::test::read_raw;
+using wb::test::TempDir;
 
 namespace {
 
@@ -68,7 +71,7 @@ class Reference {
     for (size_t i = 0; i < kResizeCases.size(); ++i) {
       const auto& c = kResizeCases[i];
       const auto img = make_image(c.in_h, c.in_w, 100 + i);
-      wb::data::testing::write_bytes(dir_ / ("resize_in_" + std::to_string(i) + ".bin"), img.data(),
+      wb::test::write_bytes(dir_ / ("resize_in_" + std::to_string(i) + ".bin"), img.data(),
                                      img.size() * sizeof(float));
       cases += std::to_string(c.in_h) + "," + std::to_string(c.in_w) + "," + std::to_string(c.out_h) + "," +
                std::to_string(c.out_w) + ";";
@@ -78,9 +81,9 @@ class Reference {
       crops += std::to_string(c.top) + "," + std::to_string(c.left) + "," + (c.flip ? "1" : "0") + ";";
     }
     const auto base = make_image(32, 32, 7);
-    wb::data::testing::write_bytes(dir_ / "img32.bin", base.data(), base.size() * sizeof(float));
+    wb::test::write_bytes(dir_ / "img32.bin", base.data(), base.size() * sizeof(float));
     const auto u8 = make_image_u8(28, 28, 9);
-    wb::data::testing::write_bytes(dir_ / "img28_u8.bin", u8.data(), u8.size());
+    wb::test::write_bytes(dir_ / "img28_u8.bin", u8.data(), u8.size());
 
     const std::string script = R"PY(
 import sys, os, numpy as np, torch
@@ -118,9 +121,13 @@ u8 = np.fromfile(os.path.join(d, "img28_u8.bin"), np.uint8).reshape(28, 28, 3).a
 save("train_chain.bin", normalize(resize(crop_flip(u8, 2, 7, True), 32, 32)).transpose(2, 0, 1))
 save("eval_chain.bin", normalize(resize(u8, 32, 32)).transpose(2, 0, 1))
 )PY";
-    const int rc = wb::data::testing::run_python(dir_.path(), "reference.py", script,
-                                                 dir_.path().string() + " '" + cases + "' '" + crops + "'");
-    if (rc != 0) throw std::runtime_error("transform reference script failed with status " + std::to_string(rc));
+    const wb::test::ProcessResult py = wb::test::run_python_script(
+        dir_, "reference.py", script,
+        dir_.path().string() + " " + wb::test::shell_quote(cases) + " " + wb::test::shell_quote(crops));
+    if (py.exit_code != 0) {
+      throw std::runtime_error("transform reference script failed with status " + std::to_string(py.exit_code) +
+                               ":\n" + py.output);
+    }
   }
   TempDir dir_;
 };
@@ -155,7 +162,7 @@ TEST_CASE("bilinear resize matches torch interpolate (align_corners=False)", "[t
     std::vector<float> out(static_cast<size_t>(c.out_h) * c.out_w * 3);
     resize_bilinear(in.data(), c.in_h, c.in_w, 3, out.data(), c.out_h, c.out_w);
     // Values are 0..255; float rounding differences between the two kernels stay far below 1e-3.
-    require_close(out, read_all<float>(ref.file("resize_out_" + std::to_string(i) + ".bin")), 1e-3);
+    require_close(out, read_raw<float>(ref.file("resize_out_" + std::to_string(i) + ".bin")), 1e-3);
   }
 }
 
@@ -168,7 +175,7 @@ TEST_CASE("zero-padded crop and flip match torch pad + slice + flip", "[trainer]
     std::vector<float> out(img.size());
     random_crop(img.data(), 32, 32, 3, 4, c.top, c.left, out.data());
     if (c.flip) horizontal_flip(out.data(), 32, 32, 3);
-    REQUIRE(out == read_all<float>(ref.file("crop_" + std::to_string(i) + ".bin")));  // pure data movement
+    REQUIRE(out == read_raw<float>(ref.file("crop_" + std::to_string(i) + ".bin")));  // pure data movement
   }
 }
 
@@ -177,11 +184,11 @@ TEST_CASE("rescale + normalize and HWC2CHW match numpy", "[trainer][data]") {
   const auto img = make_image(32, 32, 7);
   auto normed = img;
   rescale_normalize(normed.data(), 32 * 32, 3, kNorm);
-  require_close(normed, read_all<float>(ref.file("normalize.bin")), 1e-5);
+  require_close(normed, read_raw<float>(ref.file("normalize.bin")), 1e-5);
 
   std::vector<float> chw(img.size());
   hwc_to_chw(img.data(), 32, 32, 3, chw.data());
-  REQUIRE(chw == read_all<float>(ref.file("chw.bin")));
+  REQUIRE(chw == read_raw<float>(ref.file("chw.bin")));
 
   REQUIRE_THROWS_AS(rescale_normalize(normed.data(), 4, 1, kNorm), DataError);
 }
@@ -213,7 +220,7 @@ TEST_CASE("train and eval chains match the composed reference and report each st
     SampleTransform t(config, 28, 28);
     Recorder rec;
     t.apply(u8.data(), AugmentParams{2, 7, true}, out.data(), &rec, 3);
-    require_close(out, read_all<float>(ref.file("train_chain.bin")), 1e-4);
+    require_close(out, read_raw<float>(ref.file("train_chain.bin")), 1e-4);
     REQUIRE(rec.ids == std::vector<int>{kDecode, kRandomCrop, kRandomFlip, kResize, kRescaleNormalize, kHwc2Chw});
     for (size_t i = 0; i < rec.spans.size(); ++i) {
       REQUIRE(rec.spans[i][0] <= rec.spans[i][1]);
@@ -225,7 +232,7 @@ TEST_CASE("train and eval chains match the composed reference and report each st
     SampleTransform t(config, 28, 28);
     Recorder rec;
     t.apply(u8.data(), AugmentParams{2, 7, true}, out.data(), &rec, 3);
-    require_close(out, read_all<float>(ref.file("eval_chain.bin")), 1e-4);
+    require_close(out, read_raw<float>(ref.file("eval_chain.bin")), 1e-4);
     REQUIRE(rec.ids == std::vector<int>{kDecode, kResize, kRescaleNormalize, kHwc2Chw});
   }
   SECTION("same size: resize is skipped, the rest still runs") {

@@ -22,6 +22,7 @@
 #include <map>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 #include "test_backend_util.hpp"
@@ -119,18 +120,6 @@ double rms(const std::vector<float>& v) {
   double s = 0;
   for (float x : v) s += static_cast<double>(x) * x;
   return std::sqrt(s / static_cast<double>(std::max<std::size_t>(v.size(), 1)));
-}
-
-// rel-L2 of a against the reference b, the denominator floored at `floor`.
-double floored_rel_l2(const std::vector<float>& a, const std::vector<float>& b, double floor) {
-  REQUIRE(a.size() == b.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return std::sqrt(num) / std::max({std::sqrt(den), floor, 1e-30});
 }
 
 double quantile(std::vector<double> v, double q) {
@@ -249,7 +238,7 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
                    const std::vector<float>& t32, const std::vector<float>& t64) {
     Kind& k = kinds.at(kind);
     const double floor = 1e-1 * k.rms * std::sqrt(static_cast<double>(t64.size()));
-    const double o64 = floored_rel_l2(ours, t64, floor), r64 = floored_rel_l2(t32, t64, floor);
+    const double o64 = wb::test::rel_l2(ours, t64, floor), r64 = wb::test::rel_l2(t32, t64, floor);
     const double bound = std::max(3.0 * r64, k.floor);
     CAPTURE(kind, name, o64, r64, bound);
     CHECK(o64 <= bound);

@@ -2,6 +2,7 @@
 // Python and run by WB_PYTHON, torch's StepLR / MultiStepLR, and a few hand-computed values.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <numbers>
 #include <sstream>
 

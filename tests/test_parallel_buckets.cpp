@@ -5,17 +5,16 @@
 
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 #include "trainer/parallel/buckets.hpp"
 #include "trainer/parallel/error.hpp"
 
@@ -88,15 +87,6 @@ void require_cover(const std::vector<Bucket>& buckets, const std::vector<Param>&
     REQUIRE(buckets[b].offset == params[static_cast<std::size_t>(buckets[b].first_param)].offset);
     REQUIRE(buckets[b].numel == numel_between(params, buckets[b].first_param, buckets[b].end_param));
   }
-}
-
-std::string run(const std::string& command) {
-  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
-  REQUIRE(pipe);
-  std::string out;
-  char buf[4096];
-  while (const auto n = std::fread(buf, 1, sizeof buf, pipe.get())) out.append(buf, n);
-  return out;
 }
 
 }  // namespace
@@ -222,14 +212,11 @@ for classes in (1000, 10):
         out["buckets"][str(mb)] = sorted([min(b), max(b) + 1] for b in got)
     print(json.dumps(out))
 )PY";
-  const std::string path = "/tmp/wb-parallel-buckets-" + std::to_string(getpid()) + ".py";
-  {
-    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "w"), std::fclose);
-    REQUIRE(f);
-    std::fputs(script.c_str(), f.get());
-  }
-  const std::string out = run(std::string(WB_PYTHON) + " " + path + " 2>/dev/null");
-  std::remove(path.c_str());
+  const wb::test::TempDir dir;
+  const wb::test::ProcessResult py = wb::test::run_python_script(dir, "buckets.py", script);
+  INFO(py.err);
+  REQUIRE(py.exit_code == 0);
+  const std::string& out = py.out;
   std::size_t lines = 0, pos = 0;
   while (pos < out.size()) {
     const std::size_t nl = std::min(out.find('\n', pos), out.size());

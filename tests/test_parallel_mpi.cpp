@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "support/process.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,21 +43,8 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run(const std::string& command) {
-  Result r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buf[4096];
-  while (const auto n = std::fread(buf, 1, sizeof buf, pipe)) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
+using Result = wb::test::ProcessResult;
+using wb::test::run_command;
 
 std::size_t count(const std::string& text, const std::string& what) {
   std::size_t n = 0;
@@ -180,7 +169,7 @@ bool gone_within(int pid, std::chrono::milliseconds timeout) {
 TEST_CASE("two ranks: collectives, GradientSync with overlap, clock offsets", "[mpi]") {
   auto cmd = mpirun_prefix(2);
   cmd.push_back(WB_PARALLEL_CHECK);
-  const Result r = run(join(cmd));
+  const Result r = run_command(join(cmd));
   CAPTURE(r.output);
   REQUIRE(r.exit_code == 0);
   REQUIRE(count(r.output, "FAIL") == 0);
@@ -201,7 +190,7 @@ TEST_CASE("two ranks: collectives, GradientSync with overlap, clock offsets", "[
 }
 
 TEST_CASE("--nproc 2 relaunches the program under mpirun", "[mpi]") {
-  const Result r = run(std::string(WB_PARALLEL_CHECK) + " --nproc 2 collectives");
+  const Result r = run_command(std::string(WB_PARALLEL_CHECK) + " --nproc 2 collectives");
   CAPTURE(r.output);
   REQUIRE(r.exit_code == 0);
   REQUIRE(count(r.output, " world 2 ") == 2);
@@ -210,7 +199,7 @@ TEST_CASE("--nproc 2 relaunches the program under mpirun", "[mpi]") {
 }
 
 TEST_CASE("without a launcher the program is rank 0 of 1", "[mpi]") {
-  const Result r = run(std::string(WB_PARALLEL_CHECK) + " collectives");
+  const Result r = run_command(std::string(WB_PARALLEL_CHECK) + " collectives");
   CAPTURE(r.output);
   REQUIRE(r.exit_code == 0);
   REQUIRE(count(r.output, "rank 0 pid") == 1);

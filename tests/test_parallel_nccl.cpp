@@ -1,13 +1,12 @@
 // The NCCL communicator on real GPUs (CUDA builds): mpirun starts one rank per visible device (at most
 // two; NCCL refuses two ranks on one GPU) running wb-parallel-check's device checks: allreduce sum/mean
-// and broadcast on device buffers against host double references, and GradientSync over NCCL. It
-// skips itself, with a warning, when no CUDA device is present.
+// and broadcast on device buffers against host double references, and GradientSync over NCCL. [cuda]:
+// skipped (CTest exit code 77) when no CUDA device is present, see tests/support/main.cpp.
 
 #include <catch2/catch.hpp>
 
 #ifdef WB_PARALLEL_NCCL
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,26 +14,19 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "support/process.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 
 TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
   const int devices = wb::cuda::device_count();
-  if (devices == 0) {
-    WARN("no CUDA device: the NCCL checks did not run");
-    return;
-  }
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
   const int np = std::min(devices, 2);
-  std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
-                    (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  std::string out;
-  char buf[4096];
-  while (const auto n = std::fread(buf, 1, sizeof buf, pipe)) out.append(buf, n);
-  const int status = pclose(pipe);
+  const std::string cmd = std::string(WB_MPIEXEC) + " -np " + std::to_string(np) + " --oversubscribe --bind-to none" +
+                          (geteuid() == 0 ? " --allow-run-as-root" : "") + " " + WB_PARALLEL_CHECK + " nccl";
+  const wb::test::ProcessResult r = wb::test::run_command(cmd);
+  const std::string& out = r.output;
   CAPTURE(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  REQUIRE(r.exit_code == 0);
   REQUIRE(out.find("FAIL") == std::string::npos);
   for (const char* check : {"nccl-allreduce-sum ok", "nccl-allreduce-mean ok", "nccl-broadcast ok", "nccl-sync-average ok"}) {
     CAPTURE(check);

@@ -1,5 +1,6 @@
-// CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU, a traced
-// memset linked to the host range that issued it. CUDA builds only.
+// CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU ([cuda]:
+// skipped without one, see tests/support/main.cpp), a traced memset linked to the host range that issued
+// it. CUDA builds only.
 #include <catch2/catch.hpp>
 
 #ifdef WB_PROFILER_CUPTI
@@ -15,6 +16,7 @@
 #include "profiler/record/cuda/cupti_tracer.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -50,7 +52,7 @@ CUpti_ActivityExternalCorrelation external(std::uint32_t correlation, std::uint6
 
 }  // namespace
 
-TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[profiler][cuda]") {
+TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[profiler][cupti]") {
   Names n;
   KernelRecord k{};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
@@ -132,13 +134,7 @@ TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[
 }
 
 TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profiler][cuda]") {
-  if (!profiler::cuda::device_present()) {
-    WARN("no CUDA device: the GPU part of this test is skipped");
-    return;
-  }
-  fs::path dir = fs::temp_directory_path() / ("wb_test_profiler_cupti_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   {
     store::WriterOptions wo;
     wo.path = dir / "run.sqlite";
@@ -172,7 +168,6 @@ TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profi
   REQUIRE(kernels.size() >= 1);
   CHECK(kernels[0].kind == static_cast<std::uint8_t>(store::KernelKind::memset));
   CHECK(kernels[0].bytes == (1 << 20));
-  fs::remove_all(dir);
 }
 
 #endif  // WB_PROFILER_CUPTI

@@ -10,6 +10,7 @@
 #include "profiler/record/recorder.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
@@ -18,9 +19,7 @@ TEST_CASE("with WB_PROFILE off, Range is an empty type and records nothing", "[p
   STATIC_REQUIRE(std::is_empty_v<profiler::Range>);
   STATIC_REQUIRE(std::is_same_v<profiler::Range, profiler::disabled_build::Range>);
 
-  fs::path dir = fs::temp_directory_path() / ("wb_test_profiler_off_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   {
     store::WriterOptions wo;
     wo.path = dir / "run.sqlite";
@@ -41,5 +40,4 @@ TEST_CASE("with WB_PROFILE off, Range is an empty type and records nothing", "[p
   auto counts = reader.row_counts();
   CHECK(counts["range"] == 0);
   CHECK(counts["counter"] == 0);
-  fs::remove_all(dir);
 }

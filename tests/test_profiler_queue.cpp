@@ -13,14 +13,13 @@
 #include "profiler/record/recorder.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
 
 TEST_CASE("queue samples reconstruct the true depth sequence of a producer/consumer", "[profiler]") {
-  fs::path dir = fs::temp_directory_path() / ("wb_test_profiler_queue_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const wb::test::TempDir dir;
   fs::path file = dir / "run.sqlite";
 
   struct Truth {
@@ -105,5 +104,4 @@ TEST_CASE("queue samples reconstruct the true depth sequence of a producer/consu
   }
   CHECK(max_depth <= static_cast<int>(kCapacity));
   CHECK(truth.back().depth == 0);
-  fs::remove_all(dir);
 }

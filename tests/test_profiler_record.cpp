@@ -15,22 +15,14 @@
 #include "profiler/record/recorder.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
+#include "support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
 using profiler::Category;
+using wb::test::TempDir;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("wb_test_profiler_record_" + std::to_string(::getpid()) + "_" +
-                                        std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 store::WriterOptions writer_options(const fs::path& file) {
   store::WriterOptions o;
@@ -69,7 +61,7 @@ TEST_CASE("record struct is pinned at 32 bytes", "[profiler]") {
 
 TEST_CASE("nested ranges from several threads round-trip through Writer and Reader", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   const int kThreads = 4;
   const int kSteps = 25;
   std::vector<std::vector<Expected>> expected(kThreads);
@@ -147,7 +139,7 @@ TEST_CASE("nested ranges from several threads round-trip through Writer and Read
 
 TEST_CASE("explicit spans, steps and passthrough rows keep their times, shifted onto rank 0's clock", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   const std::int64_t offset = 1'234;
   {
     store::Writer writer(writer_options(file));
@@ -187,7 +179,7 @@ TEST_CASE("explicit spans, steps and passthrough rows keep their times, shifted 
 
 TEST_CASE("records reach the file within the flush interval without an explicit flush", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   store::Writer writer(writer_options(file));
   profiler::Recorder rec(writer);  // default: 50 ms recorder flush, 100 ms writer commits
   profiler::NameId id = rec.intern("op");
@@ -213,7 +205,7 @@ TEST_CASE("records reach the file within the flush interval without an explicit 
 
 TEST_CASE("chunks are recycled: a small pool carries a long run without drops", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   const int kEvents = 5000;
   {
     store::Writer writer(writer_options(file));
@@ -245,7 +237,7 @@ TEST_CASE("chunks are recycled: a small pool carries a long run without drops", 
 
 TEST_CASE("a tiny pool drops events and counts every one of them", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   const int kEvents = 1000;
   {
     store::Writer writer(writer_options(file));
@@ -277,7 +269,7 @@ TEST_CASE("a tiny pool drops events and counts every one of them", "[profiler]")
 
 TEST_CASE("--no-profile: a disabled recorder records no ranges or counters", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   {
     store::Writer writer(writer_options(file));
     profiler::RecorderOptions opts;
@@ -304,7 +296,7 @@ TEST_CASE("--no-profile: a disabled recorder records no ranges or counters", "[p
 
 TEST_CASE("only one recorder runs at a time; options are checked", "[profiler]") {
   TempDir dir;
-  store::Writer writer(writer_options(dir.path / "a.sqlite"));
+  store::Writer writer(writer_options(dir.path() / "a.sqlite"));
   {
     profiler::Recorder rec(writer);
     CHECK(profiler::Recorder::current() == &rec);
@@ -321,7 +313,7 @@ TEST_CASE("only one recorder runs at a time; options are checked", "[profiler]")
 
 TEST_CASE("a thread that ends before the recorder stops keeps its events", "[profiler]") {
   TempDir dir;
-  fs::path file = dir.path / "run.sqlite";
+  fs::path file = dir.path() / "run.sqlite";
   {
     store::Writer writer(writer_options(file));
     profiler::Recorder rec(writer);

@@ -1,17 +1,14 @@
 // The `wb` executable's store commands (info, merge) and its usage contract: exit 0 / 2, one-line errors.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <array>
-#include <cstdio>
 
 #include <nlohmann/json.hpp>
 
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "store_test_util.hpp"
+#include "support/process.hpp"
 
 using namespace wb::store;
 using wb::test::TempDir;
@@ -27,15 +24,8 @@ struct Result {
 Result run_wb(const std::string& args) {
   std::filesystem::path wb = std::filesystem::path(WB_BINARY_DIR) / "bin" / "wb";
   REQUIRE(std::filesystem::exists(wb));  // built by scripts/setup with everything else
-  std::string cmd = wb.string() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  Result r;
-  std::array<char, 4096> buf{};
-  while (std::size_t n = std::fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
-  int status = pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  const wb::test::ProcessResult r = wb::test::run_command(wb.string() + " " + args);
+  return {r.exit_code, r.output};
 }
 
 std::size_t lines(const std::string& s) { return static_cast<std::size_t>(std::count(s.begin(), s.end(), '\n')); }

@@ -188,7 +188,7 @@ TEST_CASE("wb export safetensors|npy writes the dump under the dump keys, bit-ex
     REQUIRE(rank1[0].data != rank0[0].data);  // the two ranks really are different dumps
 
     write_text(dir / "expected.json", expected.dump());
-    const ProcessResult check = run_python(dir, "check.py", kNumpyChecksExport, dir.path().string());
+    const ProcessResult check = run_python_script(dir, "check.py", kNumpyChecksExport, dir.path().string());
     INFO(check.output);
     REQUIRE(check.exit_code == 0);
     REQUIRE_THAT(check.output,

@@ -1,16 +1,11 @@
-// Helpers shared by the tensor-file tests: a scratch directory under /tmp, running Python (numpy)
-// scripts written by the test, raw file bytes, random tensors and the error-message check.
+// Helpers shared by the tensor-file tests: raw file bytes, random tensors and the error-message check;
+// scratch directories and running Python (numpy) scripts written by the test come from tests/support.
 #pragma once
 
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <cstdio>
-#include <cstdlib>
+#include <cstddef>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -18,6 +13,9 @@
 #include <nlohmann/json.hpp>
 
 #include "store/tensor_file.hpp"
+#include "support/files.hpp"
+#include "support/python.hpp"
+#include "support/temp_dir.hpp"
 
 // The call throws TensorFileError and its message names `file` and contains `expect`.
 #define REQUIRE_FILE_ERROR(expr, file, expect)                                                  \
@@ -29,55 +27,13 @@
 
 namespace wb::store::test {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = "/tmp/wb_tensorfile_XXXXXX";
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
-
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
-inline ProcessResult run_command(const std::string& command) {
-  ProcessResult r;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  std::size_t n = 0;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
-
-inline void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
-  if (!out) throw std::runtime_error("cannot write " + path.string());
-}
-
-inline std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot read " + path.string());
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
+using ::wb::test::ProcessResult;
+using ::wb::test::read_text;
+using ::wb::test::run_command;
+using ::wb::test::run_python;
+using ::wb::test::run_python_script;
+using ::wb::test::TempDir;
+using ::wb::test::write_text;
 
 inline std::vector<std::byte> read_bytes(const std::filesystem::path& path) {
   const std::string text = read_text(path);
@@ -87,15 +43,7 @@ inline std::vector<std::byte> read_bytes(const std::filesystem::path& path) {
 }
 
 inline void write_bytes(const std::filesystem::path& path, const std::vector<std::byte>& data) {
-  write_text(path, std::string(reinterpret_cast<const char*>(data.data()), data.size()));
-}
-
-// Writes `script` to dir/name and runs it with the Python that has numpy; args are appended as is.
-inline ProcessResult run_python(const TempDir& dir, const std::string& name, const std::string& script,
-                                const std::string& args) {
-  const auto path = dir / name;
-  write_text(path, script);
-  return run_command(std::string(WB_PYTHON) + " " + path.string() + " " + args);
+  ::wb::test::write_bytes(path, data.data(), data.size());
 }
 
 // Random contents of the right size: booleans are 0/1, every other dtype random bit patterns

@@ -95,7 +95,7 @@ sys.exit(0 if ok else 1)
 
 TEST_CASE("numpy-written npy files (v1-v3, Fortran, big-endian) read bit-exactly", "[store]") {
   TempDir dir;
-  const ProcessResult gen = run_python(dir, "gen.py", kNumpyWritesNpy, dir.path().string());
+  const ProcessResult gen = run_python_script(dir, "gen.py", kNumpyWritesNpy, dir.path().string());
   INFO(gen.output);
   REQUIRE(gen.exit_code == 0);
 
@@ -150,7 +150,7 @@ TEST_CASE("our npy files load in numpy bit-exactly and equal numpy's own bytes",
     }
   }
   write_text(dir / "manifest.json", manifest.dump());
-  const ProcessResult check = run_python(dir, "check.py", kNumpyChecksNpy, dir.path().string());
+  const ProcessResult check = run_python_script(dir, "check.py", kNumpyChecksNpy, dir.path().string());
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
   REQUIRE_THAT(check.output, Catch::Matchers::Contains("numpy loaded 63 files, 0 mismatches"));
@@ -171,7 +171,7 @@ TEST_CASE("npy header over 64 KiB switches to format 2.0", "[store]") {
   REQUIRE(back.shape == t.shape);
   REQUIRE(back.data == t.data);
 
-  const ProcessResult check = run_python(dir, "check_v2.py", kNumpyChecksV2,
+  const ProcessResult check = run_python_script(dir, "check_v2.py", kNumpyChecksV2,
                                          path.string() + " " + (dir / "v2.bin").string() + " 22000");
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
@@ -234,8 +234,8 @@ TEST_CASE("malformed npy files are rejected with the file named", "[store]") {
   }
   SECTION("unsupported dtype written by numpy") {
     const auto path = dir / "complex.npy";
-    const ProcessResult r = run_command(std::string(WB_PYTHON) + " -c \"import numpy as np; np.save('" + path.string() +
-                                        "', np.ones(3, np.complex64))\"");
+    const ProcessResult r =
+        run_python("-c \"import numpy as np; np.save('" + path.string() + "', np.ones(3, np.complex64))\"");
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     REQUIRE_FILE_ERROR(read_npy(path), path, "unsupported npy dtype '<c8'");

@@ -70,7 +70,7 @@ std::size_t find_bytes(const std::vector<std::byte>& hay, const std::vector<std:
 
 TEST_CASE("np.savez and np.savez_compressed archives read bit-exactly in order", "[store]") {
   TempDir dir;
-  const ProcessResult gen = run_python(dir, "gen.py", kNumpyWritesNpz, dir.path().string());
+  const ProcessResult gen = run_python_script(dir, "gen.py", kNumpyWritesNpz, dir.path().string());
   INFO(gen.output);
   REQUIRE(gen.exit_code == 0);
   const auto manifest = nlohmann::json::parse(read_text(dir / "manifest.json"));
@@ -125,7 +125,7 @@ TEST_CASE("our npz archives load in numpy bit-exactly", "[store]") {
   const auto path = dir / (method + ".npz");
   write_npz(path, tensors, compress);
 
-  const ProcessResult check = run_python(dir, "check.py", kNumpyChecksNpz,
+  const ProcessResult check = run_python_script(dir, "check.py", kNumpyChecksNpz,
                                          dir.path().string() + " " + path.string() + " " + method);
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
@@ -207,8 +207,8 @@ TEST_CASE("malformed npz archives are rejected with the file named", "[store]") 
   }
   SECTION("an entry that is not .npy") {
     const auto path = dir / "readme.npz";
-    const ProcessResult r = run_command(std::string(WB_PYTHON) + " -c \"import zipfile; z = zipfile.ZipFile('" +
-                                        path.string() + "', 'w'); z.writestr('readme.txt', 'hello'); z.close()\"");
+    const ProcessResult r = run_python("-c \"import zipfile; z = zipfile.ZipFile('" + path.string() +
+                                       "', 'w'); z.writestr('readme.txt', 'hello'); z.close()\"");
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     REQUIRE_FILE_ERROR(read_npz(path), path, "entry 'readme.txt': not a .npy file");

@@ -117,7 +117,7 @@ void craft(const std::filesystem::path& path, std::string header, std::size_t da
 
 TEST_CASE("hand-written safetensors (BF16, __metadata__, shuffled layout) read bit-exactly", "[store]") {
   TempDir dir;
-  const ProcessResult gen = run_python(dir, "gen.py", kPythonWritesSafetensors, dir.path().string());
+  const ProcessResult gen = run_python_script(dir, "gen.py", kPythonWritesSafetensors, dir.path().string());
   INFO(gen.output);
   REQUIRE(gen.exit_code == 0);
   const auto manifest = nlohmann::json::parse(read_text(dir / "manifest.json"));
@@ -179,7 +179,7 @@ TEST_CASE("our safetensors files pass an independent Python reader bit-exactly",
 
   const auto path = dir / "ours.safetensors";
   write_safetensors(path, tensors, metadata);
-  const ProcessResult check = run_python(dir, "check.py", kPythonReadsSafetensors,
+  const ProcessResult check = run_python_script(dir, "check.py", kPythonReadsSafetensors,
                                          path.string() + " " + dir.path().string());
   INFO(check.output);
   REQUIRE(check.exit_code == 0);

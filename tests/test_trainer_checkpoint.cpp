@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "store/reader.hpp"
+#include "support/python.hpp"
 #include "test_trainer_util.hpp"
 
 namespace {
@@ -19,9 +20,8 @@ using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
 using wb::test::with;
 using wb::test::Result;
-using wb::test::run_command;
 using wb::test::run_train;
-using wb::test::TrainerTempDir;
+using wb::test::TempDir;
 namespace fs = std::filesystem;
 
 std::vector<std::string> common_args() {
@@ -31,19 +31,16 @@ std::vector<std::string> common_args() {
 
 // The three runs, made once for every test case of this file.
 struct Runs {
-  TrainerTempDir dir;
+  TempDir dir;
   Result two, resumed, three;
   Runs() {
     two = run_train(with(common_args(), {"--steps", "2", "--run", (dir / "two.sqlite").string(), "--save",
-                                         (dir / "two.safetensors").string()}),
-                    dir.path());
+                                         (dir / "two.safetensors").string()}));
     resumed = run_train(with(common_args(), {"--steps", "3", "--resume", (dir / "two.safetensors").string(), "--run",
                                              (dir / "resumed.sqlite").string(), "--save",
-                                             (dir / "resumed.safetensors").string()}),
-                        dir.path());
+                                             (dir / "resumed.safetensors").string()}));
     three = run_train(with(common_args(), {"--steps", "3", "--run", (dir / "three.sqlite").string(), "--save",
-                                           (dir / "three.safetensors").string()}),
-                      dir.path());
+                                           (dir / "three.safetensors").string()}));
   }
 };
 
@@ -98,11 +95,10 @@ TEST_CASE("wb-train: 2 steps, save, resume, 1 step == 3 straight steps, bit for 
 TEST_CASE("wb-train --resume with nothing left to train, or from a missing file, is bad input", "[trainer]") {
   Runs& r = runs();
   REQUIRE(r.two.exit_code == 0);
-  TrainerTempDir dir;
+  TempDir dir;
   SECTION("the checkpoint already has the steps asked for") {
     Result res = run_train(with(common_args(), {"--steps", "2", "--resume", (r.dir / "two.safetensors").string(), "--run",
-                                                (dir / "again.sqlite").string()}),
-                           dir.path());
+                                                (dir / "again.sqlite").string()}));
     CAPTURE(res.err);
     CHECK(res.exit_code == 2);
     CHECK(wb::test::count_lines(res.err) == 1);
@@ -112,8 +108,7 @@ TEST_CASE("wb-train --resume with nothing left to train, or from a missing file,
   SECTION("the checkpoint file does not exist") {
     const std::string missing = (dir / "missing.safetensors").string();
     Result res = run_train(with(common_args(), {"--steps", "2", "--resume", missing, "--run",
-                                                (dir / "again.sqlite").string()}),
-                           dir.path());
+                                                (dir / "again.sqlite").string()}));
     CAPTURE(res.err);
     CHECK(res.exit_code == 2);
     CHECK(wb::test::count_lines(res.err) == 1);
@@ -127,23 +122,21 @@ TEST_CASE("a wb-train checkpoint loads into torchvision's resnet50 with strict=T
   const fs::path ckpt = r.dir / "three.safetensors";
   // PyTorch side: wbformat.read_safetensors, momentum.* filtered, strict load, then the float64 sums of
   // the loaded state and one BN counter read back from the module.
-  const fs::path script = r.dir / "load.py";
-  wb::test::write_text(script,
-                       "import sys\n"
-                       "sys.path.insert(0, sys.argv[1])\n"
-                       "import torch, torchvision\n"
-                       "from wbformat import read_safetensors\n"
-                       "tensors, meta = read_safetensors(sys.argv[2])\n"
-                       "sd = {k: torch.from_numpy(v.copy()) for k, v in tensors.items() if not k.startswith('momentum.')}\n"
-                       "m = torchvision.models.resnet50(num_classes=10)\n"
-                       "m.load_state_dict(sd, strict=True)\n"
-                       "params = sum(p.detach().double().sum().item() for p in m.parameters())\n"
-                       "means = sum(b.double().sum().item() for n, b in m.named_buffers() if n.endswith('running_mean'))\n"
-                       "print(len(sd), repr(params), repr(means), int(m.bn1.num_batches_tracked), meta.get('wb.sgd_steps'))\n");
-  Result py = run_command(std::string(WB_PYTHON) + " " + wb::test::shell_quote(script.string()) + " " +
-                              wb::test::shell_quote(std::string(WB_SOURCE_DIR) + "/compare/reference") + " " +
-                              wb::test::shell_quote(ckpt.string()),
-                          r.dir.path());
+  Result py = wb::test::run_python_script(
+      r.dir, "load.py",
+      "import sys\n"
+      "sys.path.insert(0, sys.argv[1])\n"
+      "import torch, torchvision\n"
+      "from wbformat import read_safetensors\n"
+      "tensors, meta = read_safetensors(sys.argv[2])\n"
+      "sd = {k: torch.from_numpy(v.copy()) for k, v in tensors.items() if not k.startswith('momentum.')}\n"
+      "m = torchvision.models.resnet50(num_classes=10)\n"
+      "m.load_state_dict(sd, strict=True)\n"
+      "params = sum(p.detach().double().sum().item() for p in m.parameters())\n"
+      "means = sum(b.double().sum().item() for n, b in m.named_buffers() if n.endswith('running_mean'))\n"
+      "print(len(sd), repr(params), repr(means), int(m.bn1.num_batches_tracked), meta.get('wb.sgd_steps'))\n",
+      wb::test::shell_quote(std::string(WB_SOURCE_DIR) + "/compare/reference") + " " +
+          wb::test::shell_quote(ckpt.string()));
   CAPTURE(py.out, py.err);
   REQUIRE(py.exit_code == 0);
 

@@ -19,12 +19,12 @@ using wb::test::Result;
 using wb::test::require_one_line_error;
 using wb::test::run_train;
 using wb::test::with;
-using wb::test::TrainerTempDir;
+using wb::test::TempDir;
 using wb::test::write_text;
 namespace fs = std::filesystem;
 
 // Small, fast settings shared by every case; the case adds the flag that is wrong.
-std::vector<std::string> base_args(const TrainerTempDir& dir) {
+std::vector<std::string> base_args(const TempDir& dir) {
   return {"--run", (dir / "run.sqlite").string(), "--steps", "1", "--batch-size", "4", "--no-profile",
           "--synthetic-samples", "64"};
 }
@@ -44,57 +44,57 @@ std::vector<std::uint8_t> be32(std::uint32_t v) {
 }  // namespace
 
 TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   SECTION("unknown flag") {
-    require_one_line_error(run_train(with(base_args(dir), {"--bogus-flag", "3"}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--bogus-flag", "3"})),
                            {"unknown argument '--bogus-flag'"});
   }
   SECTION("a flag's value is not a number") {
-    require_one_line_error(run_train(with(base_args(dir), {"--batch-size", "four"}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--batch-size", "four"})),
                            {"--batch-size", "expected a number", "four"});
   }
   SECTION("bad JSON in --config") {
     const auto cfg = dir / "broken.json";
     write_text(cfg, "{\"batch_size\": 4,\n \"steps\": ");
-    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()})),
                            {cfg.string(), "not valid JSON"});
   }
   SECTION("unknown key in --config") {
     const auto cfg = dir / "unknown.json";
     write_text(cfg, "{\"batch_size\": 4, \"bogus_key\": 1}");
-    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()})),
                            {cfg.string(), "unknown setting 'bogus_key'"});
   }
   SECTION("--image-size 16") {
-    require_one_line_error(run_train(with(base_args(dir), {"--image-size", "16"}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--image-size", "16"})),
                            {"--image-size", "32..224", "16"});
   }
   SECTION("a cosine warm-up as long as the run") {
     require_one_line_error(
-        run_train(with(base_args(dir), {"--lr-schedule", "cosine", "--warmup-steps", "5", "--steps", "3"}), dir.path()),
+        run_train(with(base_args(dir), {"--lr-schedule", "cosine", "--warmup-steps", "5", "--steps", "3"})),
         {"--warmup-steps 5", "fewer warm-up steps than the run's 3 steps"});
   }
   SECTION("--crop-padding below 0") {
-    require_one_line_error(run_train(with(base_args(dir), {"--crop-padding", "-1"}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--crop-padding", "-1"})),
                            {"--crop-padding", "0..64", "-1"});
   }
   SECTION("--shard that is not R/N with R < N") {
-    require_one_line_error(run_train(with(base_args(dir), {"--shard", "2/2"}), dir.path()), {"--shard '2/2'", "R < N"});
+    require_one_line_error(run_train(with(base_args(dir), {"--shard", "2/2"})), {"--shard '2/2'", "R < N"});
   }
 }
 
 TEST_CASE("wb-train: bad data sets give one line naming the file and exit code 2", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   SECTION("missing CIFAR-10 folder") {
     require_one_line_error(
-        run_train(with(base_args(dir), {"--data", "cifar10", "--data-path", "/nonexistent"}), dir.path()),
+        run_train(with(base_args(dir), {"--data", "cifar10", "--data-path", "/nonexistent"})),
         {"/nonexistent/data_batch_1.bin", "cannot open"});
   }
   SECTION("Fashion-MNIST folder without files") {
     const auto empty = dir / "empty";
     fs::create_directories(empty);
     require_one_line_error(
-        run_train(with(base_args(dir), {"--data", "fashion-mnist", "--data-path", empty.string()}), dir.path()),
+        run_train(with(base_args(dir), {"--data", "fashion-mnist", "--data-path", empty.string()})),
         {(empty / "train-images-idx3-ubyte.gz").string(), "not found"});
   }
   SECTION("Fashion-MNIST images file with a wrong IDX magic") {
@@ -114,7 +114,7 @@ TEST_CASE("wb-train: bad data sets give one line naming the file and exit code 2
     labels.resize(labels.size() + 8, 1);
     write_gz(fm / "train-labels-idx1-ubyte.gz", labels);
     require_one_line_error(
-        run_train(with(base_args(dir), {"--data", "fashion-mnist", "--data-path", fm.string()}), dir.path()),
+        run_train(with(base_args(dir), {"--data", "fashion-mnist", "--data-path", fm.string()})),
         {(fm / "train-images-idx3-ubyte.gz").string(), "IDX magic 2049", "expected 2051"});
   }
   SECTION("CIFAR-10 batch file whose size is not a multiple of 3073") {
@@ -126,19 +126,19 @@ TEST_CASE("wb-train: bad data sets give one line naming the file and exit code 2
     for (int i = 1; i <= 5; ++i) write_text(cifar / ("data_batch_" + std::to_string(i) + ".bin"), record + record);
     write_text(cifar / "data_batch_1.bin", record + record.substr(0, 3000));
     require_one_line_error(
-        run_train(with(base_args(dir), {"--data", "cifar10", "--data-path", cifar.string()}), dir.path()),
+        run_train(with(base_args(dir), {"--data", "cifar10", "--data-path", cifar.string()})),
         {(cifar / "data_batch_1.bin").string(), "6073", "3073"});
   }
   SECTION("batch larger than the data set") {
     require_one_line_error(
-        run_train(with(base_args(dir), {"--synthetic-samples", "16", "--batch-size", "32"}), dir.path()),
+        run_train(with(base_args(dir), {"--synthetic-samples", "16", "--batch-size", "32"})),
         {"--batch-size 32"});
   }
 }
 
 TEST_CASE("wb-train --help lists --check-sync and leaves the --shard aid out", "[trainer]") {
-  TrainerTempDir dir;
-  Result r = run_train({"--help"}, dir.path());
+  TempDir dir;
+  Result r = run_train({"--help"});
   CAPTURE(r.err);
   REQUIRE(r.exit_code == 0);
   CHECK(r.out.find("--check-sync") != std::string::npos);

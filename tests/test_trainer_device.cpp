@@ -1,7 +1,8 @@
 // wb-train's device choice and its GPU path. Without a GPU (CI): --device cuda is one line and exit
 // code 2, --device auto trains on the CPU and says so, CUDA-only settings are refused on the CPU, and
 // GradientSync's bucket-ready hook (what orders NCCL after the gradient kernels) runs before each
-// bucket's allreduce. On a GPU ([cuda], skipped without one): a short CUDA run's losses follow a CPU
+// bucket's allreduce. On a GPU ([cuda]; the test main skips them without one, and CTest reports
+// test_trainer_device-cuda as skipped, see tests/support/main.cpp): a short CUDA run's losses follow a CPU
 // run's on the same data, its kernels link to the host ranges that launched them, and the device
 // queue's depth is recorded.
 #include <catch2/catch.hpp>
@@ -29,7 +30,7 @@ using wb::test::Result;
 using wb::test::require_one_line_error;
 using wb::test::run_train;
 using wb::test::with;
-using wb::test::TrainerTempDir;
+using wb::test::TempDir;
 namespace fs = std::filesystem;
 
 // Small, fast settings: ResNet-50 at 32x32, batch 4, synthetic data.
@@ -68,9 +69,9 @@ TEST_CASE("wb-train --device cuda without a GPU: one line, exit code 2, no run f
     WARN("a CUDA device is present: the no-device error cannot happen here");
     return;
   }
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path run = dir / "run.sqlite";
-  const Result r = run_train(with(small_run(run, 1), {"--device", "cuda"}), dir.path());
+  const Result r = run_train(with(small_run(run, 1), {"--device", "cuda"}));
   // Which of the two depends on the build; both name the flag and say why.
   const bool built = r.err.find("--device cuda: no CUDA device found") != std::string::npos;
   const bool not_built = r.err.find("--device cuda: this wb-train was built without CUDA") != std::string::npos;
@@ -81,9 +82,9 @@ TEST_CASE("wb-train --device cuda without a GPU: one line, exit code 2, no run f
 }
 
 TEST_CASE("wb-train --device auto trains on the CPU when there is no GPU, and the run says so", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path run = dir / "run.sqlite";
-  const Result r = run_train(with(small_run(run, 2), {"--device", "auto", "--no-profile"}), dir.path());
+  const Result r = run_train(with(small_run(run, 2), {"--device", "auto", "--no-profile"}));
   CAPTURE(r.exit_code, r.err, r.out);
   REQUIRE(r.exit_code == 0);
   wb::store::Db db(run, wb::store::OpenMode::read_only);
@@ -111,29 +112,29 @@ TEST_CASE("wb-train --device auto trains on the CPU when there is no GPU, and th
 }
 
 TEST_CASE("wb-train refuses GPU-only settings on the CPU with one line and exit code 2", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path run = dir / "run.sqlite";
   const auto base = small_run(run, 1);
   SECTION("--precision bf16 on --device cpu") {
-    require_one_line_error(run_train(with(base, {"--device", "cpu", "--precision", "bf16"}), dir.path()),
+    require_one_line_error(run_train(with(base, {"--device", "cpu", "--precision", "bf16"})),
                            {"--precision bf16", "fp32 only", "--device cuda"});
   }
   SECTION("--precision tf32 on the default device (cpu)") {
-    require_one_line_error(run_train(with(base, {"--precision", "tf32"}), dir.path()),
+    require_one_line_error(run_train(with(base, {"--precision", "tf32"})),
                            {"--precision tf32", "fp32 only"});
   }
   SECTION("--channels-last on the CPU") {
-    require_one_line_error(run_train(with(base, {"--channels-last"}), dir.path()), {"--channels-last", "--device cuda"});
+    require_one_line_error(run_train(with(base, {"--channels-last"})), {"--channels-last", "--device cuda"});
   }
   SECTION("--nvtx on the CPU") {
-    require_one_line_error(run_train(with(base, {"--nvtx"}), dir.path()), {"--nvtx", "--device cuda"});
+    require_one_line_error(run_train(with(base, {"--nvtx"})), {"--nvtx", "--device cuda"});
   }
   SECTION("--device-prefetch 0") {
-    require_one_line_error(run_train(with(base, {"--device", "auto", "--device-prefetch", "0"}), dir.path()),
+    require_one_line_error(run_train(with(base, {"--device", "auto", "--device-prefetch", "0"})),
                            {"--device-prefetch", "at least 1"});
   }
   SECTION("--precision fp16 (not a precision)") {
-    require_one_line_error(run_train(with(base, {"--precision", "fp16"}), dir.path()),
+    require_one_line_error(run_train(with(base, {"--precision", "fp16"})),
                            {"--precision", "expected fp32, tf32 or bf16", "fp16"});
   }
   SECTION("--device auto --precision bf16 when auto finds no GPU") {
@@ -141,7 +142,7 @@ TEST_CASE("wb-train refuses GPU-only settings on the CPU with one line and exit 
       WARN("a CUDA device is present: auto picks it and bf16 is valid");
       return;
     }
-    require_one_line_error(run_train(with(base, {"--device", "auto", "--precision", "bf16"}), dir.path()),
+    require_one_line_error(run_train(with(base, {"--device", "auto", "--precision", "bf16"})),
                            {"--precision bf16", "--device auto found no GPU", "fp32 only"});
   }
   CHECK_FALSE(fs::exists(run));
@@ -205,16 +206,12 @@ TEST_CASE("GradientSync calls on_ready once per bucket, before that bucket's all
 // ---- on a GPU ---------------------------------------------------------------------------------------
 
 TEST_CASE("a 5-step CUDA run follows a 5-step CPU run on the same data", "[trainer][cuda]") {
-  if (!has_gpu()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path cpu_run = dir / "cpu.sqlite", gpu_run = dir / "gpu.sqlite";
-  const Result rc = run_train(with(small_run(cpu_run, 5), {"--device", "cpu", "--no-profile"}), dir.path());
+  const Result rc = run_train(with(small_run(cpu_run, 5), {"--device", "cpu", "--no-profile"}));
   CAPTURE(rc.err);
   REQUIRE(rc.exit_code == 0);
-  const Result rg = run_train(with(small_run(gpu_run, 5), {"--device", "cuda", "--precision", "fp32"}), dir.path());
+  const Result rg = run_train(with(small_run(gpu_run, 5), {"--device", "cuda", "--precision", "fp32"}));
   CAPTURE(rg.err, rg.out);
   REQUIRE(rg.exit_code == 0);
   wb::store::Db cdb(cpu_run, wb::store::OpenMode::read_only);
@@ -268,15 +265,10 @@ TEST_CASE("a 5-step CUDA run follows a 5-step CPU run on the same data", "[train
 }
 
 TEST_CASE("a CUDA run with bf16 and channels-last trains and records its precision", "[trainer][cuda]") {
-  if (!has_gpu()) {
-    WARN("no CUDA device: skipped");
-    return;
-  }
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path run = dir / "bf16.sqlite";
   const Result r = run_train(
-      with(small_run(run, 3), {"--device", "cuda", "--precision", "bf16", "--channels-last", "--device-prefetch", "3"}),
-      dir.path());
+      with(small_run(run, 3), {"--device", "cuda", "--precision", "bf16", "--channels-last", "--device-prefetch", "3"}));
   CAPTURE(r.err, r.out);
   REQUIRE(r.exit_code == 0);
   wb::store::Db db(run, wb::store::OpenMode::read_only);

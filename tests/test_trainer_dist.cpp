@@ -36,7 +36,7 @@ namespace {
 using wb::test::with;
 using wb::test::Result;
 using wb::test::run_train;
-using wb::test::TrainerTempDir;
+using wb::test::TempDir;
 namespace fs = std::filesystem;
 
 std::vector<std::string> common_args() {
@@ -47,21 +47,20 @@ std::vector<std::string> common_args() {
 // Every run of this file, made once. The 2-rank jobs use one compute thread per rank (2 cores / 2
 // ranks); the single-process shard runs ask for the same so their kernels sum in the same order.
 struct Runs {
-  TrainerTempDir dir;
+  TempDir dir;
   Result sync;                  // 20 steps, --check-sync, split 85,160, profiled
   Result split_85, split_40, one_bucket;  // 10 steps each, saved
   Result shard_0, shard_1;      // single process, shard R of 2, step 0 dumped
   Runs() {
     sync = run_train(with(common_args(), {"--nproc", "2", "--steps", "20", "--check-sync", "--allreduce-split",
-                                          "85,160", "--run", (dir / "sync.sqlite").string()}),
-                     dir.path());
+                                          "85,160", "--run", (dir / "sync.sqlite").string()}));
     auto ten = [&](const std::string& name, const std::vector<std::string>& buckets, bool dump) {
       auto args = with(common_args(), {"--nproc", "2", "--steps", "10", "--no-profile", "--run",
                                        (dir / (name + ".sqlite")).string(), "--save",
                                        (dir / (name + ".safetensors")).string()});
       args = with(args, buckets);
       if (dump) args = with(args, {"--dump-step", "0"});
-      return run_train(args, dir.path());
+      return run_train(args);
     };
     split_85 = ten("split_85", {"--allreduce-split", "85,160"}, true);
     split_40 = ten("split_40", {"--allreduce-split", "40,100,160"}, false);
@@ -69,8 +68,7 @@ struct Runs {
     auto shard = [&](const std::string& which) {
       return run_train(with(common_args(), {"--shard", which + "/2", "--threads", "1", "--steps", "1", "--no-profile",
                                             "--dump-step", "0", "--run",
-                                            (dir / ("shard_" + which + ".sqlite")).string()}),
-                       dir.path());
+                                            (dir / ("shard_" + which + ".sqlite")).string()}));
     };
     shard_0 = shard("0");
     shard_1 = shard("1");
@@ -241,7 +239,7 @@ TEST_CASE("2 ranks: split points do not change the parameters after 10 steps", "
 
 TEST_CASE("2 ranks: --check-sync stops the run when the ranks' parameters differ", "[trainer][mpi]") {
   // mpirun's multi-program form gives rank 1 another learning rate, so the parameters part after step 0.
-  TrainerTempDir dir;
+  TempDir dir;
   auto rank_cmd = [&](const std::string& lr) {
     std::string cmd = " -np 1 " + wb::test::shell_quote(WB_TRAIN);
     for (const auto& a : with(common_args(), {"--steps", "3", "--no-profile", "--check-sync", "--run",
@@ -256,7 +254,7 @@ TEST_CASE("2 ranks: --check-sync stops the run when the ranks' parameters differ
   cmd += rank_cmd("0.05");
   cmd += " :";
   cmd += rank_cmd("0.07");
-  Result r = wb::test::run_command(cmd, dir.path());
+  Result r = wb::test::run_command(cmd);
   CAPTURE(r.exit_code, r.out, r.err);
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("rank 0: --check-sync: parameters differ across ranks after step 0") != std::string::npos);
@@ -272,7 +270,7 @@ std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = wb::test::read_text(e.path() / "stat");
+    const std::string stat = wb::test::read_text_if_present(e.path() / "stat");
     const auto open = stat.find('(');
     const auto close = stat.rfind(')');
     if (open == std::string::npos || close == std::string::npos || close + 4 >= stat.size()) continue;
@@ -286,7 +284,7 @@ std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
 
 // The rank a launched process was given (OMPI_COMM_WORLD_RANK in its environment), -1 if unknown.
 int rank_of(pid_t pid) {
-  const std::string env = wb::test::read_text("/proc/" + std::to_string(pid) + "/environ");
+  const std::string env = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/environ");
   const std::string key = "OMPI_COMM_WORLD_RANK=";
   std::size_t at = 0;
   while (at < env.size()) {
@@ -301,7 +299,7 @@ int rank_of(pid_t pid) {
 
 // True while the process exists and is not a zombie.
 bool alive(pid_t pid) {
-  const std::string stat = wb::test::read_text("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
@@ -310,7 +308,7 @@ bool alive(pid_t pid) {
 
 TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 0's file incomplete",
           "[trainer][mpi]") {
-  TrainerTempDir dir;
+  TempDir dir;
   const fs::path run = dir / "fault.sqlite";
   const fs::path out = dir / "fault.stdout";
   const fs::path err = dir / "fault.stderr";

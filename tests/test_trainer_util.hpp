@@ -1,103 +1,36 @@
-// Shared helpers of the whole-trainer tests: a fresh temporary directory, running wb-train (or any
-// command) with its stdout and stderr captured apart, and reading a checkpoint's tensors by name.
+// Shared helpers of the whole-trainer tests: running wb-train, its one-line errors, and reading a
+// checkpoint's tensors by name. TempDir, run_command, shell_quote, read_text and write_text come from
+// tests/support.
 #pragma once
 
 #include <catch2/catch.hpp>
-
-#include <stdlib.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
-#include <sstream>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "store/tensor_file.hpp"
+#include "support/files.hpp"
+#include "support/process.hpp"
+#include "support/temp_dir.hpp"
 
 namespace wb::test {
 
-class TrainerTempDir {
- public:
-  TrainerTempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "wb-trainer-test-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    path_ = tmpl;
-  }
-  ~TrainerTempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TrainerTempDir(const TrainerTempDir&) = delete;
-  TrainerTempDir& operator=(const TrainerTempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+// A command's exit code, stdout and stderr (support/process.hpp).
+using Result = ProcessResult;
 
- private:
-  std::filesystem::path path_;
-};
-
-inline std::string read_text(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-inline void write_text(const std::filesystem::path& file, const std::string& text) {
-  std::ofstream out(file, std::ios::binary);
-  out << text;
-  if (!out) throw std::runtime_error("cannot write " + file.string());
-}
-
-// Single-quoted for /bin/sh.
-inline std::string shell_quote(const std::string& s) {
-  std::string out(1, '\'');
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  out += '\'';
-  return out;
-}
-
-struct Result {
-  int exit_code = -1;  // the exit status, or 128 + signal when killed
-  std::string out;
-  std::string err;
-};
-
-// Runs `command` through /bin/sh with stdout and stderr captured into files of `dir`.
-inline Result run_command(const std::string& command, const std::filesystem::path& dir) {
-  const auto out_file = dir / "cmd.stdout";
-  const auto err_file = dir / "cmd.stderr";
-  std::string full = command;
-  full += " >";
-  full += shell_quote(out_file.string());
-  full += " 2>";
-  full += shell_quote(err_file.string());
-  const int status = std::system(full.c_str());
-  Result r;
-  if (status != -1 && WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  else if (status != -1 && WIFSIGNALED(status)) r.exit_code = 128 + WTERMSIG(status);
-  r.out = read_text(out_file);
-  r.err = read_text(err_file);
-  return r;
-}
-
-// Runs wb-train with `args` (each quoted); the working directory stays the caller's.
-inline Result run_train(const std::vector<std::string>& args, const std::filesystem::path& dir) {
+// Runs wb-train with `args` (each quoted) in the caller's working directory.
+inline Result run_train(const std::vector<std::string>& args) {
   std::string cmd = shell_quote(WB_TRAIN);
   for (const auto& a : args) {
     cmd += ' ';
     cmd += shell_quote(a);
   }
-  return run_command(cmd, dir);
+  return run_command(cmd);
 }
 
 inline int count_lines(const std::string& text) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "store_test_util.hpp"
+#include "support/process.hpp"
 #include "view_test_util.hpp"
 
 using wb::test::differing_fraction;
@@ -29,11 +30,11 @@ namespace {
 
 const std::string kBin = std::string(WB_BINARY_DIR) + "/bin/";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using wb::test::shell_quote;
 
 // Runs a shell command, its output into log; returns the exit status.
 int run(const std::string& cmd, const fs::path& log) {
-  int rc = std::system((cmd + " > " + quote(log.string()) + " 2>&1").c_str());
+  int rc = std::system((cmd + " > " + shell_quote(log.string()) + " 2>&1").c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
@@ -51,12 +52,12 @@ struct Runs {
     one = dir / "one.sqlite";
     two = dir / "two.sqlite";
     const std::string train = kBin + "wb-train --steps 3 --batch-size 4 --dump-step 1 --data-workers 1 ";
-    REQUIRE(run(train + "--run " + quote(one.string()), dir / "one.log") == 0);
-    REQUIRE(run(train + "--nproc 2 --run " + quote(two.string()), dir / "two.log") == 0);
+    REQUIRE(run(train + "--run " + shell_quote(one.string()), dir / "one.log") == 0);
+    REQUIRE(run(train + "--nproc 2 --run " + shell_quote(two.string()), dir / "two.log") == 0);
     // The PyTorch baseline of the dumped step; a second run is the documented fallback reference.
     reference = dir / "ref.safetensors";
-    std::string torch = std::string(WB_PYTHON) + " " + WB_SOURCE_DIR + "/compare/reference/torch_step.py " + quote(two.string()) +
-                        " --out " + quote(reference.string());
+    std::string torch = std::string(WB_PYTHON) + " " + WB_SOURCE_DIR + "/compare/reference/torch_step.py " + shell_quote(two.string()) +
+                        " --out " + shell_quote(reference.string());
     if (run(torch, dir / "ref.log") != 0) reference = one;
   }
 };
@@ -75,8 +76,8 @@ TEST_CASE("each view of a real 2-rank run renders a distinct, non-blank screensh
   for (const char* v : views) {
     CAPTURE(v);
     fs::path png = r.dir / (std::string(v) + ".png");
-    std::string cmd = kBin + "wb-view " + quote(r.two.string()) + " --view " + v + " --screenshot " + quote(png.string()) + " --size 1400x860";
-    if (std::string(v) == "precision") cmd += " --reference " + quote(r.reference.string());
+    std::string cmd = kBin + "wb-view " + shell_quote(r.two.string()) + " --view " + v + " --screenshot " + shell_quote(png.string()) + " --size 1400x860";
+    if (std::string(v) == "precision") cmd += " --reference " + shell_quote(r.reference.string());
     int rc = run(with_display(cmd), r.dir / (std::string(v) + ".log"));
     REQUIRE(rc == 0);
     REQUIRE(fs::exists(png));
@@ -101,7 +102,7 @@ TEST_CASE("a single-rank run renders its overview and timeline", "[app]") {
   for (const char* v : {"overview", "timeline"}) {
     CAPTURE(v);
     fs::path png = r.dir / (std::string("one-") + v + ".png");
-    REQUIRE(run(with_display(kBin + "wb-view " + quote(r.one.string()) + " --view " + v + " --screenshot " + quote(png.string())),
+    REQUIRE(run(with_display(kBin + "wb-view " + shell_quote(r.one.string()) + " --view " + v + " --screenshot " + shell_quote(png.string())),
                 r.dir / "one-view.log") == 0);
     CHECK(load_png(png).distinct() >= 200);
   }
@@ -123,7 +124,7 @@ TEST_CASE("a bad file shows the error popup in the screenshot and exits 2", "[ap
     }
     fs::path png = r.dir / (c.name + ".png");
     fs::path log = r.dir / (c.name + ".log");
-    int rc = run(with_display(kBin + "wb-view " + quote(bad.string()) + " --screenshot " + quote(png.string())), log);
+    int rc = run(with_display(kBin + "wb-view " + shell_quote(bad.string()) + " --screenshot " + shell_quote(png.string())), log);
     CHECK(rc == 2);
     REQUIRE(fs::exists(png));
     Image img = load_png(png);
@@ -137,6 +138,6 @@ TEST_CASE("a bad file shows the error popup in the screenshot and exits 2", "[ap
   }
   // A good run shows no popup: nothing dimmed.
   fs::path ok = r.dir / "ok.png";
-  REQUIRE(run(with_display(kBin + "wb-view " + quote(r.one.string()) + " --view allreduce --screenshot " + quote(ok.string())), r.dir / "ok.log") == 0);
+  REQUIRE(run(with_display(kBin + "wb-view " + shell_quote(r.one.string()) + " --view allreduce --screenshot " + shell_quote(ok.string())), r.dir / "ok.log") == 0);
   CHECK(load_png(ok).share_near(89, 90, 92, 8) < 0.05);
 }

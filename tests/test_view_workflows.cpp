@@ -22,6 +22,7 @@
 
 #include "store/reader.hpp"
 #include "store_test_util.hpp"
+#include "support/process.hpp"
 #include "view_test_util.hpp"
 
 using wb::test::differing_fraction;
@@ -34,7 +35,7 @@ namespace {
 
 const std::string kBin = std::string(WB_BINARY_DIR) + "/bin/";
 
-std::string quote(const std::string& s) { return "'" + s + "'"; }
+using wb::test::shell_quote;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
@@ -43,7 +44,7 @@ std::string slurp(const fs::path& p) {
 
 // Runs a shell command with stdout and stderr into their own files; returns the exit status.
 int run(const std::string& cmd, const fs::path& out, const fs::path& err) {
-  int rc = std::system((cmd + " > " + quote(out.string()) + " 2> " + quote(err.string())).c_str());
+  int rc = std::system((cmd + " > " + shell_quote(out.string()) + " 2> " + shell_quote(err.string())).c_str());
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : 128;
 }
 
@@ -78,13 +79,13 @@ struct Runs {
     a = dir / "a.sqlite";
     b = dir / "b.sqlite";
     const std::string train = kBin + "wb-train --data synthetic --image-size 32 --data-workers 1 ";
-    REQUIRE(run(train + "--nproc 2 --steps 6 --batch-size 8 --run " + quote(two.string()), dir / "two.out", dir / "two.err") == 0);
-    REQUIRE(run(train + "--steps 2 --batch-size 4 --dump-step 0 --run " + quote(a.string()), dir / "a.out", dir / "a.err") == 0);
-    REQUIRE(run(train + "--steps 2 --batch-size 4 --dump-step 0 --seed 7 --run " + quote(b.string()), dir / "b.out", dir / "b.err") == 0);
+    REQUIRE(run(train + "--nproc 2 --steps 6 --batch-size 8 --run " + shell_quote(two.string()), dir / "two.out", dir / "two.err") == 0);
+    REQUIRE(run(train + "--steps 2 --batch-size 4 --dump-step 0 --run " + shell_quote(a.string()), dir / "a.out", dir / "a.err") == 0);
+    REQUIRE(run(train + "--steps 2 --batch-size 4 --dump-step 0 --seed 7 --run " + shell_quote(b.string()), dir / "b.out", dir / "b.err") == 0);
   }
   // wb-view with a display; the child runs of the tuner go to this directory (TMPDIR).
   int view(const std::string& args, const std::string& name, const std::string& env = "") {
-    std::string cmd = "env TMPDIR=" + quote(dir.path().string()) + " " + env + " " + kBin + "wb-view " + args;
+    std::string cmd = "env TMPDIR=" + shell_quote(dir.path().string()) + " " + env + " " + kBin + "wb-view " + args;
     return run(with_display(cmd), dir / (name + ".out"), dir / (name + ".err"));
   }
   std::string out(const std::string& name) { return slurp(dir / (name + ".out")); }
@@ -107,12 +108,12 @@ double number(const std::map<std::string, std::string>& kv, const std::string& k
 TEST_CASE("Run with these splits re-runs wb-train and sets predicted against measured", "[app]") {
   Runs& r = runs();
   const fs::path plain = r.dir / "tuner-plain.png", shot = r.dir / "tuner-run.png";
-  REQUIRE(r.view(quote(r.two.string()) + " --view allreduce --print-tuner --size 1400x860 --screenshot " + quote(plain.string()), "plain") == 0);
+  REQUIRE(r.view(shell_quote(r.two.string()) + " --view allreduce --print-tuner --size 1400x860 --screenshot " + shell_quote(plain.string()), "plain") == 0);
   auto before = report_lines(r.out("plain"));
   CHECK(before.count("measured step_ms") == 0);  // no re-run yet
 
-  const int rc = r.view(quote(r.two.string()) + " --tuner-splits 40,120 --tuner-run --print-tuner --size 1400x860 --screenshot " +
-                            quote(shot.string()),
+  const int rc = r.view(shell_quote(r.two.string()) + " --tuner-splits 40,120 --tuner-run --print-tuner --size 1400x860 --screenshot " +
+                            shell_quote(shot.string()),
                         "rerun");
   CAPTURE(r.out("rerun"), r.err("rerun"));
   REQUIRE(rc == 0);
@@ -161,28 +162,28 @@ TEST_CASE("a re-run that cannot start or fails shows the error popup", "[app]") 
   for (const Case& c : {Case{"/no/such/wb-train", "wb-train not found: /no/such/wb-train"}, Case{"/bin/false", "wb-train exited with status 1"}}) {
     CAPTURE(c.bin);
     const fs::path png = r.dir / "tuner-error.png";
-    const int rc = r.view(quote(r.two.string()) + " --tuner-run --screenshot " + quote(png.string()), "tuner-error", "WB_TRAIN_BIN=" + c.bin);
+    const int rc = r.view(shell_quote(r.two.string()) + " --tuner-run --screenshot " + shell_quote(png.string()), "tuner-error", "WB_TRAIN_BIN=" + c.bin);
     CHECK(rc == 2);
     CAPTURE(r.err("tuner-error"));
     CHECK(r.err("tuner-error").find(c.expect) != std::string::npos);
     CHECK(load_png(png).reds() > 40);  // the popup's red title
   }
   // A bad split is refused before anything starts.
-  REQUIRE(r.view(quote(r.two.string()) + " --tuner-splits 40,400 --tuner-run --screenshot " + quote((r.dir / "bad-split.png").string()), "bad-split") == 2);
+  REQUIRE(r.view(shell_quote(r.two.string()) + " --tuner-splits 40,400 --tuner-run --screenshot " + shell_quote((r.dir / "bad-split.png").string()), "bad-split") == 2);
   CHECK(r.err("bad-split").find("--tuner-splits 40,400: expected ascending split points in [1, 160]") != std::string::npos);
 }
 
 TEST_CASE("a split handle dragged with injected mouse input moves the split in the window", "[app]") {
   Runs& r = runs();
   // Drag the handle at 160 to 150 in the window; the figures must be those of the split set directly.
-  REQUIRE(r.view(quote(r.two.string()) + " --tuner-splits 85,160 --tuner-drag 160:150 --print-tuner --screenshot " +
-                     quote((r.dir / "drag.png").string()),
+  REQUIRE(r.view(shell_quote(r.two.string()) + " --tuner-splits 85,160 --tuner-drag 160:150 --print-tuner --screenshot " +
+                     shell_quote((r.dir / "drag.png").string()),
                  "drag") == 0);
-  REQUIRE(r.view(quote(r.two.string()) + " --view allreduce --tuner-splits 85,150 --print-tuner --screenshot " +
-                     quote((r.dir / "direct.png").string()),
+  REQUIRE(r.view(shell_quote(r.two.string()) + " --view allreduce --tuner-splits 85,150 --print-tuner --screenshot " +
+                     shell_quote((r.dir / "direct.png").string()),
                  "direct") == 0);
-  REQUIRE(r.view(quote(r.two.string()) + " --view allreduce --tuner-splits 85,160 --print-tuner --screenshot " +
-                     quote((r.dir / "undragged.png").string()),
+  REQUIRE(r.view(shell_quote(r.two.string()) + " --view allreduce --tuner-splits 85,160 --print-tuner --screenshot " +
+                     shell_quote((r.dir / "undragged.png").string()),
                  "undragged") == 0);
   auto dragged = report_lines(r.out("drag")), direct = report_lines(r.out("direct")), undragged = report_lines(r.out("undragged"));
   CAPTURE(r.out("drag"), r.out("direct"), r.out("undragged"));
@@ -200,8 +201,8 @@ TEST_CASE("a second run shows in the timeline and as deltas in ops", "[app]") {
   for (const char* v : {"timeline", "ops"}) {
     CAPTURE(v);
     const fs::path one = r.dir / (std::string(v) + "-alone.png"), both = r.dir / (std::string(v) + "-compare.png");
-    REQUIRE(r.view(quote(r.two.string()) + " --view " + v + " --screenshot " + quote(one.string()), "alone") == 0);
-    REQUIRE(r.view(quote(r.two.string()) + " --compare " + quote(r.a.string()) + " --view " + v + " --screenshot " + quote(both.string()),
+    REQUIRE(r.view(shell_quote(r.two.string()) + " --view " + v + " --screenshot " + shell_quote(one.string()), "alone") == 0);
+    REQUIRE(r.view(shell_quote(r.two.string()) + " --compare " + shell_quote(r.a.string()) + " --view " + v + " --screenshot " + shell_quote(both.string()),
                    "compare") == 0);
     Image x = load_png(one), y = load_png(both);
     CHECK(y.distinct() >= 200);
@@ -213,7 +214,7 @@ TEST_CASE("a stored comparison reopens from the run file after its reference is 
   Runs& r = runs();
   const fs::path json = r.dir / "compare.json";
   // wb compare saves the result into the first run file; different seeds make it fail (exit 1).
-  REQUIRE(run(kBin + "wb compare " + quote(r.a.string()) + " " + quote(r.b.string()) + " --json " + quote(json.string()), r.dir / "cmp.out",
+  REQUIRE(run(kBin + "wb compare " + shell_quote(r.a.string()) + " " + shell_quote(r.b.string()) + " --json " + shell_quote(json.string()), r.dir / "cmp.out",
               r.dir / "cmp.err") == 1);
   CHECK(slurp(r.dir / "cmp.err").find("saved as comparison 1") != std::string::npos);
   auto expected = nlohmann::json::parse(slurp(json));
@@ -234,11 +235,11 @@ TEST_CASE("a stored comparison reopens from the run file after its reference is 
     CHECK(kv["tensors"] == tensors);
   };
   const fs::path with_ref = r.dir / "stored-with-ref.png", without = r.dir / "stored-without-ref.png";
-  REQUIRE(r.view(quote(r.a.string()) + " --comparison 1 --print-precision --screenshot " + quote(with_ref.string()), "stored1") == 0);
+  REQUIRE(r.view(shell_quote(r.a.string()) + " --comparison 1 --print-precision --screenshot " + shell_quote(with_ref.string()), "stored1") == 0);
   check("stored1", "loaded");
   fs::remove(r.b);
   REQUIRE_FALSE(fs::exists(r.b));
-  REQUIRE(r.view(quote(r.a.string()) + " --comparison 1 --print-precision --screenshot " + quote(without.string()), "stored2") == 0);
+  REQUIRE(r.view(shell_quote(r.a.string()) + " --comparison 1 --print-precision --screenshot " + shell_quote(without.string()), "stored2") == 0);
   check("stored2", "absent");
   Image x = load_png(with_ref), y = load_png(without);
   CHECK(y.distinct() >= 200);
@@ -247,6 +248,6 @@ TEST_CASE("a stored comparison reopens from the run file after its reference is 
   CHECK(differing_fraction(x, y) > 0.01);
   CHECK(differing_fraction(x, y) < 0.6);
 
-  REQUIRE(r.view(quote(r.a.string()) + " --comparison 9 --screenshot " + quote((r.dir / "no-such.png").string()), "stored9") == 2);
+  REQUIRE(r.view(shell_quote(r.a.string()) + " --comparison 9 --screenshot " + shell_quote((r.dir / "no-such.png").string()), "stored9") == 2);
   CHECK(r.err("stored9").find("no stored comparison 9 (it holds 1)") != std::string::npos);
 }
