@@ -147,7 +147,7 @@ TEST_CASE("wb-train --help lists --check-sync and leaves the --shard aid out", "
 }
 
 TEST_CASE("wb-train: malformed --allreduce-split values give one line naming the flag and exit code 2", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   struct Case {
     std::string value, why;
   };
@@ -168,20 +168,20 @@ TEST_CASE("wb-train: malformed --allreduce-split values give one line naming the
   };
   for (const Case& c : cases) {
     CAPTURE(c.value);
-    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", c.value}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", c.value})),
                            {"--allreduce-split", c.why});
     // The flag=value form reads the same, and the split is refused before the run file exists.
-    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split=" + c.value}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split=" + c.value})),
                            {"--allreduce-split", c.why});
     CHECK_FALSE(fs::exists(dir / "run.sqlite"));
   }
   // Split points and --bucket-mb are two ways to form buckets: one, not both (the single bucket too).
-  require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", "none", "--bucket-mb", "4"}), dir.path()),
+  require_one_line_error(run_train(with(base_args(dir), {"--allreduce-split", "none", "--bucket-mb", "4"})),
                          {"--allreduce-split and --bucket-mb", "one, not both"});
 }
 
 TEST_CASE("wb-train: malformed allreduce_split in a --config file gives one line naming the file and key", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   struct Case {
     std::string json, needle;
   };
@@ -201,18 +201,18 @@ TEST_CASE("wb-train: malformed allreduce_split in a --config file gives one line
   for (const Case& c : cases) {
     CAPTURE(c.json);
     write_text(cfg, "{\"allreduce_split\": " + c.json + "}");
-    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+    require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()})),
                            {cfg.string() + ": allreduce_split", c.needle});
   }
   // In range is checked against the model like the flag, which names the setting.
   write_text(cfg, R"({"allreduce_split": [85, 161]})");
-  require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()}), dir.path()),
+  require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()})),
                          {"--allreduce-split 85,161", "expected ascending split points in [1, 160]"});
   CHECK_FALSE(fs::exists(dir / "run.sqlite"));
 }
 
 TEST_CASE("wb-train: --allreduce-split none trains with one bucket and records it", "[trainer]") {
-  TrainerTempDir dir;
+  TempDir dir;
   // From the flag, and from a config file where the flag's text and the array form read the same.
   const auto cfg = dir / "split.json";
   write_text(cfg, R"({"allreduce_split": "85,160"})");
@@ -226,7 +226,7 @@ TEST_CASE("wb-train: --allreduce-split none trains with one bucket and records i
                         Case{{}, "allreduce buckets (", nullptr}}) {
     CAPTURE(c.args);
     fs::remove(dir / "run.sqlite");
-    const Result r = run_train(with(base_args(dir), c.args), dir.path());
+    const Result r = run_train(with(base_args(dir), c.args));
     CAPTURE(r.out, r.err);
     REQUIRE(r.exit_code == 0);
     CHECK(r.out.find(c.buckets) != std::string::npos);
