@@ -133,6 +133,38 @@ TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[
   CHECK(rows[0].corr_id == 0);
 }
 
+TEST_CASE("CUPTI records without timestamps are dropped and counted, never written at time 0", "[profiler][cupti]") {
+  Names n;
+  auto e = external(50, 11);
+  n.converter.add(&e);
+  // What a forced flush hands over for work still queued: start == end == 0.
+  KernelRecord untimed{};
+  untimed.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  untimed.correlationId = 50;
+  untimed.name = "volta_sgemm_128x64_nn";
+  n.converter.add(&untimed);
+  MemcpyRecord half{};  // a start without an end is no timestamp either
+  half.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
+  half.copyKind = CUPTI_ACTIVITY_MEMCPY_KIND_HTOD;
+  half.start = 2000;
+  half.correlationId = 50;
+  n.converter.add(&half);
+  CHECK(n.converter.untimed() == 2);
+  CHECK(n.converter.waiting() == 0);
+  CHECK(n.converter.take_rows(true).empty());
+
+  // A timed record of the same launch still makes its row.
+  KernelRecord timed = untimed;
+  timed.start = 5000;
+  timed.end = 5600;
+  n.converter.add(&timed);
+  const auto rows = n.converter.take_rows(false);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].corr_id == 11);
+  CHECK(rows[0].start_ns == 5000);
+  CHECK(n.converter.untimed() == 2);
+}
+
 TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profiler][cuda]") {
   const wb::test::TempDir dir;
   {

@@ -57,6 +57,12 @@ ActivityConverter::ActivityConverter(InternFn intern, StreamTrackFn stream_track
     : intern_(std::move(intern)), stream_track_(std::move(stream_track)) {}
 
 void ActivityConverter::emit(std::uint32_t correlation, store::KernelRow row) {
+  // start == end == 0: CUPTI collected no timestamp (cupti_activity.h), as in a record a forced flush
+  // handed over before its work ran. A row at time 0 would be a lie on the timeline: drop and count it.
+  if (row.start_ns == 0 || row.end_ns == 0) {
+    ++untimed_;
+    return;
+  }
   auto it = external_.find(correlation);
   if (it != external_.end()) {
     row.corr_id = it->second;
@@ -196,7 +202,12 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
     try {
       std::lock_guard lk(s->mutex);
       CUpti_Activity* record = nullptr;
+      const std::uint64_t untimed_before = s->converter.untimed();
       while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) s->converter.add(record);
+      if (const std::uint64_t untimed = s->converter.untimed() - untimed_before; untimed > 0) {
+        s->dropped += untimed;
+        s->recorder.writer().count_dropped(untimed);
+      }
       std::size_t dropped = 0;
       if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0) {
         s->dropped += dropped;
@@ -229,7 +240,11 @@ void hook_end() {
 
 constexpr RangeHooks kHooks{&hook_begin, &hook_end};
 
-constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+// An external-correlation record precedes the *API* record of the launch it tags (cupti_activity.h),
+// so without RUNTIME and DRIVER records no correlation arrives and no kernel is linked to its op.
+// cuDNN and cuBLAS launch through the driver API, hence both.
+constexpr CUpti_ActivityKind kKinds[] = {CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+                                         CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
                                          CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET};
 
 }  // namespace
@@ -268,7 +283,9 @@ CuptiTracer::~CuptiTracer() {
   g_state.store(nullptr);
 }
 
-void CuptiTracer::flush() { WB_CUPTI_CHECK(cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)); }
+// Not forced: a forced flush hands over records whose work is still queued, without timestamps.
+// Only the destructor forces, after the caller has synchronized the device.
+void CuptiTracer::flush() { WB_CUPTI_CHECK(cuptiActivityFlushAll(0)); }
 
 std::uint64_t CuptiTracer::dropped() const { return state_->dropped.load(); }
 

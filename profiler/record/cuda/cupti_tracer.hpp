@@ -41,6 +41,8 @@ class ActivityConverter {
   // Rows ready to write; with final = true, also those still waiting for their correlation.
   std::vector<store::KernelRow> take_rows(bool final);
   std::size_t waiting() const { return waiting_.size(); }
+  // Kernel, memcpy and memset records dropped because CUPTI collected no timestamp for them.
+  std::uint64_t untimed() const { return untimed_; }
 
  private:
   struct Waiting {
@@ -55,6 +57,7 @@ class ActivityConverter {
   std::vector<Waiting> waiting_;
   std::vector<store::KernelRow> ready_;
   std::uint32_t max_correlation_ = 0;
+  std::uint64_t untimed_ = 0;
 };
 
 struct CuptiOptions {
@@ -66,11 +69,14 @@ struct CuptiOptions {
 class CuptiTracer {
  public:
   explicit CuptiTracer(Recorder& recorder, CuptiOptions options = {});
+  // Forces CUPTI to hand over every remaining record: synchronize the device first, or the records of
+  // work still queued arrive without timestamps (and are dropped and counted).
   ~CuptiTracer();
   CuptiTracer(const CuptiTracer&) = delete;
   CuptiTracer& operator=(const CuptiTracer&) = delete;
 
-  // Forces CUPTI to hand over every buffer and writes the rows.
+  // Asks CUPTI to hand over the buffers of completed records (not forced: a forced flush would hand
+  // over records of work still queued, without timestamps) and writes the rows.
   void flush();
   // Activity records CUPTI reported as dropped so far.
   std::uint64_t dropped() const;

@@ -61,14 +61,21 @@ cudnnMathType_t search_math(Precision precision) {
   return CUDNN_FMA_MATH;
 }
 
-// The math type to run a found algorithm with: cuDNN requires the one it was measured with, except that
-// fp32 insists on FMA kernels.
+// cudnnFind* allocates and may leave a failed allocation's error behind: clear it after each search, or
+// the next launch's cudaGetLastError would report it as its own.
+void clear_stale_error() { cudaGetLastError(); }
+
+// The math type to run a found algorithm with: the one cuDNN measured it with.
 cudnnMathType_t run_math(Precision precision, cudnnMathType_t found) {
-  return precision == Precision::fp32 ? CUDNN_FMA_MATH : found;
+  (void)precision;
+  return found;
 }
 
+// fp32 accepts only results measured with FMA math: one found with DEFAULT_MATH may have run on TF32
+// tensor cores (sm_80 and later), and forcing FMA on it afterwards could pick a variant nobody measured,
+// or one that does not exist.
 bool math_allowed(Precision precision, cudnnMathType_t m) {
-  return precision != Precision::fp32 || m == CUDNN_FMA_MATH || m == CUDNN_DEFAULT_MATH;
+  return precision != Precision::fp32 || m == CUDNN_FMA_MATH;
 }
 
 bool fwd_allowed(Precision precision, cudnnConvolutionFwdAlgo_t a) {
@@ -136,6 +143,7 @@ void find_forward(CudaBackend& be, ConvEntry& e, const std::string& what) {
   int returned = 0;
   WB_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithm(be.cudnn(), e.x, e.w, e.fwd_desc, e.y,
                                                       static_cast<int>(perf.size()), &returned, perf.data()));
+  clear_stale_error();
   ++be.algorithm_searches_;
   for (int i = 0; i < returned; ++i) {
     const auto& r = perf[static_cast<std::size_t>(i)];
@@ -161,6 +169,7 @@ void find_data(CudaBackend& be, ConvEntry& e, const std::string& what) {
   int returned = 0;
   WB_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithm(be.cudnn(), e.w, e.y, e.data_desc, e.x,
                                                            static_cast<int>(perf.size()), &returned, perf.data()));
+  clear_stale_error();
   ++be.algorithm_searches_;
   for (int i = 0; i < returned; ++i) {
     const auto& r = perf[static_cast<std::size_t>(i)];
@@ -187,6 +196,7 @@ void find_filter(CudaBackend& be, ConvEntry& e, const std::string& what) {
   int returned = 0;
   WB_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithm(be.cudnn(), e.x, e.y, e.filter_desc, e.w,
                                                              static_cast<int>(perf.size()), &returned, perf.data()));
+  clear_stale_error();
   ++be.algorithm_searches_;
   for (int i = 0; i < returned; ++i) {
     const auto& r = perf[static_cast<std::size_t>(i)];
