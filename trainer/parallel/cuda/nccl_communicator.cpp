@@ -6,6 +6,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "cuda/check.hpp"
 #include "trainer/parallel/error.hpp"
@@ -46,7 +47,7 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, int device) : boo
 NcclCommunicator::~NcclCommunicator() {
   cudaSetDevice(device_);
   for (auto& [data, mark] : marks_) cudaEventDestroy(static_cast<cudaEvent_t>(mark.event));
-  if (comm_) ncclCommDestroy(static_cast<ncclComm_t>(comm_));
+  if (void* comm = comm_.load()) ncclCommDestroy(static_cast<ncclComm_t>(comm));
   if (event_) cudaEventDestroy(static_cast<cudaEvent_t>(event_));
   if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
 }
@@ -97,7 +98,10 @@ void NcclCommunicator::finish(const char* what) {
     if (rc == cudaSuccess) return;
     if (rc != cudaErrorNotReady) ::wb::cuda::check(rc, what, __FILE__, __LINE__);
     ncclResult_t async = ncclSuccess;
-    WB_NCCL_CHECK(ncclCommGetAsyncError(static_cast<ncclComm_t>(comm_), &async));
+    {
+      std::lock_guard lock(comm_mutex_);  // abort_job may free the handle from the watchdog's thread
+      WB_NCCL_CHECK(ncclCommGetAsyncError(live_comm(what), &async));
+    }
     if (async != ncclSuccess) check_nccl(async, what, __FILE__, __LINE__);
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
@@ -105,8 +109,11 @@ void NcclCommunicator::finish(const char* what) {
 
 void NcclCommunicator::allreduce(float* device_data, std::size_t count, ReduceOp op) {
   prepare(device_data);
-  WB_NCCL_CHECK(ncclAllReduce(device_data, device_data, count, ncclFloat, op == ReduceOp::mean ? ncclAvg : ncclSum,
-                              static_cast<ncclComm_t>(comm_), static_cast<cudaStream_t>(stream_)));
+  {
+    std::lock_guard lock(comm_mutex_);
+    WB_NCCL_CHECK(ncclAllReduce(device_data, device_data, count, ncclFloat, op == ReduceOp::mean ? ncclAvg : ncclSum,
+                                live_comm("ncclAllReduce"), static_cast<cudaStream_t>(stream_)));
+  }
   finish("ncclAllReduce");
 }
 
@@ -116,8 +123,11 @@ void NcclCommunicator::broadcast(float* device_data, std::size_t count, int root
                     std::to_string(size()));
   }
   prepare(device_data);
-  WB_NCCL_CHECK(ncclBroadcast(device_data, device_data, count, ncclFloat, root, static_cast<ncclComm_t>(comm_),
-                              static_cast<cudaStream_t>(stream_)));
+  {
+    std::lock_guard lock(comm_mutex_);
+    WB_NCCL_CHECK(ncclBroadcast(device_data, device_data, count, ncclFloat, root, live_comm("ncclBroadcast"),
+                                static_cast<cudaStream_t>(stream_)));
+  }
   finish("ncclBroadcast");
 }
 
@@ -132,10 +142,18 @@ std::vector<std::int64_t> NcclCommunicator::allgather(std::span<const std::int64
 }
 
 void NcclCommunicator::abort_job(int exit_code) noexcept {
-  // Unblocks kernels waiting on a lost peer, then ends every rank.
-  if (comm_) ncclCommAbort(static_cast<ncclComm_t>(comm_));
-  comm_ = nullptr;
+  // Unblocks kernels waiting on a lost peer, then ends every rank. The handle has one owner: the abort
+  // takes it under the lock that finish() polls under, so the communication thread never touches a
+  // freed communicator (it finds none, and fails with a clear error, until MPI ends the job).
+  std::lock_guard lock(comm_mutex_);
+  if (void* comm = comm_.exchange(nullptr)) ncclCommAbort(static_cast<ncclComm_t>(comm));
   bootstrap_.abort_job(exit_code);
+}
+
+ncclComm_t NcclCommunicator::live_comm(const char* what) const {
+  void* comm = comm_.load();
+  if (!comm) throw DistError(std::string(what) + ": the NCCL communicator was aborted");
+  return static_cast<ncclComm_t>(comm);
 }
 
 bool have_nccl() { return true; }

@@ -12,9 +12,12 @@
 // The wait for completion polls the stream and ncclCommGetAsyncError, so a NCCL failure surfaces as a
 // DistError and the watchdog's abort_job (ncclCommAbort, then MPI_Abort) can end a hang.
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
+
+struct ncclComm;  // NCCL's handle type (ncclComm_t is a pointer to it)
 
 #include "trainer/parallel/communicator.hpp"
 #include "trainer/parallel/mpi_communicator.hpp"
@@ -50,9 +53,13 @@ class NcclCommunicator final : public Communicator {
   void prepare(const float* device_data);  // on the calling thread: select the device, order after the input stream
   void finish(const char* what);  // wait for the collective, polling for NCCL errors
 
+  // comm_, or a DistError naming `what` once abort_job has taken it. Call with comm_mutex_ held.
+  ::ncclComm* live_comm(const char* what) const;
+
   MpiCommunicator& bootstrap_;
   int device_ = 0;
-  void* comm_ = nullptr;    // ncclComm_t
+  std::mutex comm_mutex_;   // guards comm_ against abort_job on the watchdog's thread
+  std::atomic<void*> comm_{nullptr};  // ncclComm_t; null once aborted
   void* stream_ = nullptr;  // cudaStream_t the collectives run on
   void* event_ = nullptr;   // cudaEvent_t for ordering after the input stream
   void* input_stream_ = nullptr;
