@@ -1,5 +1,5 @@
-// The device prefetch queue (see device_queue.hpp). CUDA builds only: train.cmake adds this file when
-// the CUDA backend is built.
+// The device prefetch queue (see device_queue.hpp). CUDA builds only: trainer/gpu/CMakeLists.txt builds
+// it when the CUDA backend is built.
 //
 // A slot goes round: free -> (copy thread) filled on the copy stream, copy finished -> ready ->
 // (training loop) popped, the compute stream waits on its `ready` event -> released, `consumed` recorded
