@@ -14,6 +14,12 @@ constexpr std::int64_t kParallelMinElements = 1 << 20;
 
 std::string dtype_text(store::DType d) { return std::string(store::dtype_name(d)); }
 
+// A 0-d scalar against a one-element tensor ([] vs [1]): frameworks save a loss either way.
+bool one_element_each(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+  auto one = [](const std::vector<std::int64_t>& s) { return s.empty() || (s.size() == 1 && s[0] == 1); };
+  return one(a) && one(b);
+}
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) {
@@ -52,9 +58,10 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
                           row.kind == TensorKind::momentum ? "momentum-grad" : "update");
   row.status = v.pass ? RowStatus::pass : RowStatus::fail;
   row.reason = v.reason;
-  if (!same_dtype) {
-    const std::string note = "dtypes differ: " + dtype_text(ta.tensor.dtype) + " vs " + dtype_text(tb.tensor.dtype);
-    row.reason = row.reason.empty() ? note : row.reason + "; " + note;
+  auto add_note = [&](const std::string& note) { row.reason = row.reason.empty() ? note : row.reason + "; " + note; };
+  if (!same_dtype) add_note("dtypes differ: " + dtype_text(ta.tensor.dtype) + " vs " + dtype_text(tb.tensor.dtype));
+  if (ta.tensor.shape != tb.tensor.shape) {
+    add_note("shapes " + shape_text(ta.tensor.shape) + " vs " + shape_text(tb.tensor.shape) + " hold one value each");
   }
 }
 
@@ -134,7 +141,7 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
     } else if (!p.b) {
       row.status = RowStatus::missing_b;
       row.reason = "missing in B";
-    } else if (row.a_shape != row.b_shape) {
+    } else if (row.a_shape != row.b_shape && !one_element_each(row.a_shape, row.b_shape)) {
       row.status = RowStatus::shape_mismatch;
       row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
     }

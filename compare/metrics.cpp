@@ -317,6 +317,40 @@ bool same_bytes(ElementView a, ElementView b) {
   return bytes == 0 || std::memcmp(a.data, b.data, bytes) == 0;
 }
 
+bool is_integral(store::DType d) {
+  return d == store::DType::I32 || d == store::DType::I64 || d == store::DType::U8 || d == store::DType::BOOL;
+}
+
+std::int64_t integer_at(ElementView v, std::int64_t i) {
+  const std::byte* p = v.data + i * static_cast<std::int64_t>(elem_size(v.dtype));
+  switch (v.dtype) {
+    case store::DType::I32: {
+      std::int32_t x;
+      std::memcpy(&x, p, sizeof x);
+      return x;
+    }
+    case store::DType::I64: {
+      std::int64_t x;
+      std::memcpy(&x, p, sizeof x);
+      return x;
+    }
+    case store::DType::U8: return static_cast<std::int64_t>(std::to_integer<std::uint8_t>(*p));
+    case store::DType::BOOL: return *p != std::byte{0} ? 1 : 0;
+    default: return 0;  // not integral: same_values never asks
+  }
+}
+
+// Exactly the same values: the same bytes, or integers (int32, int64, uint8, bool) equal by value
+// whatever their width: PyTorch's int64 labels against a port's int32 ones are the same labels.
+bool same_values(ElementView a, ElementView b) {
+  if (same_bytes(a, b)) return true;
+  if (a.numel != b.numel || !is_integral(a.dtype) || !is_integral(b.dtype)) return false;
+  for (std::int64_t i = 0; i < a.numel; ++i) {
+    if (integer_at(a, i) != integer_at(b, i)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 Metrics compute_metrics(ElementView a, ElementView b, Tolerance tolerance) {
@@ -325,7 +359,7 @@ Metrics compute_metrics(ElementView a, ElementView b, Tolerance tolerance) {
     convert_to_double(a, base, n, da);
     convert_to_double(b, base, n, db);
   });
-  m.bit_exact = same_bytes(a, b);
+  m.bit_exact = same_values(a, b);
   return m;
 }
 
@@ -347,7 +381,7 @@ Metrics compute_update_metrics(ElementView a, ElementView a_base, ElementView b,
     convert_to_double(b_base, base, n, tmp);
     for (std::int64_t i = 0; i < n; ++i) db[i] -= tmp[i];
   });
-  m.bit_exact = same_bytes(a, b) && same_bytes(a_base, b_base);
+  m.bit_exact = same_values(a, b) && same_values(a_base, b_base);
   return m;
 }
 

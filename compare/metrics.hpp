@@ -79,7 +79,7 @@ struct Metrics {
   SideStats b;
   std::int64_t nonfinite_mismatch = 0;         // pairs whose non-finite values differ
   std::int64_t first_nonfinite_mismatch = -1;  // flat index of the first one
-  bool bit_exact = false;                      // same dtype and identical bytes
+  bool bit_exact = false;  // identical bytes, or integers (int32/int64/uint8/bool) equal by value at any width
 
   bool nonfinite_positions_match() const { return nonfinite_mismatch == 0; }
   bool has_nonfinite() const { return a.nan_count + a.inf_count + b.nan_count + b.inf_count > 0; }

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -308,4 +309,42 @@ TEST_CASE("nothing matching at all is bad input", "[compare]") {
   const TensorSet b = wb::compare::testing::make_set({{"act.x", {2, 2}}}, 1, "B");
   const TensorSet a = wb::compare::testing::make_set({{"act.y", {3}}}, 1, "A");
   REQUIRE_THROWS_AS(compare_sets(a, b), CompareError);
+}
+
+TEST_CASE("int32 labels against int64 ones, and a 0-d loss against a [1] one, pass with a note", "[compare]") {
+  const TensorSet b = reference_step();
+  TensorSet a = copy_of(b);
+  for (auto& t : a.tensors) {
+    if (t.key == "label") {  // PyTorch's int64 labels as a port's int32 ones, the same values
+      REQUIRE(t.tensor.dtype == wb::store::DType::I64);
+      std::vector<std::byte> narrow(t.tensor.data.size() / 2);
+      for (std::size_t i = 0; i < narrow.size() / 4; ++i) {
+        std::int64_t v;
+        std::memcpy(&v, t.tensor.data.data() + 8 * i, 8);
+        const auto w = static_cast<std::int32_t>(v);
+        std::memcpy(narrow.data() + 4 * i, &w, 4);
+      }
+      t.tensor.dtype = wb::store::DType::I32;
+      t.tensor.data = narrow;
+    }
+    if (t.key == "loss") {
+      REQUIRE(t.tensor.shape.empty());
+      t.tensor.shape = {1};
+    }
+  }
+  const Comparison c = compare_sets(a, b);
+  CHECK(c.failed == 0);
+  CHECK_FALSE(c.first_divergence);
+  const RowResult& label = row_of(c, "label");
+  CHECK(label.status == wb::compare::RowStatus::pass);
+  CHECK(label.reason.find("dtypes differ: I32 vs I64") != std::string::npos);
+  const RowResult& loss = row_of(c, "loss");
+  CHECK(loss.status == wb::compare::RowStatus::pass);
+  CHECK(loss.reason.find("hold one value each") != std::string::npos);
+
+  // A different label is still a failure, whatever the widths.
+  for (auto& t : a.tensors) {
+    if (t.key == "label") t.tensor.data[0] = std::byte{static_cast<unsigned char>(std::to_integer<int>(t.tensor.data[0]) ^ 1)};
+  }
+  CHECK(row_of(compare_sets(a, b), "label").status == wb::compare::RowStatus::fail);
 }

@@ -361,6 +361,26 @@ TEST_CASE("documented edge cases", "[compare]") {
     CHECK(m.max_abs == 0.0);
     CHECK_FALSE(m.bit_exact);
   }
+  SECTION("integers are exact by value at any width; bool against uint8 too") {
+    auto tensor = [](DType dtype, const auto& values) {
+      HostTensor t{"t", dtype, {static_cast<std::int64_t>(values.size())}, {}};
+      t.data.resize(values.size() * sizeof(values[0]));
+      std::memcpy(t.data.data(), values.data(), t.data.size());
+      return t;
+    };
+    const HostTensor i32 = tensor(DType::I32, std::vector<std::int32_t>{3, 7, 0, 9});
+    const HostTensor i64 = tensor(DType::I64, std::vector<std::int64_t>{3, 7, 0, 9});
+    const HostTensor other = tensor(DType::I64, std::vector<std::int64_t>{3, 7, 1, 9});
+    CHECK(wb::compare::compute_metrics(i32, i64).bit_exact);
+    const Metrics differ = wb::compare::compute_metrics(i32, other);
+    CHECK_FALSE(differ.bit_exact);
+    CHECK(differ.max_abs == 1.0);
+    HostTensor flags{"f", DType::BOOL, {3}, {std::byte{1}, std::byte{0}, std::byte{1}}};
+    HostTensor bytes{"b", DType::U8, {3}, {std::byte{1}, std::byte{0}, std::byte{1}}};
+    CHECK(wb::compare::compute_metrics(flags, bytes).bit_exact);
+    bytes.data[2] = std::byte{2};
+    CHECK_FALSE(wb::compare::compute_metrics(flags, bytes).bit_exact);
+  }
   SECTION("element counts must agree") {
     const std::vector<float> x(3, 1.0f), y(4, 1.0f);
     REQUIRE_THROWS_AS(wb::compare::compute_metrics(wb::compare::view_of(x), wb::compare::view_of(y)),

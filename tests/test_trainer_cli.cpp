@@ -81,6 +81,13 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
   SECTION("--shard that is not R/N with R < N") {
     require_one_line_error(run_train(with(base_args(dir), {"--shard", "2/2"})), {"--shard '2/2'", "R < N"});
   }
+  SECTION("--dump-step past the last step (steps count from 0)") {
+    require_one_line_error(run_train(with(base_args(dir), {"--steps", "3", "--dump-step", "3"})),
+                           {"--dump-step 3", "steps 0 to 2", "never be dumped"});
+  }
+  SECTION("--dump-step below -1") {
+    require_one_line_error(run_train(with(base_args(dir), {"--dump-step", "-2"})), {"--dump-step", "-2"});
+  }
 }
 
 TEST_CASE("wb-train: bad data sets give one line naming the file and exit code 2", "[trainer]") {

@@ -340,6 +340,8 @@ void validate(const TrainConfig& c) {
   need(c.device != "cpu" || !c.nvtx, "--nvtx: NVTX ranges mark GPU work for Nsight Systems (use --device cuda)");
   need(c.profile || !c.nvtx, "--nvtx: the NVTX ranges come from the profiler's ranges (drop --no-profile)");
   need(c.threads >= 0, "--threads: expected a non-negative number");
+  need(c.dump_step >= -1, "--dump-step " + std::to_string(c.dump_step) +
+                              ": expected a step number counted from 0 (or -1 for no dump)");
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");

@@ -531,6 +531,12 @@ int run_training(const TrainConfig& cfg_in) {
   Recording rec = open_recording(cfg, place);
   Input input = open_input(cfg, place, rec.run);
   Learner learner = make_learner(cfg, place, input.total_steps);
+  // Steps count from 0 everywhere a user sees them (--dump-step, the run file, wb report).
+  if (cfg.dump_step >= 0 && (cfg.dump_step < learner.start_step || cfg.dump_step >= input.total_steps)) {
+    throw ConfigError("--dump-step " + std::to_string(cfg.dump_step) + ": this run trains steps " +
+                      std::to_string(learner.start_step) + " to " + std::to_string(input.total_steps - 1) +
+                      " (counted from 0), so that step would never be dumped");
+  }
   std::ostringstream banner;
   banner << "wb-train: " << place.world << " rank(s), " << place.threads << " thread(s) each, "
          << place.device.description << ", " << cfg.data << " (" << input.train_set.size() << " images), batch "
