@@ -10,10 +10,19 @@
 // tracing, into a scratch run file) and off, alternated, in one precision (default bf16: the fastest
 // step, where a fixed per-op cost weighs most).
 //
+// Memory: both sides stay alive during a precision's alternating rounds, on one GPU, so the batch must
+// fit both. Before measuring, each side runs two steps alone at batches 32 and 64 in fp32 (the largest
+// footprint), and the peak bytes each allocator held give a per-image cost and a fixed part; when the
+// asked-for batch would not fit both sides in 90% of the device memory free at start, the largest
+// multiple of 8 that does is used, and said. Between precisions every side frees everything (our model
+// and its cache; PyTorch's model and empty_cache) before the next is built. Each side's peak allocator
+// bytes are printed per precision (ours: the caching allocator's peak of live blocks; PyTorch:
+// max_memory_allocated), next to the cached/reserved peak.
+//
 // Without the CUDA backend or without a device it prints one line saying so and exits 0 (a benchmark,
 // not a test). The last line holds the ratios ours / PyTorch.
 //
-//   gpu_vs_torch [--batch 256] [--size 224] [--rounds 3] [--steps 20] [--warmup 5]
+//   gpu_vs_torch [--batch 256] [--size 224] [--rounds 3] [--steps 20] [--warmup 5] [--no-fit]
 //                [--precisions fp32,tf32,bf16] [--overhead-precision bf16] [--no-overhead]
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +44,10 @@
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
 #if defined(WB_BACKEND_CUDA)
+#include <cuda_runtime.h>
+
 #include "profiler/record/recorder.hpp"
+#include "trainer/backend/cuda/cuda_backend.hpp"
 #include "store/writer.hpp"
 #include "trainer/observers.hpp"
 #if defined(WB_PROFILER_CUPTI)
@@ -52,6 +64,7 @@ struct Options {
   std::vector<std::string> precisions = {"fp32", "tf32", "bf16"};
   std::string overhead_precision = "bf16";
   bool overhead = true;
+  bool fit = true;  // lower the batch when both sides would not fit on the device
 };
 
 Options parse(int argc, char** argv) {
@@ -78,6 +91,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--warmup") o.warmup = number();
     else if (a == "--overhead-precision") o.overhead_precision = text();
     else if (a == "--no-overhead") o.overhead = false;
+    else if (a == "--no-fit") o.fit = false;
     else if (a == "--precisions") {
       o.precisions.clear();
       std::stringstream ss(text());
@@ -109,7 +123,7 @@ wb::backend::Precision precision_of(const std::string& p) {
 
 // Our side in one precision: backend, model, optimizer and a device-resident batch.
 struct Ours {
-  Ours(const Options& o, const std::string& precision) {
+  Ours(const Options& o, const std::string& precision, int batch) {
     wb::backend::CudaOptions co;
     co.device = 0;
     co.precision = precision_of(precision);
@@ -118,11 +132,11 @@ struct Ours {
     wb::model::ModelConfig cfg;
     cfg.num_classes = 1000;
     cfg.image_size = o.size;
-    cfg.batch_size = o.batch;
+    cfg.batch_size = batch;
     cfg.seed = 0;
     cfg.loss = {wb::backend::LossConvention::torch, 0.1f};
     model = std::make_unique<wb::model::ResNet50>(*backend, cfg);
-    const std::int64_t n = o.batch, s = o.size;
+    const std::int64_t n = batch, s = o.size;
     std::vector<float> host(static_cast<std::size_t>(n * 3 * s * s));
     std::vector<std::int32_t> host_labels(static_cast<std::size_t>(n));
     std::mt19937_64 gen(1);
@@ -146,6 +160,11 @@ struct Ours {
     backend->synchronize();
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  // Peak bytes of live blocks, and bytes obtained from cudaMalloc (the cache included).
+  std::pair<std::int64_t, std::int64_t> memory() const {
+    const auto m = dynamic_cast<wb::backend::cuda::CudaBackend&>(*backend).stats().memory;
+    return {m.peak_in_use_bytes, m.in_use_bytes + m.cached_bytes};
+  }
 
   std::unique_ptr<wb::backend::Backend> backend;
   std::unique_ptr<wb::model::ResNet50> model;
@@ -160,9 +179,9 @@ double median(std::vector<double> v) {
 }
 
 // Profiling on vs off, alternated (the order flips every round), as wb-train profiles a GPU run.
-void profiling_overhead(const Options& o, const std::string& dir) {
+void profiling_overhead(const Options& o, int batch, const std::string& dir) {
   namespace fs = std::filesystem;
-  Ours ours(o, o.overhead_precision);
+  Ours ours(o, o.overhead_precision, batch);
   wb::store::WriterOptions wo;
   wo.path = fs::path(dir) / "overhead.sqlite";
   wo.overwrite = true;
@@ -211,6 +230,61 @@ void profiling_overhead(const Options& o, const std::string& dir) {
               median(paired), 1e3 * median(on_s) / o.steps, 1e3 * median(off_s) / o.steps);
 }
 
+double gib(double bytes) { return bytes / double(1 << 30); }
+
+std::pair<std::int64_t, std::int64_t> torch_memory(wb::bench::TorchChild& torch) {
+  const std::string answer = torch.ask("memory");
+  long long allocated = 0, reserved = 0;
+  if (std::sscanf(answer.c_str(), "%lld %lld", &allocated, &reserved) != 2) {
+    throw std::runtime_error("gpu_vs_torch: PyTorch memory: unexpected answer '" + answer + "'");
+  }
+  return {allocated, reserved};
+}
+
+void torch_release(wb::bench::TorchChild& torch) {
+  if (const std::string answer = torch.ask("release"); answer != "ok")
+    throw std::runtime_error("gpu_vs_torch: PyTorch release: " + answer);
+}
+
+// The batch both sides fit at (see the top of the file): each side's peak at batches 32 and 64 in fp32,
+// run alone, extrapolated linearly.
+int fitted_batch(const Options& o, wb::bench::TorchChild& torch) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  WB_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int b0 = 32, b1 = 64;
+  if (o.batch <= b1) return o.batch;  // small enough: the probes would cost more than they tell
+  auto ours_peak = [&](int b) {
+    Ours ours(o, "fp32", b);
+    ours.run(2);
+    return static_cast<double>(ours.memory().second);  // what the side holds from the driver
+  };
+  auto torch_peak = [&](int b) {
+    if (const std::string answer = torch.ask("config fp32 " + std::to_string(b)); answer != "ok")
+      throw std::runtime_error("gpu_vs_torch: PyTorch config fp32 " + std::to_string(b) + ": " + answer);
+    torch.run(2);
+    const double peak = static_cast<double>(torch_memory(torch).second);
+    torch_release(torch);
+    return peak;
+  };
+  torch_release(torch);
+  const double o0 = ours_peak(b0), o1 = ours_peak(b1), t0 = torch_peak(b0), t1 = torch_peak(b1);
+  const double per_image = (o1 - o0 + t1 - t0) / (b1 - b0);
+  const double fixed = o0 + t0 - per_image * b0;
+  const double budget = 0.9 * static_cast<double>(free_bytes);
+  auto need = [&](int b) { return fixed + per_image * b; };
+  std::printf("memory: %.1f GiB free of %.1f GiB; fp32 per image: ours %.1f MiB, pytorch %.1f MiB; batch %d needs "
+              "about %.1f GiB for both sides\n",
+              gib(static_cast<double>(free_bytes)), gib(static_cast<double>(total_bytes)), (o1 - o0) / (b1 - b0) / (1 << 20),
+              (t1 - t0) / (b1 - b0) / (1 << 20), o.batch, gib(need(o.batch)));
+  if (need(o.batch) <= budget) return o.batch;
+  int b = o.batch / 8 * 8;
+  while (b > 8 && need(b) > budget) b -= 8;
+  std::printf("memory: batch %d does not fit both sides in 90%% of the free memory (%.1f GiB); measuring at batch %d "
+              "(about %.1f GiB)\n",
+              o.batch, gib(budget), b, gib(need(b)));
+  return b;
+}
+
 #endif  // WB_BACKEND_CUDA
 
 }  // namespace
@@ -236,16 +310,18 @@ int main(int argc, char** argv) {
     wb::bench::TorchChild torch({python, std::string(WB_SOURCE_DIR) + "/bench/gpu_vs_torch.py", std::to_string(o.batch),
                                  std::to_string(o.size), "1000"},
                                 "gpu_vs_torch");
+    const int batch = o.fit ? fitted_batch(o, torch) : o.batch;
     std::printf("gpu_vs_torch: ResNet-50, batch %d, %dx%d, 1000 classes, synthetic data on the device, "
                 "%d rounds of %d steps after %d warm-up steps; %s\n",
-                o.batch, o.size, o.size, o.rounds, o.steps, o.warmup, torch.banner().c_str());
+                batch, o.size, o.size, o.rounds, o.steps, o.warmup, torch.banner().c_str());
     std::ostringstream summary;
     for (const std::string& p : o.precisions) {
       const std::string label = p == "bf16" ? "bf16 channels-last" : p == "fp32" ? "fp32 (TF32 off)" : "tf32";
       double ours_total = 0, torch_total = 0;
       {
-        Ours ours(o, p);
-        if (const std::string answer = torch.ask("config " + p); answer != "ok")
+        torch_release(torch);  // PyTorch's previous model and cache are gone before ours is built
+        Ours ours(o, p, batch);
+        if (const std::string answer = torch.ask("config " + p + " " + std::to_string(batch)); answer != "ok")
           throw std::runtime_error("gpu_vs_torch: PyTorch config " + p + ": " + answer);
         ours.run(o.warmup);
         torch.run(o.warmup);
@@ -255,10 +331,15 @@ int main(int argc, char** argv) {
           ours_total += a;
           torch_total += b;
           std::printf("%s round %d: ours %.1f img/s, pytorch %.1f img/s\n", label.c_str(), r + 1,
-                      o.steps * o.batch / a, o.steps * o.batch / b);
+                      o.steps * batch / a, o.steps * batch / b);
         }
+        const auto [ours_peak, ours_held] = ours.memory();
+        const auto [torch_peak, torch_held] = torch_memory(torch);
+        std::printf("%s memory: ours peak %.2f GiB (held %.2f GiB), pytorch peak %.2f GiB (reserved %.2f GiB)\n",
+                    label.c_str(), gib(static_cast<double>(ours_peak)), gib(static_cast<double>(ours_held)),
+                    gib(static_cast<double>(torch_peak)), gib(static_cast<double>(torch_held)));
       }
-      const double images = static_cast<double>(o.rounds) * o.steps * o.batch;
+      const double images = static_cast<double>(o.rounds) * o.steps * batch;
       std::printf("%s: ours %.1f img/s, pytorch %.1f img/s, ratio ours/pytorch %.3f\n", label.c_str(),
                   images / ours_total, images / torch_total, torch_total / ours_total);
       std::fflush(stdout);
@@ -266,7 +347,10 @@ int main(int argc, char** argv) {
       summary.precision(3);
       summary << torch_total / ours_total;
     }
-    if (o.overhead) profiling_overhead(o, dir);
+    if (o.overhead) {
+      torch_release(torch);
+      profiling_overhead(o, batch, dir);
+    }
     std::printf("ratio ours/pytorch: %s\n", summary.str().c_str());
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);

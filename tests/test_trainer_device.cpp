@@ -133,6 +133,11 @@ TEST_CASE("wb-train refuses GPU-only settings on the CPU with one line and exit 
     require_one_line_error(run_train(with(base, {"--device", "auto", "--device-prefetch", "0"})),
                            {"--device-prefetch", "at least 1"});
   }
+  SECTION("--ranks-per-gpu on the CPU, and 0") {
+    require_one_line_error(run_train(with(base, {"--ranks-per-gpu", "2"})), {"--ranks-per-gpu", "--device cuda"});
+    require_one_line_error(run_train(with(base, {"--device", "auto", "--ranks-per-gpu", "0"})),
+                           {"--ranks-per-gpu", "at least 1"});
+  }
   SECTION("--precision fp16 (not a precision)") {
     require_one_line_error(run_train(with(base, {"--precision", "fp16"})),
                            {"--precision", "expected fp32, tf32 or bf16", "fp16"});
@@ -261,6 +266,8 @@ TEST_CASE("a 5-step CUDA run follows a 5-step CPU run on the same data", "[train
     CHECK(h2d >= 5);
     CHECK(memcpy_rows >= 5);
     CHECK(meta(gdb, "device_queue_pinned") == "1");
+    // Page-locked staging of whole pages per slot (default 2 slots): at least the batch's images twice.
+    CHECK(std::stoll(meta(gdb, "device_queue_staging_bytes")) >= 2 * 4 * 3 * 32 * 32 * 4);
   }
 }
 

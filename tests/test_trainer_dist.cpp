@@ -7,7 +7,9 @@
 //   (d) with several buckets the first allreduce starts before backward ends (overlap > 0);
 //   the merged run file: 2 ranks, both ranks' steps, allreduce rows with ready <= start <= end;
 //   (e) SIGKILL of rank 1: every process gone within 60 s, non-zero exit, a message naming rank 1, and
-//       rank 0's own file readable and marked incomplete.
+//       rank 0's own file readable and marked incomplete;
+//   (f) [cuda] the same over NCCL on the GPU: 10 steps with --check-sync, 2 ranks on one GPU when there
+//       is only one (--ranks-per-gpu 2), and buckets that start before backward ends.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -28,6 +30,7 @@
 #include "store/db.hpp"
 #include "store/reader.hpp"
 #include "test_trainer_util.hpp"
+#include "trainer/backend/backend.hpp"
 
 extern char** environ;
 
@@ -235,6 +238,44 @@ TEST_CASE("2 ranks: split points do not change the parameters after 10 steps", "
   CHECK(ra.params().back().bucket == 2);
   CHECK(rc.params().back().bucket == 0);
   CHECK(ra.steps(0).back().loss == rc.steps(0).back().loss);
+}
+
+TEST_CASE("2 ranks over NCCL: --check-sync passes 10 steps and buckets overlap backward", "[trainer][mpi][cuda]") {
+  const int devices = wb::backend::cuda_device_count();
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
+  TempDir dir;
+  const fs::path path = dir / "nccl.sqlite";
+  auto args = with(common_args(), {"--device", "cuda", "--nproc", "2", "--steps", "10", "--check-sync",
+                                   "--allreduce-split", "85,160", "--run", path.string()});
+  if (devices == 1) args = with(args, {"--ranks-per-gpu", "2"});
+  const Result r = run_train(args);
+  CAPTURE(devices, r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.err.find("parameters differ") == std::string::npos);
+  wb::store::Reader run(path);
+  CHECK(run.complete());
+  CHECK(run.world_size() == 2);
+  auto spans = run.allreduces();
+  CHECK(spans.size() == 2u * 10u * 3u);
+  // Per rank and step: the first bucket's allreduce starts before the last backward range ends.
+  std::map<std::pair<int, int>, std::int64_t> backward_end, first_start;
+  auto& q = run.db().prepare(
+      "SELECT t.rank, r.step, MAX(r.end_ns) FROM range r JOIN track t ON r.track_id = t.id "
+      "WHERE r.category = 1 AND r.step >= 0 GROUP BY t.rank, r.step");
+  while (q.step()) {
+    backward_end[{static_cast<int>(q.column_int64(0)), static_cast<int>(q.column_int64(1))}] = q.column_int64(2);
+  }
+  q.reset();
+  for (const auto& s : spans) {
+    auto key = std::make_pair(s.rank, s.step);
+    auto it = first_start.find(key);
+    if (it == first_start.end() || s.start_ns < it->second) first_start[key] = s.start_ns;
+  }
+  REQUIRE(backward_end.size() == 20);
+  int overlapped = 0;
+  for (const auto& [key, end] : backward_end) overlapped += first_start.count(key) && end > first_start.at(key);
+  CAPTURE(overlapped);
+  CHECK(overlapped == 20);
 }
 
 TEST_CASE("2 ranks: --check-sync stops the run when the ranks' parameters differ", "[trainer][mpi]") {

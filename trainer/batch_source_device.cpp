@@ -46,13 +46,19 @@ class DeviceBatchSource final : public BatchSource {
   std::int64_t take_wait_ns() override { return observer_.take_wait_ns(); }
   void finish(store::Writer& writer) override {
     batch_.ref.release();
-    writer.set_meta("device_queue_pinned", queue_.stats().pinned ? "1" : "0");
+    // Every batch reaches the device through the slots' page-locked staging buffers: the copies are
+    // asynchronous DMA from pinned memory. What the host paid for staging is recorded next to it.
+    const gpu::DeviceQueueStats st = queue_.stats();
+    writer.set_meta("device_queue_pinned", "1");
+    writer.set_meta("device_queue_staging_bytes", std::to_string(st.staging_bytes));
+    writer.set_meta("device_queue_stage_ms", std::to_string(static_cast<double>(st.stage_ns) / 1e6));
+    writer.set_meta("device_queue_copy_ms", std::to_string(static_cast<double>(st.copy_ns) / 1e6));
     queue_.stop();  // stops the host pipeline too
   }
 
  private:
   DataObserver observer_;
-  gpu::DeviceQueue queue_;  // destroyed before the observer it reports to; unpins its buffers
+  gpu::DeviceQueue queue_;  // destroyed before the observer it reports to; frees its staging buffers
   DeviceBatch batch_;
 };
 

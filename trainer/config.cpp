@@ -62,6 +62,7 @@ const Option kOptions[] = {
     {"precision", &TrainConfig::precision, "fp32|tf32|bf16: conv/linear arithmetic on cuda; cpu computes fp32 only (default fp32)"},
     {"channels_last", &TrainConfig::channels_last, "NHWC activations inside the CUDA backend (cuDNN's fast layout for tf32/bf16)"},
     {"device_prefetch", &TrainConfig::device_prefetch, "N: batches copied ahead into device memory on a copy stream (cuda; default 2)"},
+    {"ranks_per_gpu", &TrainConfig::ranks_per_gpu, "N: ranks sharing each GPU (cuda; default 1). N > 1 runs a multi-rank NCCL job on fewer GPUs, each rank its own NCCL host"},
     {"nvtx", &TrainConfig::nvtx, "also emit NVTX ranges named like our ops, for Nsight Systems (cuda, with profiling)"},
     {"run", &TrainConfig::run, "OUT.sqlite: the run file to write (default runs/<time>.sqlite)"},
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
@@ -337,6 +338,8 @@ void validate(const TrainConfig& c) {
   need(c.device != "cpu" || !c.channels_last,
        "--channels-last: a CUDA backend layout; the CPU backend chooses its own (drop it or use --device cuda)");
   need(c.device_prefetch >= 1, "--device-prefetch: expected at least 1 device batch buffer");
+  need(c.ranks_per_gpu >= 1, "--ranks-per-gpu: expected at least 1 rank per GPU");
+  need(c.device != "cpu" || c.ranks_per_gpu == 1, "--ranks-per-gpu: ranks share GPUs only with --device cuda or auto");
   need(c.device != "cpu" || !c.nvtx, "--nvtx: NVTX ranges mark GPU work for Nsight Systems (use --device cuda)");
   need(c.profile || !c.nvtx, "--nvtx: the NVTX ranges come from the profiler's ranges (drop --no-profile)");
   need(c.threads >= 0, "--threads: expected a non-negative number");

@@ -61,6 +61,7 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | tf32 | bf16; tf32 and bf16 need cuda (the CPU backend is fp32)
   bool channels_last = false;      // cuda: NHWC activations inside the backend
   int device_prefetch = 2;         // cuda: device batch buffers filled ahead on a copy stream
+  int ranks_per_gpu = 1;           // cuda: local ranks sharing one device (local rank r uses device r / N)
   bool nvtx = false;               // cuda: NVTX ranges named like our ops, for Nsight Systems
   std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
   bool profile = true;

@@ -1,5 +1,8 @@
 #include "trainer/placement.hpp"
 
+#include <unistd.h>
+
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -33,13 +36,16 @@ DeviceChoice choose_device(const TrainConfig& cfg, const parallel::LaunchInfo& i
     if (info.rank == 0) std::cerr << "wb-train: --device auto: " << missing << "; training on the CPU\n";
     return d;
   }
-  if (info.local_rank >= count) {
+  const int index = info.local_rank / cfg.ranks_per_gpu;
+  if (index >= count) {
     throw ConfigError("--device " + cfg.device + ": local rank " + std::to_string(info.local_rank) + " needs CUDA device " +
-                      std::to_string(info.local_rank) + " but " + std::to_string(count) +
-                      " are visible (one rank per GPU: start at most " + std::to_string(count) + " ranks per host)");
+                      std::to_string(index) + " but " + std::to_string(count) + " are visible (" +
+                      std::to_string(cfg.ranks_per_gpu) + " rank(s) per GPU: start at most " +
+                      std::to_string(count * cfg.ranks_per_gpu) + " ranks per host, or raise --ranks-per-gpu)");
   }
   d.cuda = true;
-  d.index = info.local_rank;
+  d.index = index;
+  d.shared = cfg.ranks_per_gpu > 1;
   d.name = backend::cuda_device_name(d.index);
   d.description = "cuda:" + std::to_string(d.index) + " (" + d.name + ", " + cfg.precision +
                   (cfg.channels_last ? ", channels-last" : "") + ")";
@@ -61,6 +67,14 @@ Communicators make_communicators(const parallel::LaunchInfo& info, const DeviceC
     if (!parallel::have_nccl()) {
       throw ConfigError("--device cuda: this wb-train was built without NCCL and cannot run " +
                         std::to_string(info.world_size) + " ranks on GPUs");
+    }
+    if (device.shared) {
+      // NCCL refuses two ranks of one communicator on one GPU of one host; a host id of its own per
+      // rank makes each a host of its own to NCCL, and the ranks talk through its network transport.
+      char host[256] = {};
+      gethostname(host, sizeof host - 1);
+      const std::string id = std::string(host) + "-wb-local-rank-" + std::to_string(info.local_rank);
+      setenv("NCCL_HOSTID", id.c_str(), 1);
     }
     c.device = parallel::make_nccl_communicator(*c.host, device.index);
   }

@@ -15,6 +15,7 @@ namespace wb::trainer {
 struct DeviceChoice {
   bool cuda = false;
   int index = 0;
+  bool shared = false;      // --ranks-per-gpu > 1: other local ranks use the same device
   std::string name;         // the GPU's name
   std::string description;  // rank row and start-up line: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, bf16)"
 };

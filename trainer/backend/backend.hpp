@@ -110,6 +110,11 @@ class Backend {
   // Optional: the queue every op is issued on, as an opaque handle (a cudaStream_t on the CUDA
   // backend), so that device collectives can be ordered after it; null on a synchronous backend.
   virtual void* native_stream() { return nullptr; }
+  // Whether a tensor dropped and allocated again costs nothing (a caching allocator ordered on the
+  // op queue): the model then frees each gradient of an activation once it was consumed, instead of
+  // keeping one per layer alive for the whole run. False: allocations are kept (the CPU backend's
+  // buffers would be faulted in again every step).
+  virtual bool cheap_reallocation() const { return false; }
 
   // ---- convolution: x (N,C,H,W), w (O,C,K,K) plain OIHW, y (N,O,OH,OW) ------------------------------
   virtual void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) = 0;

@@ -4,8 +4,9 @@
 // A slot goes round: free -> (copy thread) filled on the copy stream, copy finished -> ready ->
 // (training loop) popped, the compute stream waits on its `ready` event -> released, `consumed` recorded
 // on the compute stream -> free. The copy thread waits on `consumed` on the host before overwriting the
-// slot, and on `ready` before handing the host batch back to the pipeline, so one pinned staging buffer
-// (when one is needed at all) serves every copy and the "h2d" range spans the copy itself.
+// slot. Each slot has its own page-locked, page-aligned staging buffers (staging_pool.hpp): the copy
+// thread copies the host batch into them, hands the host batch back to the pipeline at once, and the
+// DMA reads the staging buffer. It waits on `ready` so the "h2d" range spans the copy itself.
 #include "trainer/gpu/device_queue.hpp"
 
 #include <algorithm>
@@ -15,12 +16,12 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <unordered_set>
 #include <vector>
 
 #include "profiler/record/recorder.hpp"
 #include "trainer/backend/cuda/cuda_backend.hpp"
 #include "trainer/data/clock.hpp"
+#include "trainer/gpu/staging_pool.hpp"
 
 namespace wb::gpu {
 
@@ -35,6 +36,19 @@ struct Slot {
   std::int64_t step = -1;
 };
 
+void* cuda_host_alloc(std::size_t bytes, std::size_t /*alignment: cudaHostAlloc returns page-aligned memory*/) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return p;
+}
+
+void cuda_free_host(void* p) { cudaFreeHost(p); }
+
+constexpr StagingAllocator kPinned{cuda_host_alloc, cuda_free_host, "cudaHostAlloc"};
+
 }  // namespace
 
 struct DeviceQueue::Impl {
@@ -42,7 +56,6 @@ struct DeviceQueue::Impl {
       : host(h), be(b), options(o), observer(obs) {}
 
   void run();
-  const void* pinned_images(const std::vector<float>& images);
   void release(int slot) noexcept;
   void fail(std::exception_ptr e) noexcept;
   std::int64_t stamp_locked() {
@@ -61,11 +74,9 @@ struct DeviceQueue::Impl {
   std::size_t label_bytes = 0;
   profiler::NameId h2d_name = 0;
 
-  // Copy thread only (and the destructor, after it joined).
-  std::unordered_set<const void*> registered;  // host image buffers page-locked in place by us
-  bool pin_in_place = true;                    // false once cudaHostRegister was refused
-  void* image_staging = nullptr;               // pinned; only when pin_in_place is false
-  void* label_staging = nullptr;               // pinned; labels are small, always staged
+  // Page-locked staging buffers, one per slot (written by the copy thread only).
+  std::unique_ptr<StagingPool> image_staging;
+  std::unique_ptr<StagingPool> label_staging;
 
   mutable std::mutex mutex;
   std::condition_variable ready_cv;  // the training loop: a slot became ready (or end / stop / error)
@@ -91,30 +102,6 @@ void DeviceQueue::Impl::fail(std::exception_ptr e) noexcept {
   }
   ready_cv.notify_all();
   free_cv.notify_all();
-}
-
-// The host buffer to copy the images from: the pipeline's own buffer, page-locked in place the first
-// time it is seen (the pipeline recycles a fixed set of buffers, so this happens a few times per run),
-// else a pinned staging copy. Pageable memory would make the copy synchronous and slow.
-const void* DeviceQueue::Impl::pinned_images(const std::vector<float>& images) {
-  const void* src = images.data();
-  if (pin_in_place && !registered.count(src)) {
-    const cudaError_t rc = cudaHostRegister(const_cast<float*>(images.data()), image_bytes, cudaHostRegisterDefault);
-    if (rc == cudaSuccess) {
-      registered.insert(src);
-    } else {
-      cudaGetLastError();  // not sticky, but leave no error behind for the next check
-      if (rc != cudaErrorHostMemoryAlreadyRegistered) {
-        pin_in_place = false;
-        WB_CUDA_CHECK(cudaMallocHost(&image_staging, image_bytes));
-        std::lock_guard lock(mutex);
-        stats.pinned = false;
-      }
-    }
-  }
-  if (pin_in_place) return src;
-  std::memcpy(image_staging, src, image_bytes);
-  return image_staging;
 }
 
 void DeviceQueue::Impl::run() {
@@ -147,18 +134,21 @@ void DeviceQueue::Impl::run() {
         s.consumed_pending = false;
       }
       const std::int64_t t0 = data::now_ns();
+      void* image_src = image_staging->buffer(slot);
+      void* label_src = label_staging->buffer(slot);
+      std::memcpy(image_src, batch->images.data(), image_bytes);
+      std::memcpy(label_src, batch->labels.data(), label_bytes);
+      s.step = batch->step;
+      batch.release();  // the bytes are in the staging buffers: the pipeline may refill its buffer
+      const std::int64_t t_staged = data::now_ns();
       {
         profiler::Range range(h2d_name, profiler::Category::h2d);  // CUPTI links the memcpy rows to it
-        const void* src = pinned_images(batch->images);
-        WB_CUDA_CHECK(cudaMemcpyAsync(s.images.data(), src, image_bytes, cudaMemcpyHostToDevice, copy));
-        std::memcpy(label_staging, batch->labels.data(), label_bytes);
-        WB_CUDA_CHECK(cudaMemcpyAsync(s.labels.data(), label_staging, label_bytes, cudaMemcpyHostToDevice, copy));
+        WB_CUDA_CHECK(cudaMemcpyAsync(s.images.data(), image_src, image_bytes, cudaMemcpyHostToDevice, copy));
+        WB_CUDA_CHECK(cudaMemcpyAsync(s.labels.data(), label_src, label_bytes, cudaMemcpyHostToDevice, copy));
         WB_CUDA_CHECK(cudaEventRecord(s.ready, copy));
         WB_CUDA_CHECK(cudaEventSynchronize(s.ready));
       }
       const std::int64_t t1 = data::now_ns();
-      s.step = batch->step;
-      batch.release();  // the bytes are on the device: the pipeline may refill its buffer
 
       std::int64_t t_push = 0;
       int depth_after = 0;
@@ -167,7 +157,8 @@ void DeviceQueue::Impl::run() {
         ring[(ring_head + static_cast<std::size_t>(depth)) % ring.size()] = slot;
         ++depth;
         ++stats.copies;
-        stats.copy_ns += t1 - t0;
+        stats.stage_ns += t_staged - t0;
+        stats.copy_ns += t1 - t_staged;
         stats.max_depth = std::max(stats.max_depth, depth);
         t_push = stamp_locked();
         depth_after = depth;
@@ -214,7 +205,10 @@ DeviceQueue::DeviceQueue(data::Pipeline& host, backend::Backend& be, const Devic
   try {
     WB_CUDA_CHECK(cudaSetDevice(options.device));
     WB_CUDA_CHECK(cudaStreamCreateWithFlags(&q.copy, cudaStreamNonBlocking));
-    WB_CUDA_CHECK(cudaMallocHost(&q.label_staging, q.label_bytes));
+    q.image_staging = std::make_unique<StagingPool>(q.image_bytes, options.slots, kPinned);
+    q.label_staging = std::make_unique<StagingPool>(q.label_bytes, options.slots, kPinned);
+    q.stats.staging_bytes = static_cast<std::int64_t>((q.image_staging->capacity() + q.label_staging->capacity()) *
+                                                      static_cast<std::size_t>(options.slots));
     q.slots.resize(static_cast<std::size_t>(options.slots));
     for (Slot& s : q.slots) {
       s.images = be.empty(backend::Shape{n, 3, side, side}, backend::DType::f32);
@@ -232,7 +226,8 @@ DeviceQueue::DeviceQueue(data::Pipeline& host, backend::Backend& be, const Devic
       if (s.ready) cudaEventDestroy(s.ready);
       if (s.consumed) cudaEventDestroy(s.consumed);
     }
-    if (q.label_staging) cudaFreeHost(q.label_staging);
+    q.image_staging.reset();
+    q.label_staging.reset();
     if (q.copy) cudaStreamDestroy(q.copy);
     throw;
   }
@@ -249,9 +244,8 @@ DeviceQueue::~DeviceQueue() {
     cudaEventDestroy(s.ready);
     cudaEventDestroy(s.consumed);
   }
-  for (const void* p : q.registered) cudaHostUnregister(const_cast<void*>(p));
-  if (q.image_staging) cudaFreeHost(q.image_staging);
-  if (q.label_staging) cudaFreeHost(q.label_staging);
+  q.image_staging.reset();
+  q.label_staging.reset();
   cudaStreamDestroy(q.copy);
   cudaGetLastError();
 }

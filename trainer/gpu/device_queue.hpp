@@ -1,5 +1,6 @@
 // The device-side prefetch queue of a GPU rank: a copy thread takes the host pipeline's batches in
-// order and copies each one, from page-locked host memory, on its own copy stream into the next free
+// order and copies each one, through a page-locked staging buffer of its slot (staging_pool.hpp), on
+// its own copy stream into the next free
 // slot of a ring of device batch buffers (--device-prefetch N slots). The training loop pops device
 // batches; the compute stream waits on the slot's copy event, so kernels never read a half-copied batch,
 // and a slot is refilled only after the compute stream has finished with it (an event recorded when the
@@ -34,12 +35,13 @@ struct DeviceQueueOptions {
 
 struct DeviceQueueStats {
   std::int64_t copies = 0;     // batches copied to the device
-  std::int64_t copy_ns = 0;    // total time of those copies, enqueue to completion
+  std::int64_t stage_ns = 0;   // total host time copying batches into the page-locked staging buffers
+  std::int64_t copy_ns = 0;    // total time of the device copies, enqueue to completion
   std::int64_t pops = 0;
   std::int64_t waits = 0;      // pops that found no ready device batch
   std::int64_t wait_ns = 0;
   int max_depth = 0;           // the most device batches ready at once (<= slots)
-  bool pinned = true;          // host batches were page-locked in place (false: staged through a pinned copy)
+  std::int64_t staging_bytes = 0;  // page-locked staging memory (cudaHostAlloc), all slots
 };
 
 class DeviceQueue;

@@ -465,6 +465,15 @@ float ResNet50::forward(const Tensor& images, const Tensor& labels) {
 
 // ---- backward -------------------------------------------------------------------------------------
 
+// Drops an activation gradient that has been consumed, where the backend makes that free (a caching
+// allocator ordered on the op queue reuses the block for the next gradient of the same size): only a
+// few such gradients are then alive at once instead of one per layer, which roughly halves the
+// activation memory of a training step. On other backends the tensors are kept for the next step.
+void ResNet50::consumed(Tensor& t) const {
+  const bool free = config_.free_consumed_grads < 0 ? backend_.cheap_reallocation() : config_.free_consumed_grads > 0;
+  if (free) t = Tensor();
+}
+
 void ResNet50::conv_backward(Conv& c, const Tensor& x, const Tensor& dy, bool need_dx) {
   begin(c.module, Phase::backward);
   backend_.conv2d_backward_weights(x, dy, c.dw, c.p);
@@ -484,6 +493,7 @@ void ResNet50::bn_backward(Bn& b, const Tensor& x, const Tensor& dy, bool relu, 
   const backend::BatchNormParams bp{kBnEps, kBnMomentum, relu && fused_};
   begin(b.module, Phase::backward);
   backend_.batchnorm_backward(x, *g, b.gamma, b.beta, b.state, b.dx, b.dgamma, b.dbeta, bp);
+  if (g != &dy) consumed(b.relu_dx);
   grads_ready(b.param, b.param + 2);
   end(b.module, Phase::backward);
 }
@@ -499,15 +509,23 @@ const Tensor& ResNet50::block_backward(Block& blk, const Tensor& x, const Tensor
   if (blk.ds) {
     bn_backward(blk.db, blk.dc.y, blk.d_sum, false, -1);
     conv_backward(blk.dc, x, blk.db.dx, true);
+    consumed(blk.db.dx);
     d_identity = &blk.dc.dx;
   }
   bn_backward(blk.b3, blk.c3.y, blk.d_sum, false, -1);
+  if (blk.ds) consumed(blk.d_sum);
   conv_backward(blk.c3, blk.b2.y, blk.b3.dx, true);
+  consumed(blk.b3.dx);
   bn_backward(blk.b2, blk.c2.y, blk.c3.dx, true, blk.relu_module);
+  consumed(blk.c3.dx);
   conv_backward(blk.c2, blk.b1.y, blk.b2.dx, true);
+  consumed(blk.b2.dx);
   bn_backward(blk.b1, blk.c1.y, blk.c2.dx, true, blk.relu_module);
+  consumed(blk.c2.dx);
   conv_backward(blk.c1, x, blk.b1.dx, true);
+  consumed(blk.b1.dx);
   backend_.add(blk.c1.dx, *d_identity, blk.c1.dx, false);  // both paths reach the block input
+  consumed(blk.ds ? blk.dc.dx : blk.d_sum);
   end(blk.module, Phase::backward);
   return blk.c1.dx;
 }
@@ -530,17 +548,22 @@ void ResNet50::backward() {
   backend_.global_avgpool_backward(last, L.gap_dx, L.head_dx);
   end(L.avgpool_module, Phase::backward);
 
-  const Tensor* d = &L.head_dx;
+  Tensor* d = &L.head_dx;
   for (std::size_t i = L.blocks.size(); i-- > 0;) {
     const Tensor& x = i == 0 ? L.mp_y : L.blocks[i - 1].out;
-    d = &block_backward(L.blocks[i], x, *d);
+    Tensor& dx = const_cast<Tensor&>(block_backward(L.blocks[i], x, *d));  // the block's own c1.dx
+    consumed(*d);  // the block's relu backward has read the gradient of its output
+    d = &dx;
   }
   const backend::Pool2dParams mp{3, 2, 1};
   begin(L.maxpool_module, Phase::backward);
   backend_.maxpool_backward(L.bn1.y, L.mp_y, *d, L.mp_ws, L.mp_dx, mp);
   end(L.maxpool_module, Phase::backward);
+  consumed(*d);
   bn_backward(L.bn1, L.conv1.y, L.mp_dx, true, L.relu_module);
+  consumed(L.mp_dx);
   conv_backward(L.conv1, input_ref_, L.bn1.dx, false);  // no gradient for the images
+  consumed(L.bn1.dx);
   have_forward_ = false;
 }
 

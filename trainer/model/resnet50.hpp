@@ -39,6 +39,11 @@ struct ModelConfig {
   int batch_size = 32;
   std::uint64_t seed = 0;
   backend::LossParams loss{};
+  // Free each activation gradient once backward has consumed it (fewer tensors alive at once, about
+  // half the activation memory) instead of keeping one per layer for the next step: -1 (default) where
+  // the backend reallocates for free (Backend::cheap_reallocation: the CUDA caching allocator), 0 never,
+  // 1 always.
+  int free_consumed_grads = -1;
 };
 
 struct ParamInfo {
@@ -141,6 +146,7 @@ class ResNet50 {
                   std::string_view relu_name);
   void bn_backward(Bn& b, const backend::Tensor& x, const backend::Tensor& dy, bool relu, int relu_module);
   void conv_backward(Conv& c, const backend::Tensor& x, const backend::Tensor& dy, bool need_dx);
+  void consumed(backend::Tensor& t) const;
   void block_forward(Block& blk, const backend::Tensor& x);
   const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
 

@@ -1,6 +1,7 @@
 // The caching device allocator: free lists keyed by rounded size. A step of training asks for the same
 // sizes in the same order as the step before, so after the first step every request is a cache hit and
 // cudaMalloc (which synchronises the device) is never called on the hot path.
+#include <algorithm>
 #include <string>
 
 #include "trainer/backend/cuda/cuda_backend.hpp"
@@ -68,6 +69,7 @@ std::shared_ptr<void> CachingAllocator::allocate(std::size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.in_use_bytes += static_cast<std::int64_t>(rounded);
+    stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   }
   auto self = shared_from_this();
   return std::shared_ptr<void>(p, [self, rounded](void* q) { self->give_back(q, rounded); });

@@ -55,6 +55,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
     std::int64_t cuda_malloc_bytes = 0;  // bytes obtained from cudaMalloc, all told
     std::int64_t requests = 0;           // allocate() calls
     std::int64_t in_use_bytes = 0;       // held by live handles
+    std::int64_t peak_in_use_bytes = 0;  // the most in_use_bytes ever reached
     std::int64_t cached_bytes = 0;       // free in the cache
   };
 
@@ -133,6 +134,8 @@ class CudaBackend final : public Backend {
   void fill(const Tensor& dst, float value) override;
   void synchronize() override;
   void* native_stream() override { return static_cast<void*>(stream()); }
+  // Blocks go back to the cache when the last handle drops and are reused in compute-stream order.
+  bool cheap_reallocation() const override { return true; }
   void params_written() override { ++param_generation_; }
 
   void conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, const Conv2dParams& p) override;

@@ -1,10 +1,18 @@
 // The device half of wb-parallel-check (CUDA builds): NCCL allreduce sum/mean and broadcast on device
 // buffers, each compared with the value computed on the host in double, and GradientSync over NCCL.
+// Then the ordering training relies on: with an input stream (set_input_stream), a collective must
+// wait for the work queued there before it, whether marked for its buffer (mark_ready, as GradientSync's
+// bucket-ready hook does in wb-train) or not. The checks queue, on the input stream, a host callback
+// that sleeps and then the copy that writes the buffer; a collective that did not wait would reduce
+// the zeros that were there before, and the result would be wrong.
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -35,6 +43,13 @@ int report(int rank, bool ok, const char* check, double figure) {
   std::fflush(stdout);
   return ok ? 0 : 1;
 }
+
+// A stream callback that holds the stream for a while (CUDA host functions must not call CUDA).
+void CUDART_CB hold_stream(void* ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(*static_cast<const int*>(ms)));
+}
+
+const int kHoldMs = 150;
 
 }  // namespace
 
@@ -101,6 +116,67 @@ int run_nccl_check(MpiCommunicator& mpi, const LaunchInfo& info) {
   download();
   const double e_sync = rel_l2(host, mean);
   failures += report(rank, e_sync <= 1e-6, "nccl-sync-average", e_sync);
+  // ---- ordering after the input stream --------------------------------------------------------------
+  cudaStream_t input = nullptr;
+  float* pinned = nullptr;  // the copy source: page-locked, so the copy is asynchronous
+  if (cudaStreamCreateWithFlags(&input, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMallocHost(&pinned, n * sizeof(float)) != cudaSuccess) {
+    std::printf("rank %d: FAIL nccl-ordered: cudaStreamCreate / cudaMallocHost\n", rank);
+    return failures + 1;
+  }
+  for (std::size_t i = 0; i < n; ++i) pinned[i] = value_of(rank, i);
+  nccl.set_input_stream(input);
+  // Queues, on the input stream, a pause and then the copy of `count` values at `offset` into dev.
+  const auto queue_write = [&](std::size_t offset, std::size_t count) {
+    WB_CUDA_CHECK(cudaLaunchHostFunc(input, hold_stream, const_cast<int*>(&kHoldMs)));
+    WB_CUDA_CHECK(cudaMemcpyAsync(dev + offset, pinned + offset, count * sizeof(float), cudaMemcpyHostToDevice, input));
+  };
+  const auto zero = [&] {
+    WB_CUDA_CHECK(cudaMemset(dev, 0, n * sizeof(float)));
+    WB_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+
+  // Marked: the event mark_ready recorded for this buffer.
+  zero();
+  queue_write(0, n);
+  nccl.mark_ready(dev);
+  nccl.allreduce(dev, n, ReduceOp::sum);
+  download();
+  const double e_marked = rel_l2(host, sum);
+  failures += report(rank, e_marked <= 1e-6, "nccl-ordered-marked", e_marked);
+
+  // Unmarked: an event recorded on the input stream when the collective is called.
+  zero();
+  queue_write(0, n);
+  nccl.allreduce(dev, n, ReduceOp::sum);
+  download();
+  const double e_unmarked = rel_l2(host, sum);
+  failures += report(rank, e_unmarked <= 1e-6, "nccl-ordered-unmarked", e_unmarked);
+
+  // GradientSync with the bucket-ready hook of wb-train: each parameter's gradient is written on the
+  // input stream after a pause, reported ready right after it was queued (not run), and the hook marks
+  // the input stream for the bucket; every bucket's allreduce must see its final gradients.
+  zero();
+  {
+    SyncOptions so;
+    so.on_ready = [&nccl](const Bucket&, float* data) { nccl.mark_ready(data); };
+    GradientSync sync(nccl, buckets_from_split(params, split), dev, so);
+    sync.begin_step(0);
+    for (int p = 4; p > 0; --p) {
+      const auto& extent = params[static_cast<std::size_t>(p - 1)];
+      queue_write(static_cast<std::size_t>(extent.offset), static_cast<std::size_t>(extent.numel));
+      sync.on_grads_ready(p - 1, p);
+    }
+    sync.wait_all();
+  }
+  download();
+  const double e_sync_ordered = rel_l2(host, mean);
+  failures += report(rank, e_sync_ordered <= 1e-6, "nccl-sync-ordered", e_sync_ordered);
+
+  nccl.set_input_stream(nullptr);
+  WB_CUDA_CHECK(cudaStreamSynchronize(input));
+  cudaStreamDestroy(input);
+  cudaFreeHost(pinned);
   cudaFree(dev);
   nccl.barrier();
   return failures;
