@@ -2,6 +2,7 @@
 // its type and its help line, so flags, --config files and the recorded config never drift apart.
 #include "trainer/config.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -34,6 +35,7 @@ const Option kOptions[] = {
     {"data_workers", &TrainConfig::data_workers, "N: worker threads assembling batches (default 2)"},
     {"prefetch", &TrainConfig::prefetch, "N: capacity of the ready-batch queue (default 4)"},
     {"data_delay_us", &TrainConfig::data_delay_us, "US: artificial per-sample delay in the workers (starvation experiments)"},
+    {"slow_rank", &TrainConfig::slow_rank, "R:MODULE:US: rank R sleeps US us at the end of MODULE's forward each step (straggler experiments)"},
     {"synthetic_samples", &TrainConfig::synthetic_samples, "N: size of the synthetic data set (default 2048)"},
     {"num_classes", &TrainConfig::num_classes, "N: classes (default 10)"},
     {"image_size", &TrainConfig::image_size, "N: input size, 32..224 (default 32)"},
@@ -304,6 +306,25 @@ Shard parse_shard(const std::string& text) {
   return s;
 }
 
+SlowRank parse_slow_rank(const std::string& text) {
+  const std::string what = "--slow-rank '" + text + "'";
+  const auto a = text.find(':');
+  const auto b = text.rfind(':');
+  if (a == std::string::npos || b == a || b == a + 1) {
+    throw ConfigError(what + ": expected R:MODULE:US (rank, module, microseconds), e.g. 1:layer3.0.conv2:20000");
+  }
+  SlowRank s;
+  s.rank = parse_number<int>(text.substr(0, a), what + ": rank");
+  s.module = text.substr(a + 1, b - a - 1);
+  s.us = parse_number<std::int64_t>(text.substr(b + 1), what + ": microseconds");
+  if (s.rank < 0 || s.us <= 0) throw ConfigError(what + ": expected a rank >= 0 and a positive delay");
+  const auto names = model::ResNet50::module_names();
+  if (std::find(names.begin(), names.end(), s.module) == names.end()) {
+    throw ConfigError(what + ": no module named '" + s.module + "' (torchvision names such as layer3.0.conv2)");
+  }
+  return s;
+}
+
 void validate(const TrainConfig& c) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw ConfigError(msg);
@@ -318,6 +339,7 @@ void validate(const TrainConfig& c) {
   need(c.prefetch >= 1, "--prefetch: expected at least 1");
   need(c.crop_padding >= 0 && c.crop_padding <= 64, "--crop-padding: expected 0..64, got " + std::to_string(c.crop_padding));
   need(c.data_delay_us >= 0, "--data-delay-us: expected a non-negative number");
+  if (!c.slow_rank.empty()) parse_slow_rank(c.slow_rank);
   need(c.synthetic_samples >= 1, "--synthetic-samples: expected a positive number");
   need(c.lr > 0, "--lr: expected a positive learning rate");
   need(c.lr_schedule == "constant" || c.lr_schedule == "step" || c.lr_schedule == "cosine",

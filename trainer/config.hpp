@@ -31,6 +31,7 @@ struct TrainConfig {
   int crop_padding = 4;     // training augmentation: RandomCrop(side, padding); 0 disables it
   bool random_flip = true;  // training augmentation: RandomHorizontalFlip(0.5)
   int64_t data_delay_us = 0;  // artificial per-sample delay in the workers (starvation experiments)
+  std::string slow_rank;      // "R:MODULE:US": rank R sleeps US us in MODULE's forward each step (straggler experiments)
   int64_t synthetic_samples = 2048;
   // model
   int num_classes = 10;
@@ -100,6 +101,17 @@ struct Shard {
 };
 // Parses --shard's value; throws ConfigError naming the flag unless it is "R/N" with 0 <= R < N.
 Shard parse_shard(const std::string& text);
+
+// --slow-rank "R:MODULE:US": rank R sleeps US microseconds at the end of MODULE's forward in every
+// step, a planted straggler whose cause (that op) the analyses must find.
+struct SlowRank {
+  int rank = -1;
+  std::string module;
+  std::int64_t us = 0;
+};
+// Throws ConfigError naming the flag unless the text is R:MODULE:US with R >= 0 and US > 0 (the module
+// name is checked against the model where it is used).
+SlowRank parse_slow_rank(const std::string& text);
 
 // Applies a JSON object (keys as in to_json) onto cfg; unknown keys are errors naming the file.
 void apply_json(TrainConfig& cfg, const nlohmann::json& j, const std::string& origin);

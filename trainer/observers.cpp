@@ -1,5 +1,8 @@
 #include "trainer/observers.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 #include <string>
 
@@ -41,7 +44,10 @@ void StepObserver::on_module_begin(int module_id, model::Phase phase) {
   ++depth_;
 }
 
-void StepObserver::on_module_end(int, model::Phase) {
+void StepObserver::on_module_end(int module_id, model::Phase phase) {
+  if (module_id == slow_module_ && phase == model::Phase::forward) {
+    std::this_thread::sleep_for(std::chrono::microseconds(slow_us_));
+  }
   if (!profiling_ || depth_ == 0) return;
   --depth_;
   if (depth_ < kMaxDepth) open_[static_cast<std::size_t>(depth_)].reset();

@@ -33,6 +33,11 @@ class StepObserver final : public model::ModelObserver {
   StepObserver(profiler::Recorder* recorder, parallel::GradientSync* sync, backend::Backend& backend);
 
   void set_dump(dump::StepDump* dump) { dump_ = dump; }
+  // --slow-rank: sleep `us` microseconds at the end of module `module_id`'s forward, inside its range.
+  void slow_down(int module_id, std::int64_t us) {
+    slow_module_ = module_id;
+    slow_us_ = us;
+  }
 
   void on_module_begin(int module_id, model::Phase phase) override;
   void on_module_end(int module_id, model::Phase phase) override;
@@ -49,6 +54,8 @@ class StepObserver final : public model::ModelObserver {
   parallel::GradientSync* sync_;
   backend::Backend& backend_;
   dump::StepDump* dump_ = nullptr;
+  int slow_module_ = -1;
+  std::int64_t slow_us_ = 0;
 };
 
 class DataObserver final : public data::Observer {

@@ -17,6 +17,8 @@
 // needs a preprocessor branch here: each GPU part has a stand-in in builds without it.
 #include "trainer/train.hpp"
 
+#include <algorithm>
+
 #include <unistd.h>
 
 #include <cmath>
@@ -543,6 +545,12 @@ int run_training(const TrainConfig& cfg_in) {
          << cfg.batch_size << ", " << cfg.image_size << "x" << cfg.image_size << ", " << input.total_steps << " steps\n";
   Gradients gradients = make_gradients(cfg, place, learner, rec, banner.str());
   StepObserver observer(rec.recorder.get(), gradients.sync.get(), *learner.backend);
+  if (!cfg.slow_rank.empty()) {
+    const SlowRank slow = parse_slow_rank(cfg.slow_rank);
+    const auto names = model::ResNet50::module_names();
+    const auto it = std::find(names.begin(), names.end(), slow.module);  // validate() checked the name
+    if (it != names.end() && slow.rank == place.rank) observer.slow_down(static_cast<int>(it - names.begin()), slow.us);
+  }
   learner.model->set_observer(&observer);
   start_input(cfg, place, input, learner, rec);
   DataParallelStep schedule(*learner.model, gradients.sync.get(), rec.recorder.get());

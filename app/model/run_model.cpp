@@ -145,6 +145,7 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   model->comms = analysis::step_comms(run);
   model->warnings = analysis::run_warnings(run);
   model->stragglers = analysis::find_stragglers(run);
+  model->straggle = analysis::analyse_stragglers(run);
   stage("split model", 0.97);
   try {
     model->split_model = analysis::build_split_model(run);

@@ -23,6 +23,7 @@
 #include "profiler/analysis/run_data.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
+#include "profiler/analysis/stragglers.hpp"
 
 namespace wb::app_model {
 
@@ -50,6 +51,7 @@ struct RunModel {
   std::vector<analysis::StepComm> comms;
   std::vector<analysis::Warning> warnings;
   std::vector<analysis::Straggler> stragglers;
+  analysis::StragglerAnalysis straggle;  // per step the last rank and every rank's wait for it
   std::optional<analysis::SplitModel> split_model;
   std::string split_model_error;  // why there is none
   std::vector<store::ComparisonRow> comparisons;

@@ -222,6 +222,72 @@ void breakdown_bars(const RunModel& m, float height) {
   }
 }
 
+// Per step (columns) and rank (rows): how long the rank waited at the allreduce for the step's last
+// rank, from dark (no wait) to red (the longest wait of the run); the step's last rank is outlined.
+// Steps are binned when there are more than pixels (a bin shows its largest wait).
+void wait_heat_map(const RunModel& m, float height) {
+  const auto& a = m.straggle;
+  if (a.steps.empty()) return;
+  const int nr = static_cast<int>(a.ranks.size());
+  const float label_w = ImGui::CalcTextSize("rank 00").x + 6;
+  const float width = std::max(120.0f, ImGui::GetContentRegionAvail().x - label_w);
+  const float row_h = std::clamp((height - ImGui::GetTextLineHeight()) / static_cast<float>(nr), 6.0f, 22.0f);
+  const int n = static_cast<int>(a.steps.size());
+  const int cols = std::max(1, std::min(n, static_cast<int>(width / 3.0f)));
+  const float col_w = width / static_cast<float>(cols);
+  const ImVec2 origin = ImGui::GetCursorScreenPos();
+  ImGui::InvisibleButton("##waitmap", ImVec2(label_w + width, row_h * static_cast<float>(nr)));
+  const bool hovered = ImGui::IsItemHovered();
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  const double hi = std::max<double>(1.0, static_cast<double>(a.max_wait_ns));
+  auto heat = [](double f) {
+    f = std::clamp(f, 0.0, 1.0);
+    auto mix = [f](int lo, int hi_) { return static_cast<int>(lo + (hi_ - lo) * f); };
+    return IM_COL32(mix(38, 225), mix(42, 80), mix(52, 75), 255);
+  };
+  for (int r = 0; r < nr; ++r) {
+    const float y0 = origin.y + row_h * static_cast<float>(r);
+    dl->AddText(ImVec2(origin.x, y0 + (row_h - ImGui::GetTextLineHeight()) * 0.5f), color::kDim,
+                ("rank " + std::to_string(a.ranks[static_cast<std::size_t>(r)])).c_str());
+    for (int c = 0; c < cols; ++c) {
+      const int s0 = static_cast<int>(static_cast<std::int64_t>(c) * n / cols);
+      const int s1 = std::max(s0 + 1, static_cast<int>(static_cast<std::int64_t>(c + 1) * n / cols));
+      std::int64_t wait = 0;
+      bool last = false;
+      for (int k = s0; k < s1; ++k) {
+        const auto& st = a.steps[static_cast<std::size_t>(k)];
+        wait = std::max(wait, st.wait_ns[static_cast<std::size_t>(r)]);
+        last = last || st.last_rank == a.ranks[static_cast<std::size_t>(r)];
+      }
+      const ImVec2 p0(origin.x + label_w + col_w * static_cast<float>(c), y0 + 1);
+      const ImVec2 p1(p0.x + std::max(1.0f, col_w - 1), y0 + row_h - 1);
+      dl->AddRectFilled(p0, p1, heat(static_cast<double>(wait) / hi));
+      if (last && col_w >= 4) dl->AddRect(p0, p1, color::kWarn);
+    }
+  }
+  if (hovered) {
+    const ImVec2 mouse = ImGui::GetMousePos();
+    const int c = static_cast<int>((mouse.x - origin.x - label_w) / col_w);
+    const int r = static_cast<int>((mouse.y - origin.y) / row_h);
+    if (c >= 0 && c < cols && r >= 0 && r < nr) {
+      const int k = static_cast<int>(static_cast<std::int64_t>(c) * n / cols);
+      const auto& st = a.steps[static_cast<std::size_t>(k)];
+      ImGui::BeginTooltip();
+      ImGui::Text("step %d, rank %d: waited %s for rank %d", st.step, a.ranks[static_cast<std::size_t>(r)],
+                  fmt_ns(static_cast<double>(st.wait_ns[static_cast<std::size_t>(r)])).c_str(), st.last_rank);
+      ImGui::Text("rank %d was %s late: %s", st.last_rank, fmt_ns(static_cast<double>(st.lag_ns)).c_str(),
+                  analysis::lag_cause_name(st.cause));
+      for (const auto& op : st.top_ops) ImGui::Text("  %s +%s", op.op.c_str(), fmt_ns(static_cast<double>(op.extra_ns)).c_str());
+      ImGui::EndTooltip();
+    }
+  }
+  for (const auto& p : a.persistent) {
+    ImGui::TextColored(to_vec4(color::kWarn), "rank %d is last in %.0f%% of steps (%s late, cause: %s%s%s)", p.rank,
+                       100.0 * p.fraction, fmt_ns(p.mean_lag_ns).c_str(), analysis::lag_cause_name(p.cause),
+                       p.top_ops.empty() ? "" : ", ", p.top_ops.empty() ? "" : p.top_ops[0].op.c_str());
+  }
+}
+
 }  // namespace
 
 void draw_overview(App& app) {
@@ -235,6 +301,10 @@ void draw_overview(App& app) {
   ranks_table(m);
   section("Warnings");
   warnings_box(m);
+  if (!m.straggle.steps.empty()) {
+    section("Waits for the slowest rank (steps across, ranks down; outlined: the step's last rank)");
+    wait_heat_map(m, 140.0f);
+  }
   if (app.second) {
     section("Compared with a second run");
     compare_table(m, *app.second);

@@ -13,6 +13,7 @@
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
+#include "profiler/analysis/stragglers.hpp"
 
 namespace wb::analysis {
 
@@ -157,7 +158,52 @@ std::vector<Warning> run_warnings(const RunData& run) {
                                      "% of steps: mean step ", format_ns(s.mean_step_ns), " vs ", format_ns(s.others_median_ns),
                                      " for the others")});
   }
+  for (const auto& p : analyse_stragglers(run).persistent) {
+    std::string ops;
+    for (std::size_t i = 0; i < p.top_ops.size() && i < 3; ++i) ops += (i ? ", " : "") + p.top_ops[i].op;
+    w.push_back({"straggler", concat("rank ", std::to_string(p.rank), " holds the allreduce back in ",
+                                     fmt("%.0f", 100.0 * p.fraction), "% of steps (", format_ns(p.mean_lag_ns),
+                                     " late, the others wait ", format_ns(p.mean_wait_caused_ns), "); cause: ",
+                                     lag_cause_name(p.cause), ops.empty() ? "" : concat(" (", ops, ")"))});
+  }
   return w;
+}
+
+void write_stragglers(const RunData& run, std::ostream& out) {
+  const StragglerAnalysis a = analyse_stragglers(run);
+  if (a.steps.empty()) return;
+  out << "\nStragglers (per step, the rank whose gradients were ready last holds the allreduce back)\n";
+  std::map<int, int> last_count;
+  std::map<int, std::int64_t> lag_sum;
+  for (const auto& s : a.steps) {
+    ++last_count[s.last_rank];
+    lag_sum[s.last_rank] += s.lag_ns;
+  }
+  Table t({"rank", "last in", "mean lag when last", "waited for others", "mean wait"});
+  const double n = static_cast<double>(a.steps.size());
+  for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+    const int r = a.ranks[i];
+    const int last = last_count.count(r) ? last_count[r] : 0;
+    t.add({std::to_string(r), concat(std::to_string(last), "/", std::to_string(a.steps.size()), " ", pct(last, n)),
+           last ? format_ns(static_cast<double>(lag_sum[r]) / last) : "-",
+           format_ns(static_cast<double>(a.total_wait_ns[i])), format_ns(static_cast<double>(a.total_wait_ns[i]) / n)});
+  }
+  t.print(out);
+  if (a.persistent.empty()) {
+    out << "  no persistent straggler (none is last in more than " << fmt("%.0f", 100.0 * kPersistentStragglerShare)
+        << "% of steps)\n";
+  }
+  for (const auto& p : a.persistent) {
+    out << "  persistent straggler: rank " << p.rank << ", last in " << p.steps_last << " of " << a.steps.size()
+        << " steps, " << format_ns(p.mean_lag_ns) << " late on average; the others wait "
+        << format_ns(p.mean_wait_caused_ns) << " per step for it\n";
+    out << "    cause: " << lag_cause_name(p.cause) << " (over those steps: data wait +"
+        << format_ns(static_cast<double>(p.data_extra_ns)) << ", ops +" << format_ns(static_cast<double>(p.ops_extra_ns))
+        << ", host +" << format_ns(static_cast<double>(p.host_extra_ns)) << ")\n";
+    for (const auto& op : p.top_ops) {
+      out << "    " << op.op << " +" << format_ns(static_cast<double>(op.extra_ns) / p.steps_last) << " per step\n";
+    }
+  }
 }
 
 void write_split_suggestions(const RunData& run, std::ostream& out) {
@@ -305,6 +351,8 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     if (st.workers_needed > 0) out << "; workers to keep the queue non-empty: " << st.workers_needed;
     out << "\n";
   }
+
+  write_stragglers(run, out);
 
   if (!run.allreduces.empty()) {
     out << "\nAllreduce buckets\n";

@@ -36,6 +36,8 @@ struct ReportOptions {
   bool split_table = true;
 };
 void write_report(const RunData& run, std::ostream& out, const ReportOptions& options = {});
+// The stragglers section of the report (stragglers.hpp), nothing for a single-rank run.
+void write_stragglers(const RunData& run, std::ostream& out);
 // The `wb suggest-split` table alone.
 void write_split_suggestions(const RunData& run, std::ostream& out);
 
