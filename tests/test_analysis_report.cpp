@@ -133,3 +133,26 @@ TEST_CASE("format_ns picks a readable unit", "[analysis]") {
   CHECK(analysis::format_ns(3'500'000) == "3.500 ms");
   CHECK(analysis::format_ns(2'000'000'000) == "2.000 s");
 }
+
+TEST_CASE("the profiler's own cost: measured ns per event x events per step, against the step time", "[analysis]") {
+  analysis::RunData run;
+  run.meta["profiler_ns_per_event"] = "25.00";
+  // 2 ranks x 4 steps of 10 ms; 8000 ranges and 800 counter samples in all: 1100 events per rank-step.
+  for (int rank = 0; rank < 2; ++rank) {
+    for (int s = 0; s < 4; ++s) run.steps.push_back({rank, s, s * 20 * kMs, s * 20 * kMs + 10 * kMs, 0, 0, 1.0, 0.1, 8});
+  }
+  run.ranges[1].resize(5000);
+  run.ranges[2].resize(3000);
+  run.counters[3].resize(800);
+  const analysis::ProfilerCost c = analysis::profiler_cost(run);
+  REQUIRE(c.known);
+  CHECK(c.events_per_step == Approx(1100.0));
+  CHECK(c.ns_per_step == Approx(27500.0));
+  CHECK(c.percent == Approx(0.275));
+  std::ostringstream out;
+  analysis::write_report(run, out, {5, false});
+  CHECK(out.str().find("profiler cost: 25.0 ns per host event (measured by the run) x 1100 events per step = 27.5 us per "
+                       "step, 0.28% of the mean step time (10.000 ms)") != std::string::npos);
+  run.meta.erase("profiler_ns_per_event");
+  CHECK_FALSE(analysis::profiler_cost(run).known);
+}

@@ -178,6 +178,7 @@ TEST_CASE("stragglers: a rank slowed on purpose in one op is found, with the wai
   CHECK(rep.out.find("persistent straggler: rank 1") != std::string::npos);
   CHECK(rep.out.find("    layer3.0.conv2 +") != std::string::npos);
   CHECK(rep.out.find("[straggler] rank 1 holds the allreduce back") != std::string::npos);
+  CHECK(rep.out.find("  profiler cost: ") != std::string::npos);  // measured by the run, per step
 }
 
 TEST_CASE("stragglers: --slow-rank with a bad value is one line and exit code 2", "[analysis]") {

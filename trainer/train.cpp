@@ -497,6 +497,10 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
     rec.gpu_trace.reset();  // hands over every remaining buffer; the Writer counts what CUPTI dropped
   }
   if (rec.recorder) {
+    // The recorder's own cost per host event on this machine now (wb report: x events per step).
+    char ns[32];
+    std::snprintf(ns, sizeof ns, "%.2f", profiler::measure_ns_per_event());
+    writer.set_meta("profiler_ns_per_event", ns);
     rec.recorder->stop();
     rec.rank_row.dropped_events = static_cast<int64_t>(rec.recorder->dropped() + writer.dropped());
   }

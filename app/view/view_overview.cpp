@@ -2,6 +2,7 @@
 // exposed communication and the rest per rank, the loss and learning-rate curves, throughput, the
 // analysis warnings, and a side-by-side of a second run when one is open.
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <map>
 
@@ -54,6 +55,13 @@ void run_table(const RunModel& m) {
                           "momentum", "weight_decay", "precision", "threads", "allreduce_split", "bucket_mb", "seed"};
     for (const char* k : keys) row(k, config_value(run.config, k));
     row("parameters", std::to_string(run.params.size()) + " tensors");
+    if (const analysis::ProfilerCost pc = analysis::profiler_cost(run); pc.known) {
+      char text[160];
+      std::snprintf(text, sizeof text, pc.percent < 0.1 ? "%.2g%% of step time (%.1f ns x %.0f events per step)"
+                                                        : "%.2f%% of step time (%.1f ns x %.0f events per step)",
+                    pc.percent, pc.ns_per_event, pc.events_per_step);
+      row("profiler cost", text);
+    }
     ImGui::EndTable();
   }
   if (ImGui::TreeNode("All settings (meta.config_json)")) {

@@ -169,6 +169,28 @@ std::vector<Warning> run_warnings(const RunData& run) {
   return w;
 }
 
+ProfilerCost profiler_cost(const RunData& run) {
+  ProfilerCost c;
+  auto it = run.meta.find("profiler_ns_per_event");
+  if (it == run.meta.end() || run.steps.empty()) return c;
+  try {
+    c.ns_per_event = std::stod(it->second);
+  } catch (const std::exception&) {
+    return c;
+  }
+  double events = 0, step_ns = 0;
+  for (const auto& [track, rows] : run.ranges) events += static_cast<double>(rows.size());
+  for (const auto& [track, rows] : run.counters) events += static_cast<double>(rows.size());
+  for (const auto& s : run.steps) step_ns += static_cast<double>(s.end_ns - s.start_ns);
+  const double rank_steps = static_cast<double>(run.steps.size());
+  c.events_per_step = events / rank_steps;
+  c.ns_per_step = c.ns_per_event * c.events_per_step;
+  c.mean_step_ns = step_ns / rank_steps;
+  c.percent = c.mean_step_ns > 0 ? 100.0 * c.ns_per_step / c.mean_step_ns : 0.0;
+  c.known = true;
+  return c;
+}
+
 void write_stragglers(const RunData& run, std::ostream& out) {
   const StragglerAnalysis a = analyse_stragglers(run);
   if (a.steps.empty()) return;
@@ -266,7 +288,14 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   auto ranks = run.rank_ids();
   out << "Run " << run.path.string() << "\n";
   out << "  ranks " << ranks.size() << ", steps " << run.steps.size() << ", complete " << (run.complete() ? "yes" : "no")
-      << ", dropped events " << run.dropped_events() << ", kernels " << run.kernel_rows << "\n\n";
+      << ", dropped events " << run.dropped_events() << ", kernels " << run.kernel_rows << "\n";
+  if (const ProfilerCost pc = profiler_cost(run); pc.known) {
+    out << "  profiler cost: " << fmt("%.1f", pc.ns_per_event) << " ns per host event (measured by the run) x "
+        << fmt("%.0f", pc.events_per_step) << " events per step = " << format_ns(pc.ns_per_step) << " per step, "
+        << fmt(pc.percent < 0.1 ? "%.2g" : "%.2f", pc.percent) << "% of the mean step time (" << format_ns(pc.mean_step_ns)
+        << "); every figure here includes it\n";
+  }
+  out << "\n";
 
   auto warnings = run_warnings(run);
   out << "Warnings (" << warnings.size() << ")\n";

@@ -31,6 +31,19 @@ inline constexpr double kExposedCommWarning = 0.05;
 
 std::vector<Warning> run_warnings(const RunData& run);
 
+// What recording cost the run: the recorder's measured ns per host event (meta.profiler_ns_per_event,
+// measured by wb-train at the end of the run) times the host events (ranges and counter samples) per
+// rank and step, against the mean step time.
+struct ProfilerCost {
+  bool known = false;           // the run has the measurement and steps
+  double ns_per_event = 0.0;
+  double events_per_step = 0.0;  // per rank
+  double ns_per_step = 0.0;
+  double mean_step_ns = 0.0;
+  double percent = 0.0;          // of the mean step time
+};
+ProfilerCost profiler_cost(const RunData& run);
+
 struct ReportOptions {
   std::size_t top_ops = 25;
   bool split_table = true;
