@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -59,6 +60,15 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   row.status = v.pass ? RowStatus::pass : RowStatus::fail;
   row.reason = v.reason;
   auto add_note = [&](const std::string& note) { row.reason = row.reason.empty() ? note : row.reason + "; " + note; };
+  // A row failing on another check still says when its error is a systematic scale (a doubled gradient).
+  if (!v.pass && row.thresholds.scale_shift_min && v.reason.find("(systematic)") == std::string::npos) {
+    const Metrics& scaled = row.update_metrics ? *row.update_metrics : *row.metrics;
+    if (systematic_scale(scaled, *row.thresholds.scale_shift_min)) {
+      char s[32];
+      std::snprintf(s, sizeof s, "%.4g", scaled.scale);
+      add_note(std::string(row.update_metrics ? "update " : "") + "scaled by " + s + " (systematic)");
+    }
+  }
   if (!same_dtype) add_note("dtypes differ: " + dtype_text(ta.tensor.dtype) + " vs " + dtype_text(tb.tensor.dtype));
   if (ta.tensor.shape != tb.tensor.shape) {
     add_note("shapes " + shape_text(ta.tensor.shape) + " vs " + shape_text(tb.tensor.shape) + " hold one value each");
@@ -98,14 +108,59 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
   cmp.profile = options.profile;
   cmp.ambiguities = std::move(matched.ambiguities);
 
+  // The walk follows the side that recorded its execution order, A first; a file's key order never
+  // counts. Rows the ordering side lacks go right after the row before them in the other side's order.
   std::vector<std::int64_t> a_pos(a.tensors.size()), b_pos(b.tensors.size());
   {
     const auto wa = a.walk_order(), wb = b.walk_order();
     for (std::size_t p = 0; p < wa.size(); ++p) a_pos[wa[p]] = static_cast<std::int64_t>(p);
     for (std::size_t p = 0; p < wb.size(); ++p) b_pos[wb[p]] = static_cast<std::int64_t>(p);
   }
+  const bool a_leads = a.order_source == OrderSource::recorded || b.order_source != OrderSource::recorded;
+  if (a.order_source == OrderSource::recorded) {
+    cmp.order_side = "A";
+    cmp.order_note = "execution order: A's (" + a.order_origin + ")";
+  } else if (b.order_source == OrderSource::recorded) {
+    cmp.order_side = "B";
+    cmp.order_note = "execution order: B's (" + b.order_origin + ")";
+  } else {
+    cmp.order_side = "none";
+    cmp.order_note = "execution order: neither side recorded one (A: " + a.order_origin + "; B: " + b.order_origin +
+                     "), so the walk follows the ResNet-50 module order known from the names";
+  }
+  // Position of each row on the leading side; for a row only on the other side, the leading position
+  // of the nearest earlier row (in the other side's walk) that has one.
+  std::vector<std::pair<std::int64_t, std::int64_t>> lead_pos(matched.pairs.size());
+  {
+    std::vector<std::size_t> by_other;
+    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
+      const auto& p = matched.pairs[r];
+      if (a_leads ? p.a.has_value() : p.b.has_value()) {
+        lead_pos[r] = {a_leads ? a_pos[*p.a] : b_pos[*p.b], -1};
+      } else {
+        by_other.push_back(r);
+      }
+    }
+    // The other side's walk over every row it holds, to find each orphan's predecessor.
+    std::vector<std::pair<std::int64_t, std::size_t>> other;
+    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
+      const auto& p = matched.pairs[r];
+      const auto& side = a_leads ? p.b : p.a;
+      if (side) other.emplace_back(a_leads ? b_pos[*side] : a_pos[*side], r);
+    }
+    std::sort(other.begin(), other.end());
+    std::int64_t last = -1;
+    for (const auto& [pos, r] : other) {
+      const auto& p = matched.pairs[r];
+      if (a_leads ? p.a.has_value() : p.b.has_value()) {
+        last = lead_pos[r].first;
+      } else {
+        lead_pos[r] = {last, pos};
+      }
+    }
+  }
 
-  std::vector<std::tuple<int, std::int64_t, int>> sort_keys;
+  std::vector<std::tuple<int, std::int64_t, std::int64_t>> sort_keys;
   for (const MatchedPair& p : matched.pairs) {
     RowResult row;
     row.a_index = p.a;
@@ -145,7 +200,8 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
       row.status = RowStatus::shape_mismatch;
       row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
     }
-    sort_keys.emplace_back(walk_rank(row.kind), p.b ? b_pos[*p.b] : a_pos[*p.a], p.b ? 0 : 1);
+    const auto [lead, tie] = lead_pos[cmp.rows.size()];
+    sort_keys.emplace_back(walk_rank(row.kind), lead, tie);
     cmp.rows.push_back(std::move(row));
   }
 

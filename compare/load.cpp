@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -30,14 +31,27 @@ std::string lower_extension(const fs::path& path) {
   return ext;
 }
 
-// Order by kind, then by position in the file: what a file without recorded order tells us.
-void derive_exec_order(TensorSet& set) {
+// No recorded order: by kind, then by the ResNet-50 forward order known from the names; names it does
+// not know follow the known ones of their kind in file order.
+void derive_exec_order(TensorSet& set, std::string why) {
   std::vector<std::size_t> order(set.tensors.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return walk_rank(kind_of_key(set.tensors[x].key)) < walk_rank(kind_of_key(set.tensors[y].key));
-  });
+  std::vector<std::tuple<int, int, std::int64_t>> keys(set.tensors.size());
+  for (std::size_t i = 0; i < set.tensors.size(); ++i) {
+    const std::string& key = set.tensors[i].key;
+    const TensorKind kind = kind_of_key(key);
+    const auto rank = resnet50_forward_rank(base_name(key));
+    keys[i] = {walk_rank(kind), rank ? 0 : 1, rank ? *rank : 0};
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return keys[x] < keys[y]; });
   for (std::size_t pos = 0; pos < order.size(); ++pos) set.tensors[order[pos]].exec_order = static_cast<std::int64_t>(pos);
+  set.order_source = OrderSource::derived;
+  set.order_origin = std::move(why);
+}
+
+void recorded_order(TensorSet& set, std::string origin) {
+  set.order_source = OrderSource::recorded;
+  set.order_origin = std::move(origin);
 }
 
 TensorSet from_host_tensors(const fs::path& path, std::vector<store::HostTensor> tensors) {
@@ -73,7 +87,7 @@ TensorSet load_safetensors(const fs::path& path) {
   }
   const auto it = metadata.find(kExecOrderMetadataKey);
   if (it == metadata.end()) {
-    derive_exec_order(set);
+    derive_exec_order(set, "no order recorded (no __metadata__[\"" + std::string(kExecOrderMetadataKey) + "\"])");
     return set;
   }
   nlohmann::json orders;
@@ -100,6 +114,66 @@ TensorSet load_safetensors(const fs::path& path) {
     const auto o = orders.find(t.key);
     t.exec_order = o != orders.end() ? o->get<std::int64_t>() : next++;
   }
+  recorded_order(set, std::string("__metadata__[\"") + kExecOrderMetadataKey + "\"]");
+  return set;
+}
+
+// A directory of .npy files. TroubleShooter's ts.save names them "{id}_{name}.npy" (id counting
+// ts.save calls from 0 in execution order; a list, tuple or dict adds ".{idx}" or ".{key}" to the name,
+// and suffix=S appends "_S"): with every file numbered, the ids are a recorded order, and files of one
+// call keep the ResNet-50 order of their names. Without numbering nothing is recorded.
+TensorSet load_npy_dir(const fs::path& dir) {
+  struct Entry {
+    fs::path path;
+    std::optional<std::uint64_t> id;
+    std::string name;
+  };
+  std::vector<Entry> entries;
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    if (!de.is_regular_file() || lower_extension(de.path()) != ".npy") continue;
+    const std::string stem = de.path().stem().string();
+    Entry e{de.path(), std::nullopt, stem};
+    const auto underscore = stem.find('_');
+    if (underscore != std::string::npos && underscore > 0 && underscore + 1 < stem.size() &&
+        std::all_of(stem.begin(), stem.begin() + static_cast<std::ptrdiff_t>(underscore),
+                    [](unsigned char c) { return std::isdigit(c) != 0; }) &&
+        underscore <= 18) {
+      e.id = std::stoull(stem.substr(0, underscore));
+      e.name = stem.substr(underscore + 1);
+    }
+    entries.push_back(std::move(e));
+  }
+  if (ec) throw CompareError(dir.string() + ": cannot list the directory (" + ec.message() + ")");
+  if (entries.empty()) throw CompareError(dir.string() + ": the directory holds no .npy files");
+  const bool numbered = std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.id.has_value(); });
+  if (!numbered) {
+    for (auto& e : entries) e.name = e.path.stem().string();
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) { return x.path.filename() < y.path.filename(); });
+  TensorSet set;
+  set.source = dir.string();
+  for (auto& e : entries) {
+    NamedTensor nt;
+    nt.key = e.name;
+    nt.tensor = store::read_npy(e.path);
+    nt.tensor.name = nt.key;
+    set.tensors.push_back(std::move(nt));
+  }
+  if (!numbered) {
+    derive_exec_order(set, "no order recorded (.npy files without TroubleShooter's {id}_ numbering)");
+    return set;
+  }
+  // Within one id (one ts.save call of a list or dict) the ResNet-50 order of the names, then the name.
+  std::vector<std::size_t> order(set.tensors.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  auto key_of = [&](std::size_t i) {
+    const auto rank = resnet50_forward_rank(base_name(set.tensors[i].key));
+    return std::tuple{*entries[i].id, rank ? 0 : 1, rank ? *rank : 0};
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return key_of(x) < key_of(y); });
+  for (std::size_t pos = 0; pos < order.size(); ++pos) set.tensors[order[pos]].exec_order = static_cast<std::int64_t>(pos);
+  recorded_order(set, "TroubleShooter's file numbering");
   return set;
 }
 
@@ -165,6 +239,7 @@ TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
     throw CompareError(path.string() + ": no tensors for source '" + source + "', step " + std::to_string(*step) +
                        ", rank " + std::to_string(*rank));
   }
+  recorded_order(set, "the run file's exec_order");
   return set;
 }
 
@@ -194,19 +269,17 @@ TensorSet load_tensor_set(const fs::path& path, const LoadOptions& options) {
     case SetFormat::safetensors: set = load_safetensors(path); break;
     case SetFormat::npz:
       set = from_host_tensors(path, store::read_npz(path));
-      derive_exec_order(set);
+      derive_exec_order(set, "no order recorded (.npz)");
       break;
     case SetFormat::npy: {
       std::vector<store::HostTensor> one;
       one.push_back(store::read_npy(path));
       set = from_host_tensors(path, std::move(one));
-      derive_exec_order(set);
+      derive_exec_order(set, "no order recorded (.npy)");
       break;
     }
     case SetFormat::npy_dir:
-      set = from_host_tensors(path, store::read_tensor_dir(path));
-      if (set.tensors.empty()) throw CompareError(path.string() + ": the directory holds no .npy files");
-      derive_exec_order(set);
+      set = load_npy_dir(path);
       break;
   }
   set.index();
