@@ -150,6 +150,24 @@ TensorSet load_npy_dir(const fs::path& dir) {
   if (!numbered) {
     for (auto& e : entries) e.name = e.path.stem().string();
   }
+  // ts.save's suffix=S ends every name in "_S": when all of them share one such ending (S without
+  // dots or underscores), it is the suffix, not part of the names.
+  std::string suffix;
+  if (numbered) {
+    const std::string& first = entries.front().name;
+    const auto cut = first.rfind('_');
+    if (cut != std::string::npos && cut > 0 && cut + 1 < first.size() &&
+        first.find('.', cut) == std::string::npos) {
+      const std::string tail = first.substr(cut);
+      const bool shared = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+        return e.name.size() > tail.size() && e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
+      });
+      if (shared && entries.size() > 1) {
+        suffix = tail;
+        for (auto& e : entries) e.name.resize(e.name.size() - tail.size());
+      }
+    }
+  }
   std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) { return x.path.filename() < y.path.filename(); });
   TensorSet set;
   set.source = dir.string();
@@ -173,7 +191,8 @@ TensorSet load_npy_dir(const fs::path& dir) {
   };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return key_of(x) < key_of(y); });
   for (std::size_t pos = 0; pos < order.size(); ++pos) set.tensors[order[pos]].exec_order = static_cast<std::int64_t>(pos);
-  recorded_order(set, "TroubleShooter's file numbering");
+  recorded_order(set, "TroubleShooter's file numbering" +
+                          (suffix.empty() ? std::string() : ", suffix \"" + suffix.substr(1) + "\" left out of the names"));
   return set;
 }
 
@@ -255,6 +274,11 @@ SetFormat detect_format(const fs::path& path) {
   if (ext == ".safetensors") return SetFormat::safetensors;
   if (ext == ".npz") return SetFormat::npz;
   if (ext == ".npy") return SetFormat::npy;
+  if (ext == ".pt" || ext == ".pth") {
+    throw CompareError(path.string() + ": a torch.save pickle, which wb does not read; convert it first with "
+                       "/usr/bin/python3 compare/reference/torch_save_to_safetensors.py " + path.string() +
+                       " --out REF.safetensors");
+  }
   if (ext == ".sqlite" || ext == ".db") {
     throw CompareError(path.string() + ": not a wb run file (no SQLite header)");
   }

@@ -2,6 +2,7 @@
 """An independent PyTorch reference of a wb-train run's dumped step, as a user's own tooling writes one.
 
     independent_reference.py RUN.sqlite --out REF.safetensors [--fault NAME] [--threads N]
+                             [--format safetensors|ts_save|torch_save] [--suffix S]
 
 It shares nothing with compare/reference/ (no wbformat, no wbdump, no torch_step): it reads the run
 file with sqlite3 and numpy, builds torchvision's resnet50, runs the step with plain torch (forward
@@ -10,6 +11,11 @@ trainer's documented recipe), and writes every tensor with its own minimal safet
 alphabetical order, no wb.* metadata, PyTorch's own dtypes (int64 labels and num_batches_tracked, a
 0-d loss). So `wb compare RUN REF` must find the execution order from the run file, match int32
 labels against int64 ones, and so on, as it must for any reference it did not write.
+
+--format writes the same tensors as another tool would: ts_save makes OUT a directory of .npy files
+named as TroubleShooter's ts.save names them (one call per activation in execution order, one call
+per dict of parameters, gradients, ...: "{id}_{name}.npy", "{id}_{name}.{key}.npy", "_{suffix}" with
+--suffix); torch_save writes torch.save(model.state_dict()) after the step to OUT (a .pth).
 
 --fault NAME plants one known mistake (see FAULTS); tests/test_compare_independent.cpp holds which
 tensor `wb compare` must name for each.
@@ -98,6 +104,39 @@ def write_safetensors(path, tensors):
 
 # --------------------------------------------------------------------------------------------- the step
 
+def write_ts_save(directory, out, act_order, suffix):
+    """The tensors as TroubleShooter's ts.save(file, data, suffix) writes them: a global call counter
+    from 0 prefixes every file; a dict adds ".{key}" after the name; a suffix adds "_{suffix}"."""
+    import os
+    import numpy as np
+    os.makedirs(directory, exist_ok=True)
+    calls = [0]
+
+    def save(name, data):
+        tail = f"_{suffix}" if suffix else ""
+        if isinstance(data, dict):
+            for key, value in data.items():
+                np.save(os.path.join(directory, f"{calls[0]}_{name}.{key}{tail}.npy"), value)
+        else:
+            np.save(os.path.join(directory, f"{calls[0]}_{name}{tail}.npy"), data)
+        calls[0] += 1
+
+    def group(kind):
+        return {k[len(kind) + 1:]: v for k, v in out.items() if k.startswith(kind + ".")}
+
+    save("input", out["input"])
+    save("label", out["label"])
+    save("param", group("param"))
+    save("buffer", group("buffer"))
+    for key in act_order:  # one ts.save per forward hook call
+        save(key, out[key])
+    save("loss", out["loss"])
+    save("grad", group("grad"))
+    save("param_after", group("param_after"))
+    save("buffer_after", group("buffer_after"))
+    save("momentum", group("momentum"))
+
+
 def smooth_cross_entropy(logits, labels, smoothing, over_others):
     """Cross-entropy against a smoothed one-hot target, mean over the batch. over_others: the label
     keeps 1 - s and the others share s (MindSpore's CrossEntropySmooth); else every class gets s/C."""
@@ -173,6 +212,7 @@ def run(args):
     # Activations: every module's output under its name; a module called several times (a block's one
     # relu) gets ".0", ".1", ... per call. Cloned at once: the next relu works in place.
     calls = {}
+    act_order = []
     multi = {f"{n}.relu" for n, m in model.named_modules() if isinstance(m, torchvision.models.resnet.Bottleneck)}
 
     def hook_for(name):
@@ -182,6 +222,7 @@ def run(args):
                 key = f"{name}.{calls.get(name, 0)}"
                 calls[name] = calls.get(name, 0) + 1
             out[f"act.{key}"] = output.detach().numpy().copy()
+            act_order.append(f"act.{key}")
         return hook
 
     for name, module in model.named_modules():
@@ -227,7 +268,12 @@ def run(args):
             out[f"momentum.{name}"] = buf.numpy().copy()
     for name, b in model.named_buffers():
         out[f"buffer_after.{name}"] = b.detach().numpy().copy()
-    write_safetensors(args.out, out)
+    if args.format == "ts_save":
+        write_ts_save(args.out, out, act_order, args.suffix)
+    elif args.format == "torch_save":
+        torch.save(model.state_dict(), args.out)
+    else:
+        write_safetensors(args.out, out)
     print(f"independent_reference.py: wrote {args.out} ({len(out)} tensors, fault {args.fault or 'none'})",
           file=sys.stderr)
 
@@ -238,6 +284,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--fault", choices=sorted(FAULTS))
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--format", choices=("safetensors", "ts_save", "torch_save"), default="safetensors")
+    parser.add_argument("--suffix", default="", help="ts_save: TroubleShooter's suffix argument")
     args = parser.parse_args()
     try:
         run(args)

@@ -11,7 +11,9 @@
 // comparison take about 15 s on 2 cores).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -181,3 +183,136 @@ WB_FAULT_CASE("grad_scale")
 WB_FAULT_CASE("bn_momentum")
 WB_FAULT_CASE("wd_on_bn")
 WB_FAULT_CASE("momentum_convention")
+
+// The same reference in the formats other tools write, each compared against the run.
+namespace {
+
+struct Files {
+  wb::test::TempDir tmp;
+  fs::path run;
+};
+
+// A 1-step run and the independent script's output in `format` (extra: more arguments).
+fs::path reference_as(Files& f, const std::string& format, const std::string& out_name, const std::string& extra = "") {
+  if (f.run.empty()) {
+    f.run = f.tmp.path() / "run.sqlite";
+    const auto train = wb::test::run_command(
+        quote(WB_TRAIN) + " --data synthetic --synthetic-samples 64 --steps 1 --dump-step 0 --batch-size 8" +
+        " --image-size 32 --seed 7 --device cpu --precision fp32 --weight-decay 5e-4 --run " + quote(f.run));
+    INFO(train.output);
+    REQUIRE(train.exit_code == 0);
+  }
+  const fs::path out = f.tmp.path() / out_name;
+  const fs::path script = fs::path(WB_SOURCE_DIR) / "tests" / "independent_reference.py";
+  const auto replay = wb::test::run_command(quote(WB_PYTHON) + " " + quote(script) + " " + quote(f.run) + " --out " +
+                                            quote(out) + " --threads 1 --format " + format + " " + extra);
+  INFO(replay.output);
+  REQUIRE(replay.exit_code == 0);
+  return out;
+}
+
+json compare_json(const fs::path& a, const fs::path& b, const fs::path& report, int expected_exit,
+                  const std::string& extra = "") {
+  const auto r = wb::test::run_command(quote(WB_CLI) + " compare " + quote(a) + " " + quote(b) + " --json " +
+                                       quote(report) + " --no-save --no-color " + extra);
+  INFO(r.output.substr(r.output.size() > 3000 ? r.output.size() - 3000 : 0));
+  CHECK(r.exit_code == expected_exit);
+  std::ifstream in(report);
+  REQUIRE(in);
+  return json::parse(in);
+}
+
+}  // namespace
+
+TEST_CASE("a TroubleShooter ts.save directory is read with its numbering and suffix", "[compare][trainer][python]") {
+  Files f;
+  // ts.save(f"{dir}/act.<module>", out, suffix="torch") per forward hook, ts.save(f"{dir}/grad", dict)...
+  const fs::path dir = reference_as(f, "ts_save", "ts_dump", "--suffix torch");
+  const fs::path some = dir / "0_input_torch.npy";
+  CHECK(fs::exists(some));
+  const json j = compare_json(f.run, dir, f.tmp.path() / "ts.json", 0);
+  CHECK(j.at("summary").at("passed") == 1139);
+  // As side A the directory's numbering is the order the walk follows; with a fault planted on that
+  // side it is located there, against a reference that recorded no order at all.
+  const fs::path faulty = reference_as(f, "ts_save", "ts_fault", "--suffix torch --fault bn_eps");
+  const fs::path plain = reference_as(f, "safetensors", "plain.safetensors");
+  const json k = compare_json(faulty, plain, f.tmp.path() / "ts_fault.json", 1);
+  CHECK(k.at("order").at("side") == "A");
+  const std::string note = k.at("order").at("note").get<std::string>();
+  CHECK(note.find("TroubleShooter's file numbering") != std::string::npos);
+  CHECK(note.find("suffix \"torch\"") != std::string::npos);
+  REQUIRE(!k.at("first_divergence").is_null());
+  CHECK(k.at("first_divergence").at("name") == "act.layer2.1.bn2");
+  // Neither side numbered nor recorded: the output says so.
+  const json none = compare_json(plain, plain, f.tmp.path() / "plain.json", 0);
+  CHECK(none.at("order").at("side") == "none");
+  std::cout << "ts.save directory: " << j.at("summary").at("passed") << " of 1139 pass against the run; fault bn_eps "
+            << "located at " << k.at("first_divergence").at("name") << " (" << note << ")\n";
+}
+
+TEST_CASE("a torch.save state dict is read through the Python helper, with a TroubleShooter weight map",
+          "[compare][trainer][python]") {
+  Files f;
+  const fs::path pth = reference_as(f, "torch_save", "after.pth");
+  const fs::path helper = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_save_to_safetensors.py";
+  const fs::path st = f.tmp.path() / "after.safetensors";
+  // wb itself reads no pickles: one line pointing at the helper.
+  const auto refused = wb::test::run_command(quote(WB_CLI) + " compare " + quote(f.run) + " " + quote(pth));
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("torch_save_to_safetensors.py") != std::string::npos);
+  const auto conv = wb::test::run_command(quote(WB_PYTHON) + " " + quote(helper) + " " + quote(pth) + " --out " + quote(st));
+  INFO(conv.output);
+  REQUIRE(conv.exit_code == 0);
+  const json j = compare_json(f.run, st, f.tmp.path() / "pth.json", 0);
+  CHECK(j.at("summary").at("passed") == 161 + 159);  // param_after and buffer_after
+  CHECK(j.at("summary").at("failed") == 0);
+
+  // Bad input to the helper: one line, exit 2.
+  std::ofstream(f.tmp.path() / "broken.pth") << "not a pickle";
+  const auto bad = wb::test::run_command(quote(WB_PYTHON) + " " + quote(helper) + " " +
+                                         quote(f.tmp.path() / "broken.pth") + " --out " + quote(f.tmp.path() / "x.st"));
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("broken.pth: not a torch.save file") != std::string::npos);
+  CHECK(std::count(bad.output.begin(), bad.output.end(), '\n') == 1);
+
+  // The same state under MindSpore's BatchNorm names (gamma, beta, moving_mean, moving_variance), and
+  // the weight map ts.migrator.get_weight_map writes for it: [{torch name: MindSpore name}, {}].
+  const fs::path ms_pth = f.tmp.path() / "ms.pth", ms_st = f.tmp.path() / "ms.safetensors",
+                 map = f.tmp.path() / "weight_map.json";
+  const std::string rename =
+      "import json, sys, torch\n"
+      "sd = torch.load(sys.argv[1])\n"
+      "ren = {'weight': 'gamma', 'bias': 'beta', 'running_mean': 'moving_mean', 'running_var': 'moving_variance'}\n"
+      "bns = {k.rsplit('.', 1)[0] for k in sd if k.endswith('running_var')}\n"
+      "names = {}\n"
+      "for k in sd:\n"
+      "    mod, leaf = k.rsplit('.', 1)\n"
+      "    names[k] = mod + '.' + ren[leaf] if mod in bns and leaf in ren else k\n"
+      "torch.save({names[k]: v for k, v in sd.items()}, sys.argv[2])\n"
+      "json.dump([names, {}], open(sys.argv[3], 'w'))\n";
+  std::ofstream(f.tmp.path() / "rename.py") << rename;
+  const auto ren = wb::test::run_command(quote(WB_PYTHON) + " " + quote(f.tmp.path() / "rename.py") + " " + quote(pth) +
+                                         " " + quote(ms_pth) + " " + quote(map));
+  INFO(ren.output);
+  REQUIRE(ren.exit_code == 0);
+  REQUIRE(wb::test::run_command(quote(WB_PYTHON) + " " + quote(helper) + " " + quote(ms_pth) + " --out " + quote(ms_st))
+              .exit_code == 0);
+  const json m = compare_json(f.run, ms_st, f.tmp.path() / "ms.json", 0, "--map " + quote(map) + " --no-auto");
+  CHECK(m.at("summary").at("passed") == 161 + 159);
+  // get_weight_map lists every state_dict name (the unchanged ones map to themselves), so every row
+  // pairs through the map; 53 BatchNorms have 4 renamed tensors each.
+  int paired = 0, renamed = 0;
+  for (const json& row : m.at("rows")) {
+    if (row.at("match") != "pair") continue;
+    ++paired;
+    CHECK(row.at("status") == "pass");
+    const std::string b = row.at("b_name").get<std::string>();
+    for (const char* ms : {".gamma", ".beta", ".moving_mean", ".moving_variance"}) {
+      renamed += b.size() > std::strlen(ms) && b.compare(b.size() - std::strlen(ms), std::strlen(ms), ms) == 0;
+    }
+  }
+  CHECK(paired == 161 + 159);
+  CHECK(renamed == 4 * 53);
+  std::cout << "torch.save state dict: " << j.at("summary").at("passed") << " tensors pass; under MindSpore names with "
+            << "the weight map: " << m.at("summary").at("passed") << " pass, " << paired << " paired by the map\n";
+}
