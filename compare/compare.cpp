@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstdio>
 #include <numeric>
 #include <thread>
@@ -41,14 +43,85 @@ const NamedTensor* base_of(const TensorSet& set, const std::string& key) {
   }
 }
 
+SideStats stats_of(const NamedTensor& t) {
+  if (t.stats) {
+    SideStats s;
+    s.max = t.stats->max;
+    s.min = t.stats->min;
+    s.mean = t.stats->mean;
+    s.l2norm = t.stats->norm;
+    return s;
+  }
+  return compute_metrics(t.tensor, t.tensor).a;
+}
+
+// A pair where one side recorded statistics only (msprobe's task "statistics"): what they allow.
+// The norm ratio bounds rel-L2 from below (| ||a|| - ||b|| | <= ||a - b||) and the differences of
+// max, min and mean bound the max abs error from below; cosine, rel-L2 itself, the scale and
+// element-wise checks need the elements and stay NaN.
+void compute_stats_row(RowResult& row, const NamedTensor& ta, const NamedTensor& tb) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  Metrics m;
+  m.numel = m.compared = tb.tensor.numel();
+  m.a = stats_of(ta);
+  m.b = stats_of(tb);
+  m.norm_ratio = m.b.l2norm > 0 ? m.a.l2norm / m.b.l2norm : (m.a.l2norm == 0 ? 1.0 : kNaN);
+  m.rel_l2 = std::isfinite(m.norm_ratio) ? std::fabs(1.0 - m.norm_ratio) : kNaN;
+  m.max_abs = std::max({std::fabs(m.a.max - m.b.max), std::fabs(m.a.min - m.b.min), std::fabs(m.a.mean - m.b.mean)});
+  m.mean_abs = m.max_rel = m.rmse = m.euc_dist = m.cosine = m.sqnr_db = kNaN;
+  m.allclose_ratio = m.one_thousandth_ratio = m.five_thousandths_ratio = kNaN;
+  m.scale = m.scale_stderr = m.scale_z = m.scale_noise_p = m.residual_rel_l2 = kNaN;
+  row.metrics = m;
+  const Thresholds& t = row.thresholds;
+  const std::string allows =
+      "statistics only: norm ratio, max, min and mean compared; rel-L2, cosine, max abs error and the scale need "
+      "the tensors";
+  auto fail = [&](const std::string& why) {
+    row.status = RowStatus::fail;
+    row.reason = why + " (" + allows + ")";
+  };
+  char buf[160];
+  if (t.bit_exact) {
+    // Recorded by the producer in fp32: Max and Min exactly, Mean and Norm as fp32 reductions over n
+    // elements, whose rounding grows like sqrt(n) ulps (3.5e-5 relative on a 2.4M-element weight).
+    const double n = static_cast<double>(std::max<std::int64_t>(m.numel, 1));
+    const double tol = 4.0 * 0x1p-23 * std::sqrt(n);
+    const double rms = m.b.l2norm / std::sqrt(n);
+    const bool same = m.a.max == m.b.max && m.a.min == m.b.min &&
+                      std::fabs(m.a.mean - m.b.mean) <= tol * (std::fabs(m.b.mean) + rms) &&
+                      std::fabs(m.a.l2norm - m.b.l2norm) <= tol * m.b.l2norm;
+    if (!same) {
+      std::snprintf(buf, sizeof buf, "statistics differ: max %.7g vs %.7g, min %.7g vs %.7g, norm %.7g vs %.7g",
+                    m.a.max, m.b.max, m.a.min, m.b.min, m.a.l2norm, m.b.l2norm);
+      return fail(buf);
+    }
+  }
+  if (t.rel_l2_max && !(m.rel_l2 <= *t.rel_l2_max)) {
+    std::snprintf(buf, sizeof buf, "norm ratio %.6g: rel-L2 is at least %.4g > %.4g", m.norm_ratio, m.rel_l2,
+                  *t.rel_l2_max);
+    return fail(buf);
+  }
+  if (t.max_abs_max && m.max_abs > *t.max_abs_max) {
+    std::snprintf(buf, sizeof buf, "max abs error at least %.4g > %.4g", m.max_abs, *t.max_abs_max);
+    return fail(buf);
+  }
+  row.status = RowStatus::pass;
+  row.reason = allows;
+}
+
 void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   const NamedTensor& ta = a.tensors[*row.a_index];
   const NamedTensor& tb = b.tensors[*row.b_index];
+  if (ta.stats_only() || tb.stats_only()) {
+    compute_stats_row(row, ta, tb);
+    return;
+  }
   row.metrics = compute_metrics(ta.tensor, tb.tensor, row.thresholds.tolerance);
   if (row.kind == TensorKind::param_after || row.kind == TensorKind::momentum) {
     const NamedTensor* a0 = base_of(a, ta.key);
     const NamedTensor* b0 = base_of(b, tb.key);
-    if (a0 != nullptr && b0 != nullptr && a0->tensor.numel() == ta.tensor.numel() &&
+    if (a0 != nullptr && b0 != nullptr && !a0->stats_only() && !b0->stats_only() &&
+        a0->tensor.numel() == ta.tensor.numel() &&
         b0->tensor.numel() == tb.tensor.numel()) {
       row.update_metrics = compute_update_metrics(view_of(ta.tensor), view_of(a0->tensor), view_of(tb.tensor),
                                                   view_of(b0->tensor), row.thresholds.tolerance);

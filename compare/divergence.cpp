@@ -92,7 +92,8 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
   d.name = row.name;
   d.kind = row.kind;
   d.reason = row.reason;
-  if (row.metrics && row.a_index && row.b_index) {
+  if (row.metrics && row.a_index && row.b_index && !a.tensors[*row.a_index].stats_only() &&
+      !b.tensors[*row.b_index].stats_only()) {
     d.worst = worst_elements(view_of(a.tensors[*row.a_index].tensor), view_of(b.tensors[*row.b_index].tensor),
                              row.b_shape, worst_count);
   }

@@ -196,6 +196,169 @@ TensorSet load_npy_dir(const fs::path& dir) {
   return set;
 }
 
+// msprobe's dtype spellings: PyTorch's "torch.float32", MindSpore's "Float32".
+std::optional<store::DType> msprobe_dtype(const std::string& text) {
+  std::string t = text;
+  if (t.rfind("torch.", 0) == 0) t = t.substr(6);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "float32" || t == "float") return store::DType::F32;
+  if (t == "float64" || t == "double") return store::DType::F64;
+  if (t == "float16" || t == "half") return store::DType::F16;
+  if (t == "bfloat16") return store::DType::BF16;
+  if (t == "int32" || t == "int") return store::DType::I32;
+  if (t == "int64" || t == "long") return store::DType::I64;
+  if (t == "uint8") return store::DType::U8;
+  if (t == "bool") return store::DType::BOOL;
+  return std::nullopt;
+}
+
+TensorSet load_msprobe(const fs::path& path) {
+  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  const fs::path json_path = fs::is_directory(path) ? path / "dump.json" : path;
+  const std::string where = json_path.string();
+  std::ifstream in(json_path);
+  if (!in) throw CompareError(where + ": cannot open msprobe's dump.json");
+  nlohmann::ordered_json dump;  // the order of "data" is the order the entries ran
+  try {
+    dump = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw CompareError(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!dump.is_object() || !dump.contains("data") || !dump["data"].is_object()) {
+    throw CompareError(where + ": expected msprobe's dump.json, an object with \"task\", \"level\" and \"data\"");
+  }
+  const std::string task = dump.value("task", std::string());
+  if (task != "tensor" && task != "statistics") {
+    throw CompareError(where + ": task \"" + task + "\" (expected \"tensor\" or \"statistics\")");
+  }
+  fs::path data_dir = dir / "dump_tensor_data";
+  if (!fs::is_directory(data_dir) && dump.contains("dump_data_dir") && dump["dump_data_dir"].is_string()) {
+    data_dir = dump["dump_data_dir"].get<std::string>();
+  }
+  TensorSet set;
+  set.source = dir.string();
+  std::int64_t skipped_backward = 0, stats_only = 0;
+  std::set<std::string> seen;
+
+  auto split = [](const std::string& key) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+      parts.push_back(key.substr(start, dot - start));
+    }
+    parts.push_back(key.substr(start));
+    return parts;
+  };
+  auto join = [](const std::vector<std::string>& parts, std::size_t from, std::size_t to) {
+    std::string s;
+    for (std::size_t i = from; i < to; ++i) s += (i > from ? "." : "") + parts[i];
+    return s;
+  };
+  auto is_number = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  };
+
+  // Forward calls per module path: act.<path>.<n> for modules that ran more than once.
+  std::map<std::string, int> forward_calls;
+  for (const auto& [key, value] : dump["data"].items()) {
+    const auto parts = split(key);
+    if (parts.size() >= 5 && parts[0] == "Module" && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
+      ++forward_calls[join(parts, 1, parts.size() - 3)];
+    }
+  }
+
+  auto add = [&](const std::string& name, const nlohmann::ordered_json& entry, const std::string& what) {
+    if (!entry.is_object()) return;
+    const std::string type = entry.value("type", std::string());
+    if (type.size() < 6 || type.compare(type.size() - 6, 6, "Tensor") != 0) return;  // ints, None, ...
+    if (!seen.insert(name).second) return;
+    NamedTensor nt;
+    nt.key = name;
+    nt.exec_order = static_cast<std::int64_t>(set.tensors.size());
+    const auto dtype = msprobe_dtype(entry.value("dtype", std::string()));
+    if (!dtype) {
+      throw CompareError(where + ": " + what + " has dtype " + entry.value("dtype", std::string("(none)")) +
+                         " (expected a float, int, uint8 or bool dtype)");
+    }
+    if (!entry.contains("shape") || !entry["shape"].is_array()) throw CompareError(where + ": " + what + " has no shape");
+    nt.tensor.name = name;
+    nt.tensor.dtype = *dtype;
+    for (const auto& d : entry["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) throw CompareError(where + ": " + what + " has a bad shape");
+      nt.tensor.shape.push_back(d.get<std::int64_t>());
+    }
+    const std::string data_name = entry.contains("data_name") && entry["data_name"].is_string()
+                                      ? entry["data_name"].get<std::string>() : std::string();
+    const fs::path file = data_dir / data_name;
+    if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy" && fs::exists(file)) {
+      store::HostTensor t = store::read_npy(file);
+      if (t.numel() != nt.tensor.numel()) {
+        throw CompareError(file.string() + ": holds " + std::to_string(t.numel()) + " elements, dump.json's " + what +
+                           " says " + std::to_string(nt.tensor.numel()));
+      }
+      t.name = name;
+      t.shape = nt.tensor.shape;
+      nt.tensor = std::move(t);
+    } else {
+      if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy") {
+        throw CompareError(where + ": " + what + "'s data file " + file.string() + " is missing");
+      }
+      RecordedStats st;
+      for (const auto& [field, target] : {std::pair<const char*, double*>{"Max", &st.max}, {"Min", &st.min},
+                                          {"Mean", &st.mean}, {"Norm", &st.norm}}) {
+        if (!entry.contains(field) || !entry[field].is_number()) {
+          throw CompareError(where + ": " + what + " has no number \"" + field + "\" (and no .npy data to read)");
+        }
+        *target = entry[field].get<double>();
+      }
+      nt.stats = st;
+      ++stats_only;
+    }
+    set.tensors.push_back(std::move(nt));
+  };
+
+  for (const auto& [key, value] : dump["data"].items()) {
+    const auto parts = split(key);
+    const bool module = parts.size() >= 4 && parts[0] == "Module";
+    if (module && parts.size() >= 5 && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
+      const std::string path_name = join(parts, 1, parts.size() - 3);
+      const std::string act = "act." + path_name + (forward_calls[path_name] > 1 ? "." + parts.back() : "");
+      if (value.contains("output") && value["output"].is_array() && !value["output"].empty()) {
+        add(act, value["output"][0], key + " output");
+      } else if (value.contains("output") && value["output"].is_object()) {
+        add(act, value["output"], key + " output");
+      }
+      if (value.contains("parameters") && value["parameters"].is_object()) {
+        for (const auto& [pname, p] : value["parameters"].items()) add("param." + path_name + "." + pname, p, key + " " + pname);
+      }
+    } else if (module && (parts.back() == "parameters_grad" || parts[parts.size() - 2] == "parameters_grad")) {
+      const std::size_t end = parts.back() == "parameters_grad" ? parts.size() - 2 : parts.size() - 3;
+      const std::string path_name = join(parts, 1, end);
+      if (!value.is_object()) continue;
+      for (const auto& [pname, g] : value.items()) {
+        add("grad." + path_name + "." + pname, g.is_array() && !g.empty() ? g[0] : g, key + " " + pname);
+      }
+    } else if (key.find(".backward") != std::string::npos) {
+      ++skipped_backward;
+    } else if (value.is_object() && value.contains("output")) {
+      const auto& out = value["output"];
+      if (out.is_array()) {
+        for (std::size_t i = 0; i < out.size(); ++i) add(key + ".output." + std::to_string(i), out[i], key + " output");
+      } else {
+        add(key + ".output.0", out, key + " output");
+      }
+    }
+  }
+  if (set.tensors.empty()) {
+    throw CompareError(where + ": no tensors in \"data\" (expected module or API entries with outputs)");
+  }
+  std::string origin = "msprobe's dump.json order";
+  if (stats_only > 0) origin += ", " + std::to_string(stats_only) + " tensor(s) with statistics only";
+  if (skipped_backward > 0) origin += ", " + std::to_string(skipped_backward) + " backward entries left out";
+  recorded_order(set, origin);
+  return set;
+}
+
 TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
   store::Reader reader(path);
   const std::vector<store::TensorInfo> infos = reader.tensors();
@@ -268,7 +431,8 @@ SetFormat detect_format(const fs::path& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) throw CompareError(path.string() + ": no such file or directory");
-  if (fs::is_directory(status)) return SetFormat::npy_dir;
+  if (fs::is_directory(status)) return fs::exists(path / "dump.json") ? SetFormat::msprobe : SetFormat::npy_dir;
+  if (path.filename() == "dump.json") return SetFormat::msprobe;
   if (has_sqlite_magic(path)) return SetFormat::run_file;
   const std::string ext = lower_extension(path);
   if (ext == ".safetensors") return SetFormat::safetensors;
@@ -304,6 +468,9 @@ TensorSet load_tensor_set(const fs::path& path, const LoadOptions& options) {
     }
     case SetFormat::npy_dir:
       set = load_npy_dir(path);
+      break;
+    case SetFormat::msprobe:
+      set = load_msprobe(path);
       break;
   }
   set.index();

@@ -137,6 +137,18 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
   c.a_source = header.a_path;
   c.b_source = header.b_path;
   c.profile = profile_from_name(header.profile);
+  // Whose execution order the walk followed (reports saved before it was recorded have none).
+  if (!header.json.empty()) {
+    try {
+      const json whole = json::parse(header.json);
+      if (whole.contains("order") && whole["order"].is_object()) {
+        c.order_side = text(whole["order"], "side");
+        c.order_note = text(whole["order"], "note");
+      }
+    } catch (const json::exception&) {
+      // The rows and the first divergence below are what matter; the order note is only shown.
+    }
+  }
   c.rows.reserve(rows.size());
   for (const auto& e : rows) {
     json j;

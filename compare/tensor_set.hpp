@@ -55,10 +55,18 @@ std::optional<std::int64_t> resnet50_forward_rank(std::string_view name);
 // taken as an execution order.
 enum class OrderSource { recorded, derived };
 
+// What a producer recorded of a tensor it did not save (msprobe's task "statistics").
+struct RecordedStats {
+  double max = 0.0, min = 0.0, mean = 0.0, norm = 0.0;
+};
+
 struct NamedTensor {
   std::string key;
   std::int64_t exec_order = 0;  // execution order within the set (see load.hpp)
-  store::HostTensor tensor;
+  store::HostTensor tensor;     // dtype and shape always; no data when `stats` is set
+  std::optional<RecordedStats> stats = std::nullopt;
+
+  bool stats_only() const { return stats.has_value(); }
 };
 
 // One side of a comparison.

@@ -2,7 +2,8 @@
 """An independent PyTorch reference of a wb-train run's dumped step, as a user's own tooling writes one.
 
     independent_reference.py RUN.sqlite --out REF.safetensors [--fault NAME] [--threads N]
-                             [--format safetensors|ts_save|torch_save] [--suffix S]
+                             [--format safetensors|ts_save|torch_save|msprobe] [--suffix S]
+                             [--msprobe-task tensor|statistics]
 
 It shares nothing with compare/reference/ (no wbformat, no wbdump, no torch_step): it reads the run
 file with sqlite3 and numpy, builds torchvision's resnet50, runs the step with plain torch (forward
@@ -15,7 +16,12 @@ labels against int64 ones, and so on, as it must for any reference it did not wr
 --format writes the same tensors as another tool would: ts_save makes OUT a directory of .npy files
 named as TroubleShooter's ts.save names them (one call per activation in execution order, one call
 per dict of parameters, gradients, ...: "{id}_{name}.npy", "{id}_{name}.{key}.npy", "_{suffix}" with
---suffix); torch_save writes torch.save(model.state_dict()) after the step to OUT (a .pth).
+--suffix); torch_save writes torch.save(model.state_dict()) after the step to OUT (a .pth); msprobe writes
+OUT/step0/rank0/ as msprobe's L0 (module level) dump does: dump.json with one entry per module
+forward call in the order they finish ("Module.<name>.<Class>.forward.<n>": input_args, output,
+parameters, each tensor with Max/Min/Mean/Norm and its data_name), "...parameters_grad.0" entries
+after backward, a backward entry for fc, and with --msprobe-task tensor the .npy files in
+dump_tensor_data/ (MindSpore's file type; PyTorch's msprobe writes .pt).
 
 --fault NAME plants one known mistake (see FAULTS); tests/test_compare_independent.cpp holds which
 tensor `wb compare` must name for each.
@@ -137,6 +143,65 @@ def write_ts_save(directory, out, act_order, suffix):
     save("momentum", group("momentum"))
 
 
+class MsprobeRecorder:
+    """msprobe's L0 dump.json, recorded with module hooks as msprobe records it."""
+
+    def __init__(self, task):
+        self.task = task
+        self.data = {}
+        self.files = {}
+        self.calls = {}
+
+    def entry(self, t, data_name):
+        import torch
+        t = t.detach()
+        f = t.float()
+        e = {"type": "torch.Tensor", "dtype": str(t.dtype), "shape": list(t.shape),
+             "Max": float(f.max()), "Min": float(f.min()), "Mean": float(f.mean()), "Norm": float(torch.norm(f)),
+             "requires_grad": bool(t.requires_grad)}
+        if self.task == "tensor":
+            e["data_name"] = data_name
+            self.files[data_name] = t.numpy().copy()
+        return e
+
+    def forward_hook(self, name):
+        def hook(module, inputs, output):
+            n = self.calls.get(name, 0)
+            self.calls[name] = n + 1
+            key = f"Module.{name}.{type(module).__name__}.forward.{n}"
+            self.data[key] = {
+                "input_args": [self.entry(x, f"{key}.input.{i}.npy") for i, x in enumerate(inputs)],
+                "input_kwargs": {},
+                "output": [self.entry(output, f"{key}.output.0.npy")],
+                "parameters": {p: self.entry(v, f"{key}.parameters.{p}.npy")
+                               for p, v in module.named_parameters(recurse=False)},
+            }
+        return hook
+
+    def gradients(self, model):
+        for name, module in model.named_modules():
+            params = dict(module.named_parameters(recurse=False))
+            if not name or not params:
+                continue
+            key = f"Module.{name}.{type(module).__name__}.parameters_grad.0"
+            self.data[key] = {p: [self.entry(v.grad, f"{key}.{p}.npy")] for p, v in params.items()}
+
+    def write(self, out):
+        import os
+        import numpy as np
+        rank = os.path.join(out, "step0", "rank0")
+        data_dir = os.path.join(rank, "dump_tensor_data")
+        os.makedirs(data_dir, exist_ok=True)
+        for name, array in self.files.items():
+            np.save(os.path.join(data_dir, name), array)
+        with open(os.path.join(rank, "dump.json"), "w") as f:
+            json.dump({"task": self.task, "level": "L0", "framework": "pytorch",
+                       "dump_data_dir": data_dir if self.task == "tensor" else None, "data": self.data}, f, indent=1)
+        for extra in ("stack.json", "construct.json"):
+            with open(os.path.join(rank, extra), "w") as f:
+                json.dump({}, f)
+
+
 def smooth_cross_entropy(logits, labels, smoothing, over_others):
     """Cross-entropy against a smoothed one-hot target, mean over the batch. over_others: the label
     keeps 1 - s and the others share s (MindSpore's CrossEntropySmooth); else every class gets s/C."""
@@ -228,6 +293,11 @@ def run(args):
     for name, module in model.named_modules():
         if name and (not list(module.children()) or isinstance(module, torchvision.models.resnet.Bottleneck)):
             module.register_forward_hook(hook_for(name))
+    msprobe = MsprobeRecorder(args.msprobe_task) if args.format == "msprobe" else None
+    if msprobe:
+        for name, module in model.named_modules():
+            if name:
+                module.register_forward_hook(msprobe.forward_hook(name))
 
     x = torch.from_numpy(out["input"].copy())
     if args.fault == "input_perturbed":
@@ -239,9 +309,19 @@ def run(args):
     over_others = config.get("loss_convention", "mindspore") == "mindspore"
     if args.fault == "loss_convention":
         over_others = not over_others
+    if args.format == "msprobe":
+        logits.retain_grad()
     loss = smooth_cross_entropy(logits, y, smoothing, over_others)
     out["loss"] = np.array(loss.item(), dtype=np.float32)
     loss.backward()
+    if msprobe:
+        msprobe.gradients(model)
+        if args.fault == "grad_scale":  # as the update sees it
+            g = model.get_parameter("layer3.0.conv1.weight").grad * 1.01
+            key = "Module.layer3.0.conv1.Conv2d.parameters_grad.0"
+            msprobe.data[key]["weight"] = [msprobe.entry(g, f"{key}.weight.npy")]
+        key = "Module.fc.Linear.backward.0"  # the gradient reaching fc's output; our dumps hold none
+        msprobe.data[key] = {"input": [msprobe.entry(logits.grad, f"{key}.input.0.npy")], "output": []}
 
     # Momentum SGD as the trainer documents it: weight decay on conv and fc weights, buf = m buf + g
     # (first step: buf = g), p -= lr buf; nesterov: p -= lr (g + m buf).
@@ -272,6 +352,8 @@ def run(args):
         write_ts_save(args.out, out, act_order, args.suffix)
     elif args.format == "torch_save":
         torch.save(model.state_dict(), args.out)
+    elif args.format == "msprobe":
+        msprobe.write(args.out)
     else:
         write_safetensors(args.out, out)
     print(f"independent_reference.py: wrote {args.out} ({len(out)} tensors, fault {args.fault or 'none'})",
@@ -284,7 +366,8 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--fault", choices=sorted(FAULTS))
     parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--format", choices=("safetensors", "ts_save", "torch_save"), default="safetensors")
+    parser.add_argument("--format", choices=("safetensors", "ts_save", "torch_save", "msprobe"), default="safetensors")
+    parser.add_argument("--msprobe-task", choices=("tensor", "statistics"), default="tensor")
     parser.add_argument("--suffix", default="", help="ts_save: TroubleShooter's suffix argument")
     args = parser.parse_args()
     try:

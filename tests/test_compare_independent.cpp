@@ -316,3 +316,56 @@ TEST_CASE("a torch.save state dict is read through the Python helper, with a Tro
   std::cout << "torch.save state dict: " << j.at("summary").at("passed") << " tensors pass; under MindSpore names with "
             << "the weight map: " << m.at("summary").at("passed") << " pass, " << paired << " paired by the map\n";
 }
+
+TEST_CASE("an msprobe dump directory is read in its dump.json order, with tensors or statistics only",
+          "[compare][trainer][python]") {
+  Files f;
+  // msprobe L0: dump.json ("Module.<name>.<Class>.forward.<n>", "...parameters_grad.0") and .npy files.
+  const fs::path full = reference_as(f, "msprobe", "msprobe_tensor") / "step0" / "rank0";
+  const json t = compare_json(f.run, full, f.tmp.path() / "msprobe_tensor.json", 0);
+  CHECK(t.at("summary").at("passed") == 174 + 161 + 161);  // activations, parameters, gradients
+  CHECK(t.at("summary").at("missing_a") == 8);             // layer1..4 and their downsample Sequentials
+
+  // Statistics only: compared on what they allow, and said so in every row.
+  const fs::path stats = reference_as(f, "msprobe", "msprobe_stats", "--msprobe-task statistics") / "step0" / "rank0";
+  const json s = compare_json(f.run, stats, f.tmp.path() / "msprobe_stats.json", 0);
+  CHECK(s.at("summary").at("passed") == 174 + 161 + 161);
+  for (const json& row : s.at("rows")) {
+    if (row.at("status") != "pass") continue;
+    CHECK(row.at("reason").get<std::string>().find("statistics only: norm ratio, max, min and mean compared") !=
+          std::string::npos);
+    CHECK(row.at("metrics").at("cosine") == "nan");
+  }
+  // A fault seen through statistics alone, and as side A the dump.json order leads the walk.
+  const fs::path faulty =
+      reference_as(f, "msprobe", "msprobe_fault", "--msprobe-task statistics --fault activation") / "step0" / "rank0";
+  const json k = compare_json(f.run, faulty, f.tmp.path() / "msprobe_fault.json", 1);
+  REQUIRE(!k.at("first_divergence").is_null());
+  CHECK(k.at("first_divergence").at("name") == "act.layer3.0.relu.0");
+  const fs::path plain = reference_as(f, "safetensors", "plain.safetensors");
+  const json m = compare_json(faulty, plain, f.tmp.path() / "msprobe_a.json", 1);
+  CHECK(m.at("order").at("side") == "A");
+  CHECK(m.at("order").at("note").get<std::string>().find("msprobe's dump.json order") != std::string::npos);
+  REQUIRE(!m.at("first_divergence").is_null());
+  CHECK(m.at("first_divergence").at("name") == "act.layer3.0.relu.0");
+
+  // Bad or partial input: one line, exit 2.
+  const fs::path bad = f.tmp.path() / "bad_msprobe";
+  fs::create_directories(bad);
+  for (const std::string& text : {std::string("{\"task\": \"tensor\", \"level\": \"L0\"}"),
+                                  std::string("{\"task\": \"overflow_check\", \"data\": {}}"), std::string("{\"task\": ")}) {
+    std::ofstream(bad / "dump.json") << text;
+    const auto r = wb::test::run_command(quote(WB_CLI) + " compare " + quote(f.run) + " " + quote(bad) + " --no-save");
+    CAPTURE(text, r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find((bad / "dump.json").string()) != std::string::npos);
+  }
+  // A data file that dump.json names but the directory lacks.
+  fs::remove(full / "dump_tensor_data" / "Module.conv1.Conv2d.forward.0.output.0.npy");
+  const auto missing = wb::test::run_command(quote(WB_CLI) + " compare " + quote(f.run) + " " + quote(full) + " --no-save");
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("is missing") != std::string::npos);
+  std::cout << "msprobe: tensors " << t.at("summary").at("passed") << " pass, statistics only "
+            << s.at("summary").at("passed") << " pass; fault activation via statistics at "
+            << k.at("first_divergence").at("name") << "\n";
+}
