@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
+#include <cstdio>
 #include <numeric>
 #include <thread>
 #include <tuple>
@@ -40,14 +43,85 @@ const NamedTensor* base_of(const TensorSet& set, const std::string& key) {
   }
 }
 
+SideStats stats_of(const NamedTensor& t) {
+  if (t.stats) {
+    SideStats s;
+    s.max = t.stats->max;
+    s.min = t.stats->min;
+    s.mean = t.stats->mean;
+    s.l2norm = t.stats->norm;
+    return s;
+  }
+  return compute_metrics(t.tensor, t.tensor).a;
+}
+
+// A pair where one side recorded statistics only (msprobe's task "statistics"): what they allow.
+// The norm ratio bounds rel-L2 from below (| ||a|| - ||b|| | <= ||a - b||) and the differences of
+// max, min and mean bound the max abs error from below; cosine, rel-L2 itself, the scale and
+// element-wise checks need the elements and stay NaN.
+void compute_stats_row(RowResult& row, const NamedTensor& ta, const NamedTensor& tb) {
+  constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+  Metrics m;
+  m.numel = m.compared = tb.tensor.numel();
+  m.a = stats_of(ta);
+  m.b = stats_of(tb);
+  m.norm_ratio = m.b.l2norm > 0 ? m.a.l2norm / m.b.l2norm : (m.a.l2norm == 0 ? 1.0 : kNaN);
+  m.rel_l2 = std::isfinite(m.norm_ratio) ? std::fabs(1.0 - m.norm_ratio) : kNaN;
+  m.max_abs = std::max({std::fabs(m.a.max - m.b.max), std::fabs(m.a.min - m.b.min), std::fabs(m.a.mean - m.b.mean)});
+  m.mean_abs = m.max_rel = m.rmse = m.euc_dist = m.cosine = m.sqnr_db = kNaN;
+  m.allclose_ratio = m.one_thousandth_ratio = m.five_thousandths_ratio = kNaN;
+  m.scale = m.scale_stderr = m.scale_z = m.scale_noise_p = m.residual_rel_l2 = kNaN;
+  row.metrics = m;
+  const Thresholds& t = row.thresholds;
+  const std::string allows =
+      "statistics only: norm ratio, max, min and mean compared; rel-L2, cosine, max abs error and the scale need "
+      "the tensors";
+  auto fail = [&](const std::string& why) {
+    row.status = RowStatus::fail;
+    row.reason = why + " (" + allows + ")";
+  };
+  char buf[160];
+  if (t.bit_exact) {
+    // Recorded by the producer in fp32: Max and Min exactly, Mean and Norm as fp32 reductions over n
+    // elements, whose rounding grows like sqrt(n) ulps (3.5e-5 relative on a 2.4M-element weight).
+    const double n = static_cast<double>(std::max<std::int64_t>(m.numel, 1));
+    const double tol = 4.0 * 0x1p-23 * std::sqrt(n);
+    const double rms = m.b.l2norm / std::sqrt(n);
+    const bool same = m.a.max == m.b.max && m.a.min == m.b.min &&
+                      std::fabs(m.a.mean - m.b.mean) <= tol * (std::fabs(m.b.mean) + rms) &&
+                      std::fabs(m.a.l2norm - m.b.l2norm) <= tol * m.b.l2norm;
+    if (!same) {
+      std::snprintf(buf, sizeof buf, "statistics differ: max %.7g vs %.7g, min %.7g vs %.7g, norm %.7g vs %.7g",
+                    m.a.max, m.b.max, m.a.min, m.b.min, m.a.l2norm, m.b.l2norm);
+      return fail(buf);
+    }
+  }
+  if (t.rel_l2_max && !(m.rel_l2 <= *t.rel_l2_max)) {
+    std::snprintf(buf, sizeof buf, "norm ratio %.6g: rel-L2 is at least %.4g > %.4g", m.norm_ratio, m.rel_l2,
+                  *t.rel_l2_max);
+    return fail(buf);
+  }
+  if (t.max_abs_max && m.max_abs > *t.max_abs_max) {
+    std::snprintf(buf, sizeof buf, "max abs error at least %.4g > %.4g", m.max_abs, *t.max_abs_max);
+    return fail(buf);
+  }
+  row.status = RowStatus::pass;
+  row.reason = allows;
+}
+
 void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   const NamedTensor& ta = a.tensors[*row.a_index];
   const NamedTensor& tb = b.tensors[*row.b_index];
+  if (ta.stats_only() || tb.stats_only()) {
+    compute_stats_row(row, ta, tb);
+    return;
+  }
   row.metrics = compute_metrics(ta.tensor, tb.tensor, row.thresholds.tolerance);
   if (row.kind == TensorKind::param_after || row.kind == TensorKind::momentum) {
     const NamedTensor* a0 = base_of(a, ta.key);
     const NamedTensor* b0 = base_of(b, tb.key);
-    if (a0 != nullptr && b0 != nullptr && a0->tensor.numel() == ta.tensor.numel() &&
+    if (a0 != nullptr && b0 != nullptr && !a0->stats_only() && !b0->stats_only() &&
+        a0->tensor.numel() == ta.tensor.numel() &&
         b0->tensor.numel() == tb.tensor.numel()) {
       row.update_metrics = compute_update_metrics(view_of(ta.tensor), view_of(a0->tensor), view_of(tb.tensor),
                                                   view_of(b0->tensor), row.thresholds.tolerance);
@@ -59,6 +133,15 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   row.status = v.pass ? RowStatus::pass : RowStatus::fail;
   row.reason = v.reason;
   auto add_note = [&](const std::string& note) { row.reason = row.reason.empty() ? note : row.reason + "; " + note; };
+  // A row failing on another check still says when its error is a systematic scale (a doubled gradient).
+  if (!v.pass && row.thresholds.scale_shift_min && v.reason.find("(systematic)") == std::string::npos) {
+    const Metrics& scaled = row.update_metrics ? *row.update_metrics : *row.metrics;
+    if (systematic_scale(scaled, *row.thresholds.scale_shift_min)) {
+      char s[32];
+      std::snprintf(s, sizeof s, "%.4g", scaled.scale);
+      add_note(std::string(row.update_metrics ? "update " : "") + "scaled by " + s + " (systematic)");
+    }
+  }
   if (!same_dtype) add_note("dtypes differ: " + dtype_text(ta.tensor.dtype) + " vs " + dtype_text(tb.tensor.dtype));
   if (ta.tensor.shape != tb.tensor.shape) {
     add_note("shapes " + shape_text(ta.tensor.shape) + " vs " + shape_text(tb.tensor.shape) + " hold one value each");
@@ -98,14 +181,59 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
   cmp.profile = options.profile;
   cmp.ambiguities = std::move(matched.ambiguities);
 
+  // The walk follows the side that recorded its execution order, A first; a file's key order never
+  // counts. Rows the ordering side lacks go right after the row before them in the other side's order.
   std::vector<std::int64_t> a_pos(a.tensors.size()), b_pos(b.tensors.size());
   {
     const auto wa = a.walk_order(), wb = b.walk_order();
     for (std::size_t p = 0; p < wa.size(); ++p) a_pos[wa[p]] = static_cast<std::int64_t>(p);
     for (std::size_t p = 0; p < wb.size(); ++p) b_pos[wb[p]] = static_cast<std::int64_t>(p);
   }
+  const bool a_leads = a.order_source == OrderSource::recorded || b.order_source != OrderSource::recorded;
+  if (a.order_source == OrderSource::recorded) {
+    cmp.order_side = "A";
+    cmp.order_note = "execution order: A's (" + a.order_origin + ")";
+  } else if (b.order_source == OrderSource::recorded) {
+    cmp.order_side = "B";
+    cmp.order_note = "execution order: B's (" + b.order_origin + ")";
+  } else {
+    cmp.order_side = "none";
+    cmp.order_note = "execution order: neither side recorded one (A: " + a.order_origin + "; B: " + b.order_origin +
+                     "), so the walk follows the ResNet-50 module order known from the names";
+  }
+  // Position of each row on the leading side; for a row only on the other side, the leading position
+  // of the nearest earlier row (in the other side's walk) that has one.
+  std::vector<std::pair<std::int64_t, std::int64_t>> lead_pos(matched.pairs.size());
+  {
+    std::vector<std::size_t> by_other;
+    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
+      const auto& p = matched.pairs[r];
+      if (a_leads ? p.a.has_value() : p.b.has_value()) {
+        lead_pos[r] = {a_leads ? a_pos[*p.a] : b_pos[*p.b], -1};
+      } else {
+        by_other.push_back(r);
+      }
+    }
+    // The other side's walk over every row it holds, to find each orphan's predecessor.
+    std::vector<std::pair<std::int64_t, std::size_t>> other;
+    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
+      const auto& p = matched.pairs[r];
+      const auto& side = a_leads ? p.b : p.a;
+      if (side) other.emplace_back(a_leads ? b_pos[*side] : a_pos[*side], r);
+    }
+    std::sort(other.begin(), other.end());
+    std::int64_t last = -1;
+    for (const auto& [pos, r] : other) {
+      const auto& p = matched.pairs[r];
+      if (a_leads ? p.a.has_value() : p.b.has_value()) {
+        last = lead_pos[r].first;
+      } else {
+        lead_pos[r] = {last, pos};
+      }
+    }
+  }
 
-  std::vector<std::tuple<int, std::int64_t, int>> sort_keys;
+  std::vector<std::tuple<int, std::int64_t, std::int64_t>> sort_keys;
   for (const MatchedPair& p : matched.pairs) {
     RowResult row;
     row.a_index = p.a;
@@ -145,7 +273,8 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
       row.status = RowStatus::shape_mismatch;
       row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
     }
-    sort_keys.emplace_back(walk_rank(row.kind), p.b ? b_pos[*p.b] : a_pos[*p.a], p.b ? 0 : 1);
+    const auto [lead, tie] = lead_pos[cmp.rows.size()];
+    sort_keys.emplace_back(walk_rank(row.kind), lead, tie);
     cmp.rows.push_back(std::move(row));
   }
 

@@ -57,6 +57,10 @@ struct Comparison {
   std::vector<RowResult> rows;  // in walk order
   std::vector<Ambiguity> ambiguities;
   std::optional<FirstDivergence> first_divergence;
+  // Whose execution order the walk follows: "A" or "B" (the side that recorded one, A first), or
+  // "none" (neither did: the kind order and the ResNet-50 module order known from the names).
+  std::string order_side = "none";
+  std::string order_note;  // one line for the report: which side and what recorded it
   std::int64_t passed = 0, failed = 0, missing_a = 0, missing_b = 0, skipped = 0;
 
   // Missing tensors are reported but do not fail a comparison: dumps legitimately differ in extras.

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "compare/compare.hpp"
+#include "compare/verdict.hpp"
 
 namespace wb::compare {
 namespace {
@@ -13,6 +14,16 @@ std::string fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g", v);
   return buf;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
+  s += ']';
+  return s;
 }
 
 bool forward_kind(TensorKind k) { return k == TensorKind::act || k == TensorKind::other; }
@@ -81,7 +92,8 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
   d.name = row.name;
   d.kind = row.kind;
   d.reason = row.reason;
-  if (row.metrics && row.a_index && row.b_index) {
+  if (row.metrics && row.a_index && row.b_index && !a.tensors[*row.a_index].stats_only() &&
+      !b.tensors[*row.b_index].stats_only()) {
     d.worst = worst_elements(view_of(a.tensors[*row.a_index].tensor), view_of(b.tensors[*row.b_index].tensor),
                              row.b_shape, worst_count);
   }
@@ -106,6 +118,16 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
     d.jump = own->rel_l2 / in_m->rel_l2;
     d.local = *d.jump >= kLocalJump;
   }
+  // A systematic scale is local when the input shows none, whatever their rel-L2s (the input's may be
+  // plain noise as large as the scale itself).
+  const bool scaled = row.reason.find("(systematic)") != std::string::npos;
+  std::optional<double> input_scale;
+  if (scaled && in_m != nullptr) {
+    input_scale = systematic_scale(*in_m, 0.0);
+    d.local = !input_scale.has_value();
+  }
+  const bool shape_mismatch = row.status == RowStatus::shape_mismatch;
+  if (shape_mismatch) d.local = true;
   if (row.kind == TensorKind::param_after || row.kind == TensorKind::momentum) {
     for (const RowResult& r : cmp.rows) {
       if (r.kind == TensorKind::grad && r.status == RowStatus::pass) {
@@ -124,11 +146,21 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
     s += " Optimizer-only divergence: the gradients match but the update does not; check the learning rate, "
          "momentum, dampening, weight decay and the update formula.";
     if (d.input_rel_l2) s += " (its gradient " + d.input_name + " has rel-L2 " + fmt(*d.input_rel_l2) + ")";
+  } else if (shape_mismatch) {
+    s += " A holds " + shape_text(row.a_shape) + " where B holds " + shape_text(row.b_shape) +
+         ": the strongest sign of a divergence; the operation that produced it (its kernel, stride, padding or "
+         "layout) is the likely cause" +
+         (d.input_name.empty() ? std::string(".") : ", its input " + d.input_name + " having matching shapes.");
   } else if (d.input_name.empty() || in_m == nullptr) {
     s += " No input to compare with: treated as local.";
+  } else if (scaled) {
+    s += input_scale ? " Its input " + d.input_name + " is scaled too (by " + fmt(*input_scale) +
+                           "): the scale is inherited."
+                     : " Its input " + d.input_name + " shows no systematic scale (s = " + fmt(in_m->scale) +
+                           ", rel-L2 " + fmt(in_m->rel_l2) + "): the scale is local, this operation is the likely cause.";
   } else if (d.local) {
     s += " Its input " + d.input_name + " has rel-L2 " + fmt(*d.input_rel_l2) + (d.rel_l2 ? " against " + fmt(*d.rel_l2) : "") +
-         " here (" + (std::isinf(*d.jump) ? std::string("from zero") : fmt(*d.jump) + "x") +
+         " here (" + (!d.jump || std::isinf(*d.jump) ? std::string("from zero") : fmt(*d.jump) + "x") +
          "): the error is local, this operation is the likely cause.";
   } else {
     s += " Its input " + d.input_name + " already has rel-L2 " + fmt(*d.input_rel_l2) + " (x" + fmt(*d.jump) +

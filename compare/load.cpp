@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -30,14 +31,27 @@ std::string lower_extension(const fs::path& path) {
   return ext;
 }
 
-// Order by kind, then by position in the file: what a file without recorded order tells us.
-void derive_exec_order(TensorSet& set) {
+// No recorded order: by kind, then by the ResNet-50 forward order known from the names; names it does
+// not know follow the known ones of their kind in file order.
+void derive_exec_order(TensorSet& set, std::string why) {
   std::vector<std::size_t> order(set.tensors.size());
   std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) {
-    return walk_rank(kind_of_key(set.tensors[x].key)) < walk_rank(kind_of_key(set.tensors[y].key));
-  });
+  std::vector<std::tuple<int, int, std::int64_t>> keys(set.tensors.size());
+  for (std::size_t i = 0; i < set.tensors.size(); ++i) {
+    const std::string& key = set.tensors[i].key;
+    const TensorKind kind = kind_of_key(key);
+    const auto rank = resnet50_forward_rank(base_name(key));
+    keys[i] = {walk_rank(kind), rank ? 0 : 1, rank ? *rank : 0};
+  }
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return keys[x] < keys[y]; });
   for (std::size_t pos = 0; pos < order.size(); ++pos) set.tensors[order[pos]].exec_order = static_cast<std::int64_t>(pos);
+  set.order_source = OrderSource::derived;
+  set.order_origin = std::move(why);
+}
+
+void recorded_order(TensorSet& set, std::string origin) {
+  set.order_source = OrderSource::recorded;
+  set.order_origin = std::move(origin);
 }
 
 TensorSet from_host_tensors(const fs::path& path, std::vector<store::HostTensor> tensors) {
@@ -73,7 +87,7 @@ TensorSet load_safetensors(const fs::path& path) {
   }
   const auto it = metadata.find(kExecOrderMetadataKey);
   if (it == metadata.end()) {
-    derive_exec_order(set);
+    derive_exec_order(set, "no order recorded (no __metadata__[\"" + std::string(kExecOrderMetadataKey) + "\"])");
     return set;
   }
   nlohmann::json orders;
@@ -100,6 +114,248 @@ TensorSet load_safetensors(const fs::path& path) {
     const auto o = orders.find(t.key);
     t.exec_order = o != orders.end() ? o->get<std::int64_t>() : next++;
   }
+  recorded_order(set, std::string("__metadata__[\"") + kExecOrderMetadataKey + "\"]");
+  return set;
+}
+
+// A directory of .npy files. TroubleShooter's ts.save names them "{id}_{name}.npy" (id counting
+// ts.save calls from 0 in execution order; a list, tuple or dict adds ".{idx}" or ".{key}" to the name,
+// and suffix=S appends "_S"): with every file numbered, the ids are a recorded order, and files of one
+// call keep the ResNet-50 order of their names. Without numbering nothing is recorded.
+TensorSet load_npy_dir(const fs::path& dir) {
+  struct Entry {
+    fs::path path;
+    std::optional<std::uint64_t> id;
+    std::string name;
+  };
+  std::vector<Entry> entries;
+  std::error_code ec;
+  for (const auto& de : fs::directory_iterator(dir, ec)) {
+    if (!de.is_regular_file() || lower_extension(de.path()) != ".npy") continue;
+    const std::string stem = de.path().stem().string();
+    Entry e{de.path(), std::nullopt, stem};
+    const auto underscore = stem.find('_');
+    if (underscore != std::string::npos && underscore > 0 && underscore + 1 < stem.size() &&
+        std::all_of(stem.begin(), stem.begin() + static_cast<std::ptrdiff_t>(underscore),
+                    [](unsigned char c) { return std::isdigit(c) != 0; }) &&
+        underscore <= 18) {
+      e.id = std::stoull(stem.substr(0, underscore));
+      e.name = stem.substr(underscore + 1);
+    }
+    entries.push_back(std::move(e));
+  }
+  if (ec) throw CompareError(dir.string() + ": cannot list the directory (" + ec.message() + ")");
+  if (entries.empty()) throw CompareError(dir.string() + ": the directory holds no .npy files");
+  const bool numbered = std::all_of(entries.begin(), entries.end(), [](const Entry& e) { return e.id.has_value(); });
+  if (!numbered) {
+    for (auto& e : entries) e.name = e.path.stem().string();
+  }
+  // ts.save's suffix=S ends every name in "_S": when all of them share one such ending (S without
+  // dots or underscores), it is the suffix, not part of the names.
+  std::string suffix;
+  if (numbered) {
+    const std::string& first = entries.front().name;
+    const auto cut = first.rfind('_');
+    if (cut != std::string::npos && cut > 0 && cut + 1 < first.size() &&
+        first.find('.', cut) == std::string::npos) {
+      const std::string tail = first.substr(cut);
+      const bool shared = std::all_of(entries.begin(), entries.end(), [&](const Entry& e) {
+        return e.name.size() > tail.size() && e.name.compare(e.name.size() - tail.size(), tail.size(), tail) == 0;
+      });
+      if (shared && entries.size() > 1) {
+        suffix = tail;
+        for (auto& e : entries) e.name.resize(e.name.size() - tail.size());
+      }
+    }
+  }
+  std::sort(entries.begin(), entries.end(), [](const Entry& x, const Entry& y) { return x.path.filename() < y.path.filename(); });
+  TensorSet set;
+  set.source = dir.string();
+  for (auto& e : entries) {
+    NamedTensor nt;
+    nt.key = e.name;
+    nt.tensor = store::read_npy(e.path);
+    nt.tensor.name = nt.key;
+    set.tensors.push_back(std::move(nt));
+  }
+  if (!numbered) {
+    derive_exec_order(set, "no order recorded (.npy files without TroubleShooter's {id}_ numbering)");
+    return set;
+  }
+  // Within one id (one ts.save call of a list or dict) the ResNet-50 order of the names, then the name.
+  std::vector<std::size_t> order(set.tensors.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  auto key_of = [&](std::size_t i) {
+    const auto rank = resnet50_forward_rank(base_name(set.tensors[i].key));
+    return std::tuple{*entries[i].id, rank ? 0 : 1, rank ? *rank : 0};
+  };
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return key_of(x) < key_of(y); });
+  for (std::size_t pos = 0; pos < order.size(); ++pos) set.tensors[order[pos]].exec_order = static_cast<std::int64_t>(pos);
+  recorded_order(set, "TroubleShooter's file numbering" +
+                          (suffix.empty() ? std::string() : ", suffix \"" + suffix.substr(1) + "\" left out of the names"));
+  return set;
+}
+
+// msprobe's dtype spellings: PyTorch's "torch.float32", MindSpore's "Float32".
+std::optional<store::DType> msprobe_dtype(const std::string& text) {
+  std::string t = text;
+  if (t.rfind("torch.", 0) == 0) t = t.substr(6);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (t == "float32" || t == "float") return store::DType::F32;
+  if (t == "float64" || t == "double") return store::DType::F64;
+  if (t == "float16" || t == "half") return store::DType::F16;
+  if (t == "bfloat16") return store::DType::BF16;
+  if (t == "int32" || t == "int") return store::DType::I32;
+  if (t == "int64" || t == "long") return store::DType::I64;
+  if (t == "uint8") return store::DType::U8;
+  if (t == "bool") return store::DType::BOOL;
+  return std::nullopt;
+}
+
+TensorSet load_msprobe(const fs::path& path) {
+  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  const fs::path json_path = fs::is_directory(path) ? path / "dump.json" : path;
+  const std::string where = json_path.string();
+  std::ifstream in(json_path);
+  if (!in) throw CompareError(where + ": cannot open msprobe's dump.json");
+  nlohmann::ordered_json dump;  // the order of "data" is the order the entries ran
+  try {
+    dump = nlohmann::ordered_json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw CompareError(where + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!dump.is_object() || !dump.contains("data") || !dump["data"].is_object()) {
+    throw CompareError(where + ": expected msprobe's dump.json, an object with \"task\", \"level\" and \"data\"");
+  }
+  const std::string task = dump.value("task", std::string());
+  if (task != "tensor" && task != "statistics") {
+    throw CompareError(where + ": task \"" + task + "\" (expected \"tensor\" or \"statistics\")");
+  }
+  fs::path data_dir = dir / "dump_tensor_data";
+  if (!fs::is_directory(data_dir) && dump.contains("dump_data_dir") && dump["dump_data_dir"].is_string()) {
+    data_dir = dump["dump_data_dir"].get<std::string>();
+  }
+  TensorSet set;
+  set.source = dir.string();
+  std::int64_t skipped_backward = 0, stats_only = 0;
+  std::set<std::string> seen;
+
+  auto split = [](const std::string& key) {
+    std::vector<std::string> parts;
+    std::size_t start = 0;
+    for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+      parts.push_back(key.substr(start, dot - start));
+    }
+    parts.push_back(key.substr(start));
+    return parts;
+  };
+  auto join = [](const std::vector<std::string>& parts, std::size_t from, std::size_t to) {
+    std::string s;
+    for (std::size_t i = from; i < to; ++i) s += (i > from ? "." : "") + parts[i];
+    return s;
+  };
+  auto is_number = [](const std::string& s) {
+    return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+  };
+
+  // Forward calls per module path: act.<path>.<n> for modules that ran more than once.
+  std::map<std::string, int> forward_calls;
+  for (const auto& [key, value] : dump["data"].items()) {
+    const auto parts = split(key);
+    if (parts.size() >= 5 && parts[0] == "Module" && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
+      ++forward_calls[join(parts, 1, parts.size() - 3)];
+    }
+  }
+
+  auto add = [&](const std::string& name, const nlohmann::ordered_json& entry, const std::string& what) {
+    if (!entry.is_object()) return;
+    const std::string type = entry.value("type", std::string());
+    if (type.size() < 6 || type.compare(type.size() - 6, 6, "Tensor") != 0) return;  // ints, None, ...
+    if (!seen.insert(name).second) return;
+    NamedTensor nt;
+    nt.key = name;
+    nt.exec_order = static_cast<std::int64_t>(set.tensors.size());
+    const auto dtype = msprobe_dtype(entry.value("dtype", std::string()));
+    if (!dtype) {
+      throw CompareError(where + ": " + what + " has dtype " + entry.value("dtype", std::string("(none)")) +
+                         " (expected a float, int, uint8 or bool dtype)");
+    }
+    if (!entry.contains("shape") || !entry["shape"].is_array()) throw CompareError(where + ": " + what + " has no shape");
+    nt.tensor.name = name;
+    nt.tensor.dtype = *dtype;
+    for (const auto& d : entry["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0) throw CompareError(where + ": " + what + " has a bad shape");
+      nt.tensor.shape.push_back(d.get<std::int64_t>());
+    }
+    const std::string data_name = entry.contains("data_name") && entry["data_name"].is_string()
+                                      ? entry["data_name"].get<std::string>() : std::string();
+    const fs::path file = data_dir / data_name;
+    if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy" && fs::exists(file)) {
+      store::HostTensor t = store::read_npy(file);
+      if (t.numel() != nt.tensor.numel()) {
+        throw CompareError(file.string() + ": holds " + std::to_string(t.numel()) + " elements, dump.json's " + what +
+                           " says " + std::to_string(nt.tensor.numel()));
+      }
+      t.name = name;
+      t.shape = nt.tensor.shape;
+      nt.tensor = std::move(t);
+    } else {
+      if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy") {
+        throw CompareError(where + ": " + what + "'s data file " + file.string() + " is missing");
+      }
+      RecordedStats st;
+      for (const auto& [field, target] : {std::pair<const char*, double*>{"Max", &st.max}, {"Min", &st.min},
+                                          {"Mean", &st.mean}, {"Norm", &st.norm}}) {
+        if (!entry.contains(field) || !entry[field].is_number()) {
+          throw CompareError(where + ": " + what + " has no number \"" + field + "\" (and no .npy data to read)");
+        }
+        *target = entry[field].get<double>();
+      }
+      nt.stats = st;
+      ++stats_only;
+    }
+    set.tensors.push_back(std::move(nt));
+  };
+
+  for (const auto& [key, value] : dump["data"].items()) {
+    const auto parts = split(key);
+    const bool module = parts.size() >= 4 && parts[0] == "Module";
+    if (module && parts.size() >= 5 && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
+      const std::string path_name = join(parts, 1, parts.size() - 3);
+      const std::string act = "act." + path_name + (forward_calls[path_name] > 1 ? "." + parts.back() : "");
+      if (value.contains("output") && value["output"].is_array() && !value["output"].empty()) {
+        add(act, value["output"][0], key + " output");
+      } else if (value.contains("output") && value["output"].is_object()) {
+        add(act, value["output"], key + " output");
+      }
+      if (value.contains("parameters") && value["parameters"].is_object()) {
+        for (const auto& [pname, p] : value["parameters"].items()) add("param." + path_name + "." + pname, p, key + " " + pname);
+      }
+    } else if (module && (parts.back() == "parameters_grad" || parts[parts.size() - 2] == "parameters_grad")) {
+      const std::size_t end = parts.back() == "parameters_grad" ? parts.size() - 2 : parts.size() - 3;
+      const std::string path_name = join(parts, 1, end);
+      if (!value.is_object()) continue;
+      for (const auto& [pname, g] : value.items()) {
+        add("grad." + path_name + "." + pname, g.is_array() && !g.empty() ? g[0] : g, key + " " + pname);
+      }
+    } else if (key.find(".backward") != std::string::npos) {
+      ++skipped_backward;
+    } else if (value.is_object() && value.contains("output")) {
+      const auto& out = value["output"];
+      if (out.is_array()) {
+        for (std::size_t i = 0; i < out.size(); ++i) add(key + ".output." + std::to_string(i), out[i], key + " output");
+      } else {
+        add(key + ".output.0", out, key + " output");
+      }
+    }
+  }
+  if (set.tensors.empty()) {
+    throw CompareError(where + ": no tensors in \"data\" (expected module or API entries with outputs)");
+  }
+  std::string origin = "msprobe's dump.json order";
+  if (stats_only > 0) origin += ", " + std::to_string(stats_only) + " tensor(s) with statistics only";
+  if (skipped_backward > 0) origin += ", " + std::to_string(skipped_backward) + " backward entries left out";
+  recorded_order(set, origin);
   return set;
 }
 
@@ -165,6 +421,7 @@ TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
     throw CompareError(path.string() + ": no tensors for source '" + source + "', step " + std::to_string(*step) +
                        ", rank " + std::to_string(*rank));
   }
+  recorded_order(set, "the run file's exec_order");
   return set;
 }
 
@@ -174,12 +431,18 @@ SetFormat detect_format(const fs::path& path) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) throw CompareError(path.string() + ": no such file or directory");
-  if (fs::is_directory(status)) return SetFormat::npy_dir;
+  if (fs::is_directory(status)) return fs::exists(path / "dump.json") ? SetFormat::msprobe : SetFormat::npy_dir;
+  if (path.filename() == "dump.json") return SetFormat::msprobe;
   if (has_sqlite_magic(path)) return SetFormat::run_file;
   const std::string ext = lower_extension(path);
   if (ext == ".safetensors") return SetFormat::safetensors;
   if (ext == ".npz") return SetFormat::npz;
   if (ext == ".npy") return SetFormat::npy;
+  if (ext == ".pt" || ext == ".pth") {
+    throw CompareError(path.string() + ": a torch.save pickle, which wb does not read; convert it first with "
+                       "/usr/bin/python3 compare/reference/torch_save_to_safetensors.py " + path.string() +
+                       " --out REF.safetensors");
+  }
   if (ext == ".sqlite" || ext == ".db") {
     throw CompareError(path.string() + ": not a wb run file (no SQLite header)");
   }
@@ -194,19 +457,20 @@ TensorSet load_tensor_set(const fs::path& path, const LoadOptions& options) {
     case SetFormat::safetensors: set = load_safetensors(path); break;
     case SetFormat::npz:
       set = from_host_tensors(path, store::read_npz(path));
-      derive_exec_order(set);
+      derive_exec_order(set, "no order recorded (.npz)");
       break;
     case SetFormat::npy: {
       std::vector<store::HostTensor> one;
       one.push_back(store::read_npy(path));
       set = from_host_tensors(path, std::move(one));
-      derive_exec_order(set);
+      derive_exec_order(set, "no order recorded (.npy)");
       break;
     }
     case SetFormat::npy_dir:
-      set = from_host_tensors(path, store::read_tensor_dir(path));
-      if (set.tensors.empty()) throw CompareError(path.string() + ": the directory holds no .npy files");
-      derive_exec_order(set);
+      set = load_npy_dir(path);
+      break;
+    case SetFormat::msprobe:
+      set = load_msprobe(path);
       break;
   }
   set.index();

@@ -1,5 +1,14 @@
 // Loading one side of a comparison: a run file (its `tensor` table), a .safetensors file, an .npz,
-// a single .npy, or a directory of .npy files (TroubleShooter's "{index}_{name}.npy" accepted).
+// a single .npy, a directory of .npy files (TroubleShooter's "{index}_{name}.npy" accepted), or an
+// msprobe dump directory (dump.json, with .npy files in dump_tensor_data/ or statistics only).
+//
+// msprobe (L0, module level): "Module.<path>.<Class>.forward.<n>" gives act.<path> (act.<path>.<n>
+// when the module ran more than once) from its output and param.<path>.<name> from its parameters;
+// "Module.<path>.<Class>.parameters_grad[.<n>]" gives grad.<path>.<name>; API-level entries
+// ("Functional.relu.0.forward", ...) keep their names with ".output.<i>" (kind other); backward
+// entries (gradients of module inputs and outputs, which our dumps do not hold) are left out.
+// dump.json lists the entries as they ran: that is the recorded order. A tensor whose data file is
+// not an .npy (PyTorch's .pt) or is absent (task "statistics") keeps its Max/Min/Mean/Norm only.
 //
 // Execution order: a run file's exec_order column; a safetensors file's __metadata__["wb.exec_order"]
 // (a JSON object key -> order) when present; otherwise derived from the kind order (input, label,
@@ -15,7 +24,7 @@
 
 namespace wb::compare {
 
-enum class SetFormat { run_file, safetensors, npz, npy, npy_dir };
+enum class SetFormat { run_file, safetensors, npz, npy, npy_dir, msprobe };
 
 // Which dump of a run file to read. Unset fields pick the only value present; with several, step
 // and rank pick the smallest and source prefers "run".

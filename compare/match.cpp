@@ -49,11 +49,51 @@ std::string MappingFile::rewrite(std::string_view a_key) const {
   return key;
 }
 
+namespace {
+
+// TroubleShooter's weight map (ts.migrator.get_weight_map writes [name_map, value_map], name_map
+// {PyTorch state_dict name: MindSpore name}): A's names are PyTorch's, B's MindSpore's, so every dump
+// key of a state tensor pairs up (param./grad./param_after./momentum./buffer./buffer_after.), and
+// the MindSpore name alone for a reference saved without our prefixes.
+MappingFile parse_weight_map(const nlohmann::json& names, const nlohmann::json* values, std::string_view origin) {
+  MappingFile m;
+  m.origin = std::string(origin);
+  for (const auto& [pt, ms] : names.items()) {
+    if (!ms.is_string()) {
+      throw CompareError(m.origin + ": weight map entry \"" + pt + "\" must be a string (the MindSpore name)");
+    }
+    const std::string b = ms.get<std::string>();
+    for (const char* kind : {"param", "grad", "param_after", "momentum", "buffer", "buffer_after"}) {
+      m.pairs.emplace_back(make_key(kind, pt), make_key(kind, b));
+    }
+    m.pairs.emplace_back(make_key("param", pt), b);
+    m.pairs.emplace_back(make_key("buffer", pt), b);
+  }
+  if (values != nullptr) {
+    if (!values->is_object()) throw CompareError(m.origin + ": the weight map's second element must be an object");
+    if (!values->empty()) {
+      throw CompareError(m.origin + ": the weight map converts the value of \"" + values->begin().key() + "\" with " +
+                         values->begin().value().dump() +
+                         ", which wb cannot apply (expected an empty value map: compare converted tensors instead)");
+    }
+  }
+  return m;
+}
+
+bool is_weight_map(const nlohmann::json& json) {
+  return json.is_array() && !json.empty() && json.size() <= 2 && json[0].is_object() &&
+         (json.size() == 1 || json[1].is_object());
+}
+
+}  // namespace
+
 MappingFile parse_mapping(const nlohmann::json& json, std::string_view origin) {
+  if (is_weight_map(json)) return parse_weight_map(json[0], json.size() > 1 ? &json[1] : nullptr, origin);
   MappingFile m;
   m.origin = std::string(origin);
   if (!json.is_object()) {
-    throw CompareError(m.origin + ": a mapping file must be a JSON object with \"pairs\", \"rules\", \"thresholds\" or \"auto\"");
+    throw CompareError(m.origin + ": a mapping file must be a JSON object with \"pairs\", \"rules\", \"thresholds\" or \"auto\", "
+                       "or TroubleShooter's weight map [{PyTorch name: MindSpore name}, {}]");
   }
   for (const auto& [key, value] : json.items()) {
     if (key == "pairs") {
@@ -146,13 +186,17 @@ MatchResult match_tensors(const TensorSet& a, const TensorSet& b, const MatchOpt
   for (std::size_t i = 0; i < a.tensors.size(); ++i) {
     const std::string& key = a.tensors[i].key;
     if (map != nullptr) {
-      const auto p = std::find_if(map->pairs.begin(), map->pairs.end(), [&](const auto& x) { return x.first == key; });
-      if (p != map->pairs.end()) {
-        if (auto j = b.position(p->second); j && !b_taken[*j]) {
+      // The first pair naming this key whose B tensor exists and is free.
+      bool paired = false;
+      for (const auto& p : map->pairs) {
+        if (p.first != key) continue;
+        if (auto j = b.position(p.second); j && !b_taken[*j]) {
           take(i, *j, MatchMethod::pair);
-          continue;
+          paired = true;
+          break;
         }
       }
+      if (paired) continue;
       if (const std::string rewritten = map->rewrite(key); rewritten != key) {
         if (auto j = b.position(rewritten); j && !b_taken[*j]) {
           take(i, *j, MatchMethod::rule);

@@ -13,6 +13,11 @@
 //     "auto": true                                                // order+shape matching (default)
 //   }
 //
+// TroubleShooter's weight map (ts.migrator.get_weight_map's JSON, [{PyTorch name: MindSpore name},
+// {value conversions}]) is a mapping file too: each name pairs under every state kind (param.,
+// grad., param_after., momentum., buffer., buffer_after.) and, for param and buffer, with the bare
+// MindSpore name. Value conversions cannot be applied here and are refused.
+//
 // Automatic matching aligns the unmatched tensors of both sides in execution order (a longest common
 // subsequence where two tensors are compatible when their shapes are equal and their kinds agree or
 // are unknown), so an extra or missing tensor shifts nothing after it. A pair is ambiguous when

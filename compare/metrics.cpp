@@ -55,7 +55,7 @@ std::size_t elem_size(store::DType d) { return store::dtype_size(d); }
 
 // Partial sums of one chunk, or of a whole tensor.
 struct Acc {
-  double sum_abs = 0, sum_d2 = 0, sum_a2 = 0, sum_b2 = 0, dot = 0, sum_a = 0, sum_b = 0;
+  double sum_abs = 0, sum_d2 = 0, sum_a2 = 0, sum_b2 = 0, dot = 0, dot_db = 0, sum_a = 0, sum_b = 0;
   double min_a = kInf, max_a = -kInf, min_b = kInf, max_b = -kInf;
   std::int64_t n_close = 0, n_1k = 0, n_5k = 0;
   double max_abs = -1.0;
@@ -97,7 +97,7 @@ std::int64_t fix_nonfinite(double* a, double* b, std::int64_t n, std::int64_t ba
 
 // Partial sums of one chunk.
 struct Partial {
-  double s_abs = 0, s_d2 = 0, s_a2 = 0, s_b2 = 0, s_ab = 0, s_a = 0, s_b = 0;
+  double s_abs = 0, s_d2 = 0, s_a2 = 0, s_b2 = 0, s_ab = 0, s_db = 0, s_a = 0, s_b = 0;
   double mn_a = kInf, mx_a = -kInf, mn_b = kInf, mx_b = -kInf, mx_abs = 0, mx_rel = 0;
   std::int64_t c_close = 0, c_1k = 0, c_5k = 0;
 
@@ -110,11 +110,11 @@ struct Partial {
 // and four double lanes halve its cost where the CPU has them.
 __attribute__((target_clones("avx2", "default"))) Partial reduce_chunk(const double* a, const double* b,
                                                                         std::int64_t n, Tolerance tol) {
-  double s_abs = 0, s_d2 = 0, s_a2 = 0, s_b2 = 0, s_ab = 0, s_a = 0, s_b = 0;
+  double s_abs = 0, s_d2 = 0, s_a2 = 0, s_b2 = 0, s_ab = 0, s_db = 0, s_a = 0, s_b = 0;
   double mn_a = kInf, mx_a = -kInf, mn_b = kInf, mx_b = -kInf, mx_abs = 0, mx_rel = 0;
   std::int64_t c_close = 0, c_1k = 0, c_5k = 0;
   const double rtol = tol.rtol, atol = tol.atol;
-#pragma omp simd reduction(+ : s_abs, s_d2, s_a2, s_b2, s_ab, s_a, s_b, c_close, c_1k, c_5k) \
+#pragma omp simd reduction(+ : s_abs, s_d2, s_a2, s_b2, s_ab, s_db, s_a, s_b, c_close, c_1k, c_5k) \
     reduction(min : mn_a, mn_b) reduction(max : mx_a, mx_b, mx_abs, mx_rel)
   for (std::int64_t i = 0; i < n; ++i) {
     const double x = a[i], y = b[i];
@@ -126,6 +126,7 @@ __attribute__((target_clones("avx2", "default"))) Partial reduce_chunk(const dou
     s_a2 += x * x;
     s_b2 += y * y;
     s_ab += x * y;
+    s_db += d * y;
     s_a += x;
     s_b += y;
     mn_a = x < mn_a ? x : mn_a;
@@ -138,7 +139,7 @@ __attribute__((target_clones("avx2", "default"))) Partial reduce_chunk(const dou
     c_1k += rel < 1e-3 ? 1 : 0;
     c_5k += rel < 5e-3 ? 1 : 0;
   }
-  return Partial{s_abs, s_d2, s_a2, s_b2, s_ab, s_a, s_b, mn_a, mx_a, mn_b, mx_b, mx_abs, mx_rel, c_close, c_1k, c_5k};
+  return Partial{s_abs, s_d2, s_a2, s_b2, s_ab, s_db, s_a, s_b, mn_a, mx_a, mn_b, mx_b, mx_abs, mx_rel, c_close, c_1k, c_5k};
 }
 
 // Adds a chunk's partials to the totals. Mismatched pairs were zeroed, so they look like exact
@@ -151,6 +152,7 @@ void merge_chunk(const double* a, const double* b, std::int64_t n, std::int64_t 
   acc.sum_a2 += p.s_a2;
   acc.sum_b2 += p.s_b2;
   acc.dot += p.s_ab;
+  acc.dot_db += p.s_db;
   acc.sum_a += p.s_a;
   acc.sum_b += p.s_b;
   acc.min_a = std::min(acc.min_a, p.mn_a);
@@ -214,6 +216,32 @@ Metrics finish(const Acc& acc, std::int64_t numel, Tolerance tol) {
     m.cosine = std::clamp(acc.dot / (na * nb), -1.0, 1.0);
   }
   m.sqnr_db = acc.sum_d2 == 0.0 ? kInf : (nb == 0.0 ? -kInf : 20.0 * std::log10(nb / m.euc_dist));
+  // The scale. s - 1 = <d,b>/<b,b> and ||a - s b||^2 = ||d||^2 - <d,b>^2/<b,b> are taken from d
+  // itself: through <a,b> and ||a||^2 they would cancel to nothing when a and b agree to fp32 precision.
+  if (nb == 0.0) {
+    m.norm_ratio = na == 0.0 ? 1.0 : kInf;
+    m.scale = na == 0.0 ? 1.0 : kNaN;
+    m.scale_stderr = na == 0.0 ? 0.0 : kNaN;
+    m.scale_z = na == 0.0 ? 0.0 : kNaN;
+    m.residual_rel_l2 = na == 0.0 ? 0.0 : kInf;
+  } else {
+    m.norm_ratio = na / nb;
+    const double shift = acc.dot_db / acc.sum_b2;
+    m.scale = 1.0 + shift;
+    const double residual2 = std::max(0.0, acc.sum_d2 - acc.dot_db * shift);
+    m.residual_rel_l2 = std::sqrt(residual2) / nb;
+    m.scale_stderr = n >= 2 ? m.residual_rel_l2 / std::sqrt(dn - 1.0) : kInf;
+    if (acc.sum_d2 > 0.0) {
+      m.scale_noise_p = std::pow(std::sqrt(residual2 / acc.sum_d2), dn - 1.0);
+    }
+    if (shift == 0.0) {
+      m.scale_z = 0.0;
+    } else if (m.scale_stderr == 0.0) {
+      m.scale_z = kInf;
+    } else {
+      m.scale_z = std::fabs(shift) / m.scale_stderr;
+    }
+  }
   m.allclose_count = acc.n_close;
   m.allclose_ratio = static_cast<double>(acc.n_close) / dn;
   m.one_thousandth_count = acc.n_1k;

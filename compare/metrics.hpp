@@ -10,6 +10,16 @@
 //   allclose ratio     count(|d| <= atol + rtol |b|) / n   (b is the reference, as in numpy)
 //   1‰ / 5‰ ratios     count(|d| / max(|b|, eps) < 0.001 or < 0.005) / n   (msprobe)
 //   SQNR               20 log10(||b|| / ||d||) dB  (+inf when ||d|| = 0; -inf when only ||b|| = 0)
+//   norm ratio         ||a|| / ||b||               (1 when both are 0; +inf when only ||b|| = 0)
+//   scale              <a,b> / <b,b>, the least-squares s of a ~ s b, computed as 1 + <d,b>/<b,b>
+//                      (1 when both norms are 0; NaN when only ||b|| = 0)
+//   scale std. error   ||a - s b|| / (||b|| sqrt(n - 1)): the spread of s that noise of the residual's
+//                      size, uncorrelated with b, gives (+inf for n < 2)
+//   scale z            |s - 1| / std. error: how many standard errors the scale stands from 1 (0 when
+//                      s = 1, +inf when the residual is 0 and s != 1)
+//   scale noise p      (||a - s b|| / ||a - b||)^(n-1): a bound on the chance that noise of this rel-L2
+//                      pointing in a random direction lines up with b as well as d = a - b does (the
+//                      cap of the (n-1)-sphere around b); 1 when d = 0
 // Non-finite values follow msprobe: where both sides hold the same non-finite value (NaN and NaN, or
 // the same infinity) the pair counts as 0 and 0; where they differ it is a position mismatch, counted
 // and left out of every metric (n excludes it). Per-side statistics count non-finite elements as 0.
@@ -68,6 +78,13 @@ struct Metrics {
   double euc_dist = 0.0;
   double cosine = 1.0;
   double sqnr_db = std::numeric_limits<double>::infinity();
+  double norm_ratio = 1.0;
+  double scale = 1.0;
+  double scale_stderr = 0.0;
+  double scale_z = 0.0;
+  double scale_noise_p = 1.0;
+  // ||a - s b|| / ||b||: the rel-L2 left when the scale is taken out (what noise is, by assumption).
+  double residual_rel_l2 = 0.0;
   Tolerance tolerance;
   std::int64_t allclose_count = 0;
   double allclose_ratio = 1.0;

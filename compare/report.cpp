@@ -135,6 +135,12 @@ nlohmann::json metrics_to_json(const Metrics& m) {
   j["euc_dist"] = num(m.euc_dist);
   j["cosine"] = num(m.cosine);
   j["sqnr_db"] = num(m.sqnr_db);
+  j["norm_ratio"] = num(m.norm_ratio);
+  j["scale"] = num(m.scale);
+  j["scale_stderr"] = num(m.scale_stderr);
+  j["scale_z"] = num(m.scale_z);
+  j["scale_noise_p"] = num(m.scale_noise_p);
+  j["residual_rel_l2"] = num(m.residual_rel_l2);
   j["allclose_ratio"] = num(m.allclose_ratio);
   j["allclose_count"] = m.allclose_count;
   j["rtol"] = m.tolerance.rtol;
@@ -159,6 +165,7 @@ nlohmann::json to_json(const Comparison& c) {
   j["a"] = c.a_source;
   j["b"] = c.b_source;
   j["profile"] = std::string(profile_name(c.profile));
+  j["order"] = {{"side", c.order_side}, {"note", c.order_note}};
   j["summary"] = {{"total", c.rows.size()}, {"passed", c.passed},       {"failed", c.failed},
                   {"missing_a", c.missing_a}, {"missing_b", c.missing_b}, {"skipped", c.skipped},
                   {"all_pass", c.all_pass()}};
@@ -185,7 +192,9 @@ void print_table(std::ostream& out, const Comparison& c, const TableOptions& opt
   std::size_t name_w = 4;
   for (const RowResult* r : rows) name_w = std::max(name_w, std::min<std::size_t>(r->name.size(), 44));
 
-  out << "A: " << c.a_source << "\nB: " << c.b_source << " (reference)\nprofile: " << profile_name(c.profile) << "\n\n";
+  out << "A: " << c.a_source << "\nB: " << c.b_source << " (reference)\nprofile: " << profile_name(c.profile) << "\n";
+  if (!c.order_note.empty()) out << c.order_note << "\n";
+  out << "\n";
   out << bold << pad("#", 5, true) << "  " << pad("status", 6) << "  " << pad("name", name_w) << "  " << pad("shape", 16)
       << "  " << pad("max abs", 10, true) << "  " << pad("max rel", 10, true) << "  " << pad("cosine", 12, true) << "  "
       << pad("rel-L2", 10, true) << "  " << pad("rmse", 10, true) << "  " << pad("allclose", 8, true) << "  "
@@ -264,7 +273,8 @@ std::string csv_header() {
   return "NPU Name,Bench Name,NPU Dtype,Bench Dtype,NPU Tensor Shape,Bench Tensor Shape,Cosine,MaxAbsErr,"
          "MaxRelativeErr,One Thousandth Err Ratio,Five Thousandths Err Ratio,NPU max,NPU min,NPU mean,NPU l2norm,"
          "Bench max,Bench min,Bench mean,Bench l2norm,Accuracy Reached or Not,Err_message,"
-         "MeanAbsErr,EucDist,RMSE,RelL2,AllcloseRatio,SQNR(dB),NaN/Inf Mismatch,Kind,Status,Match";
+         "MeanAbsErr,EucDist,RMSE,RelL2,AllcloseRatio,SQNR(dB),NaN/Inf Mismatch,Kind,Status,Match,"
+         "NormRatio,Scale,ScaleStdErr,ScaleZ,ScaleNoiseP";
 }
 
 void write_csv(std::ostream& out, const Comparison& c) {
@@ -297,6 +307,12 @@ void write_csv(std::ostream& out, const Comparison& c) {
     f.push_back(std::string(kind_name(r.kind)));
     f.push_back(std::string(status_name(r.status)));
     f.push_back(std::string(method_name(r.method)));
+    if (r.metrics) {
+      const Metrics& m = *r.metrics;
+      for (double v : {m.norm_ratio, m.scale, m.scale_stderr, m.scale_z, m.scale_noise_p}) f.push_back(fmt(v, "%.10g"));
+    } else {
+      for (int i = 0; i < 5; ++i) f.push_back("N/A");
+    }
     for (std::size_t i = 0; i < f.size(); ++i) out << (i ? "," : "") << csv_field(f[i]);
     out << "\n";
   }

@@ -32,7 +32,7 @@ nlohmann::json metrics_to_json(const Metrics& metrics);
 
 // msprobe's columns ("NPU Name", "Bench Name", ..., "Accuracy Reached or Not", "Err_message"), A as the
 // NPU side and B as the bench, followed by ours (MeanAbsErr, EucDist, RMSE, RelL2, AllcloseRatio,
-// SQNR(dB), NaN/Inf Mismatch, Kind, Status, Match).
+// SQNR(dB), NaN/Inf Mismatch, Kind, Status, Match, NormRatio, Scale, ScaleStdErr, ScaleZ, ScaleNoiseP).
 std::string csv_header();
 void write_csv(std::ostream& out, const Comparison& comparison);
 

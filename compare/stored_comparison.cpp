@@ -81,6 +81,12 @@ Metrics metrics(const json& j) {
   m.euc_dist = num(j, "euc_dist");
   m.cosine = num(j, "cosine", 1.0);
   m.sqnr_db = num(j, "sqnr_db");
+  m.norm_ratio = num(j, "norm_ratio", 1.0);
+  m.scale = num(j, "scale", 1.0);
+  m.scale_stderr = num(j, "scale_stderr");
+  m.scale_z = num(j, "scale_z");
+  m.scale_noise_p = num(j, "scale_noise_p", 1.0);
+  m.residual_rel_l2 = num(j, "residual_rel_l2");
   m.allclose_ratio = num(j, "allclose_ratio", 1.0);
   m.allclose_count = integer(j, "allclose_count");
   m.tolerance.rtol = num(j, "rtol", m.tolerance.rtol);
@@ -109,6 +115,7 @@ Thresholds thresholds(const json& j) {
   t.nan_fails = flag(j, "nan_fails");
   t.nonfinite_fails = flag(j, "nonfinite_fails");
   t.msprobe_rule = flag(j, "msprobe_rule");
+  t.scale_shift_min = opt_num(j, "scale_shift_min");
   t.tolerance.rtol = num(j, "rtol", t.tolerance.rtol);
   t.tolerance.atol = num(j, "atol", t.tolerance.atol);
   return t;
@@ -130,6 +137,18 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
   c.a_source = header.a_path;
   c.b_source = header.b_path;
   c.profile = profile_from_name(header.profile);
+  // Whose execution order the walk followed (reports saved before it was recorded have none).
+  if (!header.json.empty()) {
+    try {
+      const json whole = json::parse(header.json);
+      if (whole.contains("order") && whole["order"].is_object()) {
+        c.order_side = text(whole["order"], "side");
+        c.order_note = text(whole["order"], "note");
+      }
+    } catch (const json::exception&) {
+      // The rows and the first divergence below are what matter; the order note is only shown.
+    }
+  }
   c.rows.reserve(rows.size());
   for (const auto& e : rows) {
     json j;

@@ -40,10 +40,33 @@ std::string make_key(std::string_view kind, std::string_view name);
 // Position of a kind in the walk (input 0 ... momentum 9, other 10).
 int walk_rank(TensorKind kind);
 
+// Where a module or tensor name sits in torchvision's ResNet-50 forward order, from the name alone:
+// conv1, bn1, relu, maxpool, layer1.0 ... layer4.2 (each block: conv1, bn1, relu.0, conv2, bn2, relu.1,
+// conv3, bn3, downsample.0, downsample.1, relu.2 or relu, the block itself), avgpool, fc; a parameter or
+// buffer follows its module (weight, bias, running_mean, running_var, num_batches_tracked). Accepts a
+// base name ("layer1.0.conv1", "layer1.0.bn1.weight"); std::nullopt for a name of another network.
+// The walk uses it when neither side of a comparison recorded an execution order.
+std::optional<std::int64_t> resnet50_forward_rank(std::string_view name);
+
+// Where a set's exec_order came from. `recorded`: the producer wrote it down (a run file's exec_order
+// column, __metadata__["wb.exec_order"], TroubleShooter's file numbering, the order of msprobe's
+// dump.json); `derived`: nothing was recorded, so it is the kind order and then resnet50_forward_rank
+// (names it does not know keep their file order, after the known ones). A file's key order is never
+// taken as an execution order.
+enum class OrderSource { recorded, derived };
+
+// What a producer recorded of a tensor it did not save (msprobe's task "statistics").
+struct RecordedStats {
+  double max = 0.0, min = 0.0, mean = 0.0, norm = 0.0;
+};
+
 struct NamedTensor {
   std::string key;
   std::int64_t exec_order = 0;  // execution order within the set (see load.hpp)
-  store::HostTensor tensor;
+  store::HostTensor tensor;     // dtype and shape always; no data when `stats` is set
+  std::optional<RecordedStats> stats = std::nullopt;
+
+  bool stats_only() const { return stats.has_value(); }
 };
 
 // One side of a comparison.
@@ -54,6 +77,8 @@ class TensorSet {
   // Kinds the producer marked as not comparable (safetensors __metadata__["wb.not_comparable"], a JSON
   // list of kind names; e.g. gradients of a multi-rank step replayed from one rank's dump).
   std::set<TensorKind> not_comparable;
+  OrderSource order_source = OrderSource::derived;
+  std::string order_origin;  // what recorded the order ("the run file's exec_order", ...), or why none
 
   // Rebuilds the key index; call after filling `tensors`. Throws CompareError on a duplicate key.
   void index();

@@ -44,6 +44,9 @@ std::string fmt(double v) {
   return buf;
 }
 
+// Below this a systematic scale is rounding-level (see verdict.hpp), not a bug worth a failure.
+constexpr double kScaleShiftMin = 1e-4;
+
 Tolerance strict_tolerance(store::DType dtype) {
   switch (dtype) {
     case store::DType::F16: return {1e-3, 1e-5};
@@ -115,6 +118,7 @@ Thresholds default_thresholds(Profile profile, TensorKind kind, store::DType ref
     case TensorKind::other:
       t.cosine_min = 0.9999;
       t.rel_l2_max = 1e-3;
+      t.scale_shift_min = kScaleShiftMin;
       break;
     case TensorKind::loss:
       t.max_abs_max = 1e-4;
@@ -122,19 +126,23 @@ Thresholds default_thresholds(Profile profile, TensorKind kind, store::DType ref
     case TensorKind::grad:
       t.cosine_min = 0.995;
       t.rel_l2_max = 0.1;
+      t.scale_shift_min = kScaleShiftMin;
       break;
     case TensorKind::momentum:
       t.cosine_min = 0.995;
       t.rel_l2_max = 0.1;
       t.update_rel_l2_max = 0.5;
+      t.scale_shift_min = kScaleShiftMin;
       break;
     case TensorKind::param_after:
       t.rel_l2_max = 0.1;
       t.update_cosine_min = 0.995;
       t.update_rel_l2_max = 0.1;
+      t.scale_shift_min = kScaleShiftMin;
       break;
     case TensorKind::buffer_after:
       t.rel_l2_max = 1e-4;
+      t.scale_shift_min = kScaleShiftMin;
       break;
   }
   return t;
@@ -156,6 +164,7 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
     else if (key == "nan_fails") set_bool(t.nan_fails, v, origin, key);
     else if (key == "nonfinite_fails") set_bool(t.nonfinite_fails, v, origin, key);
     else if (key == "msprobe_rule") set_bool(t.msprobe_rule, v, origin, key);
+    else if (key == "scale_shift_min") set_optional(t.scale_shift_min, v, origin, key);
     else if (key == "rtol" || key == "atol") {
       if (!v.is_number()) throw CompareError(std::string(origin) + ": threshold '" + key + "' must be a number");
       (key == "rtol" ? t.tolerance.rtol : t.tolerance.atol) = v.get<double>();
@@ -163,7 +172,7 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
       throw CompareError(std::string(origin) + ": unknown threshold '" + key +
                          "' (expected bit_exact, cosine_min, rel_l2_max, max_abs_max, allclose_ratio_min, "
                          "update_cosine_min, update_rel_l2_max, rtol, atol, all_close, dtype_must_match, "
-                         "nan_fails, nonfinite_fails, msprobe_rule)");
+                         "nan_fails, nonfinite_fails, msprobe_rule, scale_shift_min)");
     }
   }
 }
@@ -186,6 +195,7 @@ std::string describe(const Thresholds& t) {
   if (t.dtype_must_match) add("same dtype");
   if (t.nan_fails) add("no NaN");
   if (t.nonfinite_fails) add("no NaN/Inf");
+  if (t.scale_shift_min) add("no systematic scale >=" + fmt(*t.scale_shift_min));
   return s;
 }
 
@@ -206,6 +216,7 @@ nlohmann::json to_json(const Thresholds& t) {
   if (t.nan_fails) j["nan_fails"] = true;
   if (t.nonfinite_fails) j["nonfinite_fails"] = true;
   if (t.msprobe_rule) j["msprobe_rule"] = true;
+  opt("scale_shift_min", t.scale_shift_min);
   j["rtol"] = t.tolerance.rtol;
   j["atol"] = t.tolerance.atol;
   return j;
@@ -265,7 +276,31 @@ Verdict judge(const Thresholds& t, const Metrics& m, const Metrics* update, bool
   if (update != nullptr) {
     if (Verdict v = check_similarity(*update, t.update_cosine_min, t.update_rel_l2_max, std::string(update_label) + " "); !v.pass) return v;
   }
+  if (t.scale_shift_min) {
+    const Metrics& scaled = update != nullptr ? *update : m;
+    if (systematic_scale(scaled, *t.scale_shift_min)) {
+      return fail((update != nullptr ? std::string(update_label) + " " : std::string()) + describe_scale(scaled));
+    }
+  }
   return {};
+}
+
+std::optional<double> systematic_scale(const Metrics& m, double shift_min) {
+  if (m.compared < 2 || !std::isfinite(m.scale) || !std::isfinite(m.rel_l2) || m.rel_l2 == 0.0) return std::nullopt;
+  const double shift = std::fabs(m.scale - 1.0);
+  if (shift < shift_min || shift < kScaleExplainedMin * m.rel_l2 || !(m.scale_noise_p <= kScaleNoisePMax)) {
+    return std::nullopt;
+  }
+  return m.scale;
+}
+
+std::string describe_scale(const Metrics& m) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.4g", m.scale);
+  const double shift = std::fabs(m.scale - 1.0);
+  return std::string("scaled by ") + s + " (systematic): |s-1| " + fmt(shift) + " is " +
+         fmt(m.rel_l2 > 0 ? shift / m.rel_l2 : 0.0) + " of its rel-L2 " + fmt(m.rel_l2) +
+         (m.scale_noise_p > 0 ? ", chance from noise " + fmt(m.scale_noise_p) : std::string(", chance from noise < 1e-300"));
 }
 
 }  // namespace wb::compare

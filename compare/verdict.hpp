@@ -11,6 +11,17 @@
 //   msprobe                   Ascend msprobe's "Accuracy Reached or Not": fails when cosine < 0.99 and
 //                             max abs > 1e-3, or cosine < 0.9, or max abs > 1, or any NaN/Inf
 //
+// Systematic scale (migration-fp32; compare/metrics.hpp has the scale s and its noise bound p): a is
+// s b plus noise, with s clear of what noise can produce. Noise of rel-L2 r moves the projection
+// <d,b>/<b,b> by at most r (Cauchy-Schwarz), and noise pointing in a random direction lines up with b
+// as well as d does with a chance under p = (residual rel-L2 / r)^(n-1). So the scale is systematic
+// when |s - 1| >= r / 2 (it explains at least a quarter of the error energy; the fp32 noise of a
+// correct step reaches 0.37 r on 64-element tensors and under 0.17 r on large ones), p <= 1e-9, and
+// |s - 1| >= scale_shift_min (1e-4: rounding-level effects such as approximate reciprocal square
+// roots are no bug). A row with such a scale fails with "scaled by S (systematic)" even when its
+// rel-L2 is within bounds: a 1% gradient scale hides in the fp32 noise of small-batch gradients
+// (rel-L2 ~1e-2), but not from the projection.
+//
 // Every profile fails a shape mismatch and non-finite values at different positions. Per-tensor
 // thresholds come from the mapping file (match.hpp) and replace single fields.
 #pragma once
@@ -48,6 +59,9 @@ struct Thresholds {
   bool nan_fails = false;          // strict: NaN fails even at matching positions (equal_nan = False)
   bool nonfinite_fails = false;    // msprobe: any NaN/Inf fails
   bool msprobe_rule = false;       // msprobe's cosine / max abs rule
+  // Fail a systematic scale (see above) at least this far from 1; unset: no scale check. Applied to
+  // the update metrics when the kind has them (param_after), else to the values.
+  std::optional<double> scale_shift_min;
   Tolerance tolerance;             // of the allclose count
 };
 
@@ -62,6 +76,16 @@ void apply_threshold_override(Thresholds& thresholds, const nlohmann::json& fiel
 // Short human description ("cos>=0.9999 relL2<=0.001").
 std::string describe(const Thresholds& thresholds);
 nlohmann::json to_json(const Thresholds& thresholds);
+
+// A systematic scale explains at least this share of rel-L2, with a noise chance at most this.
+inline constexpr double kScaleExplainedMin = 0.5;
+inline constexpr double kScaleNoisePMax = 1e-9;
+
+// The scale s of `metrics` when it is systematic (see above) and |s - 1| >= shift_min.
+std::optional<double> systematic_scale(const Metrics& metrics, double shift_min = 0.0);
+
+// "scaled by 1.01 (systematic): |s-1| 0.01 is 0.71 of its rel-L2 0.014, noise chance < 1e-300".
+std::string describe_scale(const Metrics& metrics);
 
 struct Verdict {
   bool pass = true;

@@ -3,17 +3,22 @@
 // reporting of shape mismatches, missing names and NaN, profiles and threshold overrides.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 
 #include "compare/compare.hpp"
+#include "compare/load.hpp"
 #include "compare/test_support/tensor_sets.hpp"
+#include "store/tensor_file.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace wb::compare;
 using wb::compare::testing::get_f32;
 using wb::compare::testing::set_f32;
+using wb::test::TempDir;
 
 namespace {
 
@@ -347,4 +352,142 @@ TEST_CASE("int32 labels against int64 ones, and a 0-d loss against a [1] one, pa
     if (t.key == "label") t.tensor.data[0] = std::byte{static_cast<unsigned char>(std::to_integer<int>(t.tensor.data[0]) ^ 1)};
   }
   CHECK(row_of(compare_sets(a, b), "label").status == wb::compare::RowStatus::fail);
+}
+
+namespace {
+
+// The set's tensors as files write them: keys in alphabetical order, no recorded execution order.
+TensorSet alphabetical(const TensorSet& s, const std::string& source) {
+  TensorSet out = s;
+  out.source = source;
+  std::sort(out.tensors.begin(), out.tensors.end(), [](const NamedTensor& x, const NamedTensor& y) { return x.key < y.key; });
+  for (std::size_t i = 0; i < out.tensors.size(); ++i) out.tensors[i].exec_order = static_cast<std::int64_t>(i);
+  out.order_source = OrderSource::derived;
+  out.order_origin = "alphabetical keys";
+  out.index();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the walk follows the side that recorded an execution order, never a file's key order", "[compare]") {
+  TensorSet b = reference_step();
+  TensorSet a = copy_of(b);
+  a.order_source = OrderSource::recorded;
+  a.order_origin = "the run file's exec_order";
+  // An early fault carried into every later activation: alphabetically act.avgpool comes first.
+  const auto acts = act_keys(b);
+  const auto at = std::find(acts.begin(), acts.end(), "act.layer1.0.conv1");
+  REQUIRE(at != acts.end());
+  std::uint64_t seed = 300;
+  for (auto it = at; it != acts.end(); ++it) perturb(a, *it, 2e-2, seed++);
+  const TensorSet b_alpha = alphabetical(b, "B");
+
+  const Comparison c = compare_sets(a, b_alpha);
+  CHECK(c.order_side == "A");
+  CHECK(c.order_note.find("the run file's exec_order") != std::string::npos);
+  REQUIRE(c.first_divergence);
+  CHECK(c.first_divergence->name == "act.layer1.0.conv1");
+  CHECK(c.first_divergence->local);
+
+  // With the sides swapped the reference's recorded order leads, and the answer is the same.
+  TensorSet a_alpha = alphabetical(a, "A");
+  TensorSet b_rec = b;
+  b_rec.order_source = OrderSource::recorded;
+  b_rec.order_origin = "__metadata__";
+  const Comparison swapped = compare_sets(a_alpha, b_rec);
+  CHECK(swapped.order_side == "B");
+  REQUIRE(swapped.first_divergence);
+  CHECK(swapped.first_divergence->name == "act.layer1.0.conv1");
+
+  // Neither side recorded one: loaded from files with alphabetical keys, the ResNet-50 module order
+  // known from the names puts every activation in forward order, and the output says so.
+  TempDir dir;
+  auto save = [&](const TensorSet& s, const std::string& name) {
+    std::vector<wb::store::HostTensor> tensors;
+    for (const auto& t : alphabetical(s, name).tensors) {
+      tensors.push_back(t.tensor);
+      tensors.back().name = t.key;
+    }
+    wb::store::write_safetensors(dir.path() / name, tensors);
+    return load_tensor_set(dir.path() / name);
+  };
+  const TensorSet fa = save(a, "a.safetensors"), fb = save(b, "b.safetensors");
+  CHECK(fa.order_source == OrderSource::derived);
+  const Comparison none = compare_sets(fa, fb);
+  CHECK(none.order_side == "none");
+  CHECK(none.order_note.find("neither side recorded one") != std::string::npos);
+  REQUIRE(none.first_divergence);
+  CHECK(none.first_divergence->name == "act.layer1.0.conv1");
+  std::vector<std::string> walked;
+  for (const auto& r : none.rows) {
+    if (r.kind == TensorKind::act) walked.push_back(r.name);
+  }
+  CHECK(walked == acts);
+}
+
+TEST_CASE("the ResNet-50 forward order is known from the names alone", "[compare]") {
+  // The trainer's activation names in the order it runs them (as tests/test_compare_reference.cpp
+  // lists them), and the state in torchvision's state_dict order.
+  std::vector<std::string> names = {"conv1", "bn1", "relu", "maxpool"};
+  const int blocks[] = {3, 4, 6, 3};
+  for (int stage = 0; stage < 4; ++stage) {
+    for (int blk = 0; blk < blocks[stage]; ++blk) {
+      const std::string p = "layer" + std::to_string(stage + 1) + "." + std::to_string(blk);
+      for (const char* s : {".conv1", ".bn1", ".relu.0", ".conv2", ".bn2", ".relu.1", ".conv3", ".bn3"}) names.push_back(p + s);
+      if (blk == 0) {
+        names.push_back(p + ".downsample.0");
+        names.push_back(p + ".downsample.1");
+      }
+      names.push_back(p + ".relu.2");
+      names.push_back(p);
+    }
+  }
+  names.push_back("avgpool");
+  names.push_back("fc");
+  std::vector<std::int64_t> ranks;
+  for (const auto& n : names) {
+    CAPTURE(n);
+    const auto r = resnet50_forward_rank(n);
+    REQUIRE(r);
+    ranks.push_back(*r);
+  }
+  CHECK(std::is_sorted(ranks.begin(), ranks.end()));
+  CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end());
+  std::vector<std::int64_t> state;
+  for (const auto& e : wb::compare::testing::resnet50_state(10)) state.push_back(*resnet50_forward_rank(base_name(e.key)));
+  CHECK(std::is_sorted(state.begin(), state.end()));
+  for (const char* other : {"encoder.0", "layer5.0.conv1", "layer1.0.conv9", "layer1.x.conv1", "fc.weight.extra", ""}) {
+    CAPTURE(other);
+    CHECK_FALSE(resnet50_forward_rank(other));
+  }
+}
+
+TEST_CASE("a 1% scale hidden in gradient noise is a systematic-scale divergence", "[compare]") {
+  const TensorSet b = reference_step();
+  TensorSet a = copy_of(b);
+  std::uint64_t seed = 500;
+  for (const auto& t : b.tensors) {
+    if (kind_of_key(t.key) == TensorKind::grad) perturb(a, t.key, 1e-2, seed++);
+  }
+  const std::string scaled = "grad.layer3.0.conv2.weight";
+  auto& g = a.tensors[*a.position(scaled)].tensor;
+  for (std::int64_t i = 0; i < g.numel(); ++i) set_f32(g, i, 1.01f * get_f32(g, i));
+  sgd_step(a, 1e-4f);
+  const Comparison c = compare_sets(a, b);
+  const RowResult& row = row_of(c, scaled);
+  REQUIRE(row.metrics);
+  CHECK(row.metrics->rel_l2 < 0.1);  // within the gradient limit: rel-L2 and cosine cannot see it
+  CHECK(row.metrics->cosine > 0.995);
+  CHECK_THAT(row.metrics->scale, Catch::Matchers::WithinAbs(1.01, 2e-3));
+  CHECK(row.status == RowStatus::fail);
+  CHECK(row.reason.find("scaled by 1.01 (systematic)") != std::string::npos);
+  REQUIRE(c.first_divergence);
+  CHECK(c.first_divergence->name == scaled);
+  CHECK(c.first_divergence->local);
+  CHECK(c.first_divergence->summary.find("scaled by 1.01 (systematic)") != std::string::npos);
+  // The noise alone flags no other gradient.
+  for (const auto& r : c.rows) {
+    if (r.kind == TensorKind::grad && r.name != scaled) CHECK(r.status == RowStatus::pass);
+  }
 }

@@ -236,3 +236,46 @@ TEST_CASE("auto matching never pairs different shapes or kinds", "[compare]") {
     CHECK(a.find(ak)->tensor.shape == b.find(bk)->tensor.shape);
   }
 }
+
+TEST_CASE("TroubleShooter's weight map is a mapping file", "[compare]") {
+  // ts.migrator.get_weight_map writes [{PyTorch name: MindSpore name}, {PyTorch name: value conversion}].
+  const auto map = parse_mapping(nlohmann::json::parse(R"([{"bn1.weight": "bn1.gamma", "bn1.running_mean": "bn1.moving_mean",
+                                                             "conv1.weight": "conv1.weight"}, {}])"),
+                                 "map.json");
+  auto has = [&](const std::string& a, const std::string& b) {
+    return std::find(map.pairs.begin(), map.pairs.end(), std::pair<std::string, std::string>(a, b)) != map.pairs.end();
+  };
+  for (const char* kind : {"param", "grad", "param_after", "momentum"}) {
+    CAPTURE(kind);
+    CHECK(has(std::string(kind) + ".bn1.weight", std::string(kind) + ".bn1.gamma"));
+  }
+  CHECK(has("buffer.bn1.running_mean", "buffer.bn1.moving_mean"));
+  CHECK(has("buffer_after.bn1.running_mean", "buffer_after.bn1.moving_mean"));
+  CHECK(has("param.bn1.weight", "bn1.gamma"));  // a reference saved without our prefixes
+  CHECK(map.auto_match);
+
+  // Matching takes the first pair whose B tensor exists.
+  TensorSet a = testing::make_set({{"param.bn1.weight", {4}}, {"grad.bn1.weight", {4}}}, 1, "A");
+  TensorSet b = testing::make_set({{"bn1.gamma", {4}}, {"grad.bn1.gamma", {4}}}, 2, "B");
+  MatchOptions opt;
+  opt.mapping = &map;
+  const MatchResult r = match_tensors(a, b, opt);
+  int paired = 0;
+  for (const auto& p : r.pairs) {
+    if (!p.a || !p.b) continue;
+    ++paired;
+    CHECK(p.method == MatchMethod::pair);
+    const std::string ak = a.tensors[*p.a].key, bk = b.tensors[*p.b].key;
+    CHECK(((ak == "param.bn1.weight" && bk == "bn1.gamma") || (ak == "grad.bn1.weight" && bk == "grad.bn1.gamma")));
+  }
+  CHECK(paired == 2);
+
+  // A value conversion cannot be applied here: refused with the entry named.
+  try {
+    parse_mapping(nlohmann::json::parse(R"([{"fc.weight": "fc.weight"}, {"fc.weight": "transpose"}])"), "map.json");
+    FAIL("a value map was accepted");
+  } catch (const CompareError& e) {
+    CHECK(std::string(e.what()).find("map.json: the weight map converts the value of \"fc.weight\"") != std::string::npos);
+  }
+  CHECK_THROWS_AS(parse_mapping(nlohmann::json::parse(R"([{"fc.weight": 3}, {}])"), "map.json"), CompareError);
+}

@@ -67,7 +67,8 @@ def metrics(a, b, rtol, atol):
                    rmse=0.0, euc_dist=0.0, cosine=1.0, sqnr_db=num(math.inf), allclose_count=0, allclose_ratio=1.0,
                    one_thousandth_count=0, one_thousandth_ratio=1.0, five_thousandths_count=0,
                    five_thousandths_ratio=1.0, a_min=0.0, a_max=0.0, a_mean=0.0, a_l2=0.0, b_min=0.0, b_max=0.0,
-                   b_mean=0.0, b_l2=0.0)
+                   b_mean=0.0, b_l2=0.0, norm_ratio=1.0, scale=1.0, scale_stderr=0.0, scale_z=0.0,
+                   scale_noise_p=1.0, residual_rel_l2=0.0)
         return out
     idx = np.nonzero(valid)[0]
     d = av - bv
@@ -89,6 +90,21 @@ def metrics(a, b, rtol, atol):
                one_thousandth_ratio=c1k / n, five_thousandths_count=c5k, five_thousandths_ratio=c5k / n,
                a_min=a0.min(), a_max=a0.max(), a_mean=np.sum(a0) / numel, a_l2=na,
                b_min=b0.min(), b_max=b0.max(), b_mean=np.sum(b0) / numel, b_l2=nb)
+    # The least-squares scale s = <a,b>/<b,b> and the residual a - s b, through the identities
+    # s - 1 = <d,b>/<b,b> and a - s b = d - (s - 1) b: 1 + tiny is not representable, d is.
+    if nb == 0:
+        out.update(norm_ratio=1.0 if na == 0 else math.inf, scale=1.0 if na == 0 else math.nan,
+                   scale_stderr=0.0 if na == 0 else math.nan, scale_z=0.0 if na == 0 else math.nan,
+                   scale_noise_p=1.0, residual_rel_l2=0.0 if na == 0 else math.inf)
+    else:
+        shift = float(np.dot(d, bv)) / float(np.dot(bv, bv))
+        s = 1.0 + shift
+        r = math.sqrt(float(np.sum((d - shift * bv) ** 2)))
+        se = r / nb / math.sqrt(n - 1) if n >= 2 else math.inf
+        shift = abs(shift)
+        z = 0.0 if d2 == 0 else (math.inf if se == 0 else shift / se)
+        out.update(norm_ratio=na / nb, scale=s, scale_stderr=se, scale_z=z, residual_rel_l2=r / nb,
+                   scale_noise_p=1.0 if d2 == 0 else (r / nd) ** (n - 1))
     return {k: (num(v) if isinstance(v, (float, np.floating)) else int(v)) for k, v in out.items()}
 
 cases = json.load(open(sys.argv[1]))
@@ -166,6 +182,17 @@ std::vector<Case> build_cases() {
     add("near_1000003_mixed", f32(perturb(b, 1e-3f)), f32(b));
   }
   add("random_tolerance", f32(perturb(randn(20000), 1e-2f)), f32(randn(20000)), Tolerance{1e-3, 1e-6});
+  {
+    // A 1% scale under noise of the same size: the scale metrics' own case.
+    std::vector<float> b = randn(5000), a(b.size());
+    const std::vector<float> noise = randn(b.size());
+    for (std::size_t i = 0; i < b.size(); ++i) a[i] = 1.01f * b[i] + 0.01f * noise[i];
+    add("scaled_1pct", f32(a), f32(b));
+    const std::vector<float> small = randn(12), small_noise = randn(12);
+    std::vector<float> as(small.size());
+    for (std::size_t i = 0; i < small.size(); ++i) as[i] = 0.98f * small[i] + 0.02f * small_noise[i];
+    add("scaled_small", f32(as), f32(small));
+  }
   add("zeros_both", f32(std::vector<float>(50, 0.0f)), f32(std::vector<float>(50, 0.0f)));
   add("zero_b", f32(randn(50)), f32(std::vector<float>(50, 0.0f)));
   add("zero_a", f32(std::vector<float>(50, 0.0f)), f32(randn(50)));
@@ -259,7 +286,7 @@ double value_of(const nlohmann::json& v) {
   return v.get<double>();
 }
 
-void check_value(const std::string& what, double ours, const nlohmann::json& expected_json) {
+void check_value(const std::string& what, double ours, const nlohmann::json& expected_json, double rel = 1e-9) {
   const double expected = value_of(expected_json);
   CAPTURE(what, ours, expected);
   if (std::isnan(expected)) {
@@ -267,7 +294,7 @@ void check_value(const std::string& what, double ours, const nlohmann::json& exp
   } else if (std::isinf(expected) || expected == 0.0) {
     CHECK(ours == expected);
   } else {
-    CHECK_THAT(ours, Catch::Matchers::WithinRel(expected, 1e-9));
+    CHECK_THAT(ours, Catch::Matchers::WithinRel(expected, rel));
   }
 }
 
@@ -331,6 +358,13 @@ TEST_CASE("metrics agree with a numpy float64 oracle", "[compare]") {
       check_value("b.max", m.b.max, e.at("b_max"));
       check_value("b.mean", m.b.mean, e.at("b_mean"));
       check_value("b.l2norm", m.b.l2norm, e.at("b_l2"));
+      check_value("norm_ratio", m.norm_ratio, e.at("norm_ratio"));
+      check_value("scale", m.scale, e.at("scale"));
+      // Differences of near-equal sums: a few more ulps apart.
+      check_value("scale_stderr", m.scale_stderr, e.at("scale_stderr"), 1e-6);
+      check_value("residual_rel_l2", m.residual_rel_l2, e.at("residual_rel_l2"), 1e-6);
+      if (m.numel < 100000) check_value("scale_z", m.scale_z, e.at("scale_z"), 1e-5);
+      if (m.numel < 1000) check_value("scale_noise_p", m.scale_noise_p, e.at("scale_noise_p"), 1e-4);
     }
   }
 }

@@ -182,6 +182,9 @@ TensorDetail tensor_detail(const PrecisionData& data, std::size_t row, std::int6
   const auto& ta = data.a.tensors[*r.a_index].tensor;
   const auto& tb = data.b.tensors[*r.b_index].tensor;
   if (ta.numel() != tb.numel()) throw compare::CompareError(r.name + ": shapes differ");
+  if (data.a.tensors[*r.a_index].stats_only() || data.b.tensors[*r.b_index].stats_only()) {
+    throw compare::CompareError(r.name + ": statistics only (msprobe task \"statistics\"), no elements to plot");
+  }
   TensorDetail d;
   d.row = row;
   d.shape = tb.shape;
