@@ -206,6 +206,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
         by_module = true;
 
   std::map<std::int32_t, std::vector<Unit>> forward_units;  // per step, in execution order
+  std::map<std::int32_t, std::int64_t> forward_end;         // per step, the end of its last layer
   std::unordered_map<std::int64_t, std::uint32_t> layer_of_seq;
   std::vector<std::vector<Node>> added(threads.size());
   std::set<std::pair<std::string, std::int32_t>> existing_blocks;  // (block, step) forward ranges in the trace
@@ -223,7 +224,10 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
         if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && is_module_name(text)) {
           n.layer = n.name;
           Kind k = kind_of_module(text);
-          if (k != Kind::none) forward_units[n.step].push_back({n.name, k});
+          if (k != Kind::none) {
+            forward_units[n.step].push_back({n.name, k});
+            forward_end[n.step] = std::max(forward_end[n.step], n.end);
+          }
           if (!block_of(text).empty() && block_of(text) == text) existing_blocks.insert({text, n.step});
           methods["forward"][text] = "module";
           ++counts.forward_module;
@@ -242,6 +246,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
             n.layer = layer;
             added[ti].push_back(wrap(n, n.end, layer, Category::forward));
             forward_units[n.step].push_back({layer, k});
+            forward_end[n.step] = std::max(forward_end[n.step], n.end);
             methods["forward"][call_seq[j]] = "order";
             ++counts.forward_order;
           }
@@ -254,6 +259,18 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
         if (!block_of(layer).empty() && block_of(layer) == layer) n.layer = names.id(layer + ".relu");
       }
       if (n.seq >= 0 && n.layer != 0) layer_of_seq[n.seq] = n.layer;
+    }
+  }
+
+  // The forward ops after a step's last layer (and before its backward) compute the loss.
+  for (auto& t : threads) {
+    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+      Node& n = t.nodes[i];
+      const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+      auto fe = forward_end.find(n.step);
+      if (n.category != Category::forward || n.layer != 0 || fe == forward_end.end() || n.start < fe->second) continue;
+      if (parent && parent->category != Category::step) continue;
+      for (std::size_t j = i; j < subtree_end(t.nodes, i); ++j) t.nodes[j].category = Category::loss;
     }
   }
 
@@ -288,11 +305,18 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
 
     std::uint32_t layer = 0;
     const char* method = nullptr;
+    auto seq_layer = seq >= 0 ? layer_of_seq.find(seq) : layer_of_seq.end();
+    // A step's backward starts at the loss: every node before the first one of a layer is the loss's
+    // (the log_softmax, the mean, and a hand-written loss's mul, sum and neg).
+    bool in_loss = !last_layer.count(n.step) || last_layer[n.step] == loss_name;
+    if (in_loss && seq_layer == layer_of_seq.end() && k != Kind::conv && k != Kind::bn && k != Kind::relu &&
+        k != Kind::maxpool && k != Kind::fc)
+      k = Kind::loss;
     if (k == Kind::loss) {
       layer = loss_name;
       for (std::size_t j = w.node; j < end; ++j) nodes[j].category = store::Category::loss;
-    } else if (auto it = seq >= 0 ? layer_of_seq.find(seq) : layer_of_seq.end(); it != layer_of_seq.end()) {
-      layer = it->second;
+    } else if (seq_layer != layer_of_seq.end()) {
+      layer = seq_layer->second;
       method = "sequence";
       ++counts.backward_sequence;
     } else if (k != Kind::none) {
@@ -318,6 +342,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
     }
     n.layer = layer;
     if (layer != 0) {
+      if (layer == loss_name) ++counts.backward_loss;
       last_layer[n.step] = layer;
       if (method && layer != loss_name) methods["backward"].try_emplace(names.text(layer), method);
     }

@@ -33,6 +33,7 @@ struct LayerMatchCounts {
   std::int64_t backward_sequence = 0;  // backward nodes attributed through sequence numbers
   std::int64_t backward_order = 0;     // ... by reverse execution order and op type
   std::int64_t backward_follow = 0;    // untyped nodes (AccumulateGrad, views) given the layer before them
+  std::int64_t backward_loss = 0;      // nodes of the loss (before a step's first layer node)
   std::int64_t backward_unmatched = 0;
 };
 

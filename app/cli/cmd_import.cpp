@@ -45,10 +45,11 @@ void print_summary(const ingest::ImportResult& r) {
                   static_cast<long long>(t.linked_by_external_id), device, static_cast<long long>(t.linked_by_correlation));
     const auto& l = t.layers;
     std::printf("  layers: forward %lld by module name, %lld by order (%lld unmatched); backward %lld by sequence number, "
-                "%lld by order, %lld following the node before (%lld unmatched)\n",
+                "%lld by order, %lld following the node before, %lld of the loss (%lld unmatched)\n",
                 static_cast<long long>(l.forward_module), static_cast<long long>(l.forward_order),
                 static_cast<long long>(l.forward_unmatched), static_cast<long long>(l.backward_sequence),
                 static_cast<long long>(l.backward_order), static_cast<long long>(l.backward_follow),
+                static_cast<long long>(l.backward_loss),
                 static_cast<long long>(l.backward_unmatched));
   }
   std::printf("wrote %s (%d rank%s)\n", r.out.string().c_str(), static_cast<int>(r.traces.size()),
