@@ -38,18 +38,21 @@ bool is_loss_op(std::string_view n) {
 }
 
 // What a range is, from its name and its parent's category (PyTorch's traces carry no phase).
-Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, const Node* parent) {
+Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, const Node* parent, bool backward_thread) {
   if (starts_with(name, "ProfilerStep#")) return Category::step;
+  if (starts_with(name, "nccl:") || starts_with(name, "c10d::") || name == "record_param_comms") return Category::comm;
   if (parent) {
     Category pc = parent->category;
-    if (pc == Category::optimizer || pc == Category::data || pc == Category::loss || pc == Category::backward) return pc;
+    if (pc == Category::optimizer || pc == Category::data || pc == Category::loss || pc == Category::backward ||
+        pc == Category::comm)
+      return pc;
   }
   if (starts_with(name, "Optimizer.")) return Category::optimizer;
   if (starts_with(name, "enumerate(DataLoader)")) return Category::data;
   if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid >= 0) return Category::backward;
   if (is_loss_op(name)) return Category::loss;
   if (cat == EventCat::cuda_runtime && parent && parent->category != Category::step) return parent->category;
-  return Category::forward;
+  return backward_thread ? Category::backward : Category::forward;
 }
 
 struct RankTrace {
@@ -123,10 +126,17 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   std::vector<std::int32_t> step_ids;
   for (Thread& t : threads) {
     build_tree(t.nodes);
+    // autograd's device threads (GPU runs): autograd nodes and no steps
+    bool has_steps = false, has_autograd = false;
+    for (const Node& n : t.nodes) {
+      const std::string& text = names.text(n.name);
+      has_steps = has_steps || starts_with(text, "ProfilerStep#");
+      has_autograd = has_autograd || starts_with(text, "autograd::engine::evaluate_function:");
+    }
     for (Node& n : t.nodes) {
       const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
       const std::string& text = names.text(n.name);
-      n.category = category_of(text, n.cat, n.fwd_tid, parent);
+      n.category = category_of(text, n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
       if (n.category == Category::step) {
         step_spans.push_back({n.start, n.end});
         step_ids.push_back(static_cast<std::int32_t>(std::atoi(text.c_str() + 13)));

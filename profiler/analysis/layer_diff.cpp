@@ -146,8 +146,9 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
     for (const auto& r : rows) {
       while (!open.empty() && open.back().first->end_ns <= r.start_ns) open.pop_back();
       Acc* layer = nullptr;
-      if (layer_category(r.category) && step_start.count(r.step) && is_layer_name(run.name(r.name))) {
-        const std::string& name = run.name(r.name);
+      const std::string& name = run.name(r.name);
+      if (layer_category(r.category) && step_start.count(r.step) && is_layer_name(name) &&
+          op_type_of_layer(name) != OpType::other) {
         auto dir = static_cast<Category>(r.category);
         Acc& a = acc[{name, dir}];
         std::int64_t off = r.start_ns - step_start[r.step];

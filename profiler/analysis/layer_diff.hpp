@@ -1,8 +1,8 @@
 // Per-layer time of a run, and the difference between two runs layer by layer (wb diff): ours against
 // an imported PyTorch trace (wb import torch-trace), or any two runs.
 //
-// A layer is a range named like a module ("layer2.0.conv2", "fc"; blocks "layer2.0") in the forward or
-// backward category, or the loss and optimizer ranges. wb-train records them under those names; an
+// A layer is a range named like a ResNet module ("layer2.0.conv2", "downsample.0", "fc"; blocks
+// "layer2.0") in the forward or backward category, or the loss and optimizer ranges. wb-train records them under those names; an
 // imported trace has them added by the importer (ingest/layer_map.hpp), which says in meta.layer_match
 // how it found each one. Times are means per step over the steps compared.
 #pragma once
