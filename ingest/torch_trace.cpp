@@ -11,6 +11,8 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -170,8 +172,8 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   // Correlation ids: a launching op keeps its External id; a device row whose op is not on record links
   // to its runtime call through "correlation" (offset to keep the two id spaces apart).
   constexpr std::uint64_t kRuntimeCorr = std::uint64_t{1} << 40;
-  std::set<std::int64_t> op_ext;
-  std::map<std::int64_t, Node*> runtime_by_corr;
+  std::unordered_set<std::int64_t> op_ext;
+  std::unordered_map<std::int64_t, Node*> runtime_by_corr;
   for (Thread& t : threads)
     for (Node& n : t.nodes) {
       if (n.added) continue;
