@@ -51,6 +51,8 @@ const char* kUsage =
     "                          with predicted against measured (a screenshot waits for all of it)\n"
     "  --tuner-drag FROM:TO    drag the tuner's handle of split point FROM to TO with injected mouse input\n"
     "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
+    "  --color-by-ratio        Timeline: colour the layers by their time per step over the --compare run's\n"
+    "  --layers                Ops: layer ranges only (against an imported PyTorch trace: layer by layer)\n"
     "  --print-tuner           at exit, print the tuner's split, predicted and measured figures on stdout\n"
     "  --print-precision       at exit, print the Precision view's verdict counts and first divergence\n";
 
@@ -108,6 +110,10 @@ Args parse(int argc, char** argv) {
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || id < 1)
         throw UsageError("--comparison " + v + ": expected the id of a stored comparison (1, 2, ...)");
       a.app.comparison = id;
+    } else if (s == "--color-by-ratio") {
+      a.app.color_by_ratio = true;
+    } else if (s == "--layers") {
+      a.app.layers_only = true;
     } else if (s == "--print-tuner") {
       a.print_tuner = true;
     } else if (s == "--print-precision") {
