@@ -312,11 +312,13 @@ TEST_CASE("layer timing: a tensor's layer and direction, and the ratio's place o
     return r;
   };
   t.diff.rows = {row("layer1.0.conv1", Category::forward, 300, 100), row("layer1.0.conv1", Category::backward, 100, 400),
-                 row("loss", Category::loss, 5, 5)};
+                 row("loss", Category::loss, 5, 5), row("layer1.0.relu", Category::forward, 2, 1)};
   for (std::size_t i = 0; i < t.diff.rows.size(); ++i) t.index[{t.diff.rows[i].name, t.diff.rows[i].direction}] = i;
   REQUIRE(t.for_tensor("act.layer1.0.conv1") == &t.diff.rows[0]);
   REQUIRE(t.for_tensor("grad.layer1.0.conv1.weight") == &t.diff.rows[1]);
   REQUIRE(t.for_tensor("loss") == &t.diff.rows[2]);
+  CHECK(t.for_tensor("act.layer1.0.relu.2") == &t.diff.rows[3]);  // the block's last relu, with the add
+  CHECK(t.for_tensor("act.layer1.0.relu.0") == nullptr);            // fused into bn1 in wb-train
   CHECK(t.for_tensor("param.layer1.0.conv1.weight") == nullptr);
   CHECK(t.for_tensor("act.fc") == nullptr);
   CHECK(t.for_tensor("grad.x") == nullptr);

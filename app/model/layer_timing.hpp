@@ -17,8 +17,9 @@ struct LayerTiming {
   std::map<std::pair<std::string, store::Category>, std::size_t> index;  // into diff.rows
 
   const analysis::LayerDiffRow* find(const std::string& layer, store::Category direction) const;
-  // The layer time a dumped tensor belongs to, by its key: act.<module> the module's forward,
-  // grad.<module>.<param> its backward, loss the loss; nullptr for the rest (params, buffers, ...).
+  // The layer time a dumped tensor belongs to, by its key: act.<module> the module's forward (a block's
+  // act.<block>.relu.2: its relu range), grad.<module>.<param> its backward, loss the loss; nullptr for
+  // the rest (params, buffers, ...).
   const analysis::LayerDiffRow* for_tensor(const std::string& key) const;
 };
 

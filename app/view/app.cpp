@@ -56,6 +56,7 @@ std::optional<ViewId> view_from_name(std::string_view name) {
 
 App::App(Options options) : options_(std::move(options)) {
   current = options_.view;
+  precision.kind_filter = options_.precision_kind;
   // A scripted drag aims at the tuner's strip, which only its view draws.
   if (options_.tuner_drag) current = ViewId::allreduce;
   if (options_.persist_recent) recent_ = read_recent(recent_files_path());

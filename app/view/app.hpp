@@ -147,6 +147,7 @@ class App {
     std::optional<std::int64_t> comparison;        // show this stored comparison in Precision
     bool color_by_ratio = false;                   // Timeline: colour layers by time vs the second run
     bool layers_only = false;                      // Ops: layer ranges only
+    int precision_kind = -1;                       // Precision: rows of this compare::TensorKind only
   };
   explicit App(Options options);
   ~App();

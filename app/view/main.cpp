@@ -23,6 +23,7 @@
 
 #include "allreduce/split_points.hpp"
 #include "app/view/app.hpp"
+#include "compare/tensor_set.hpp"
 
 namespace {
 
@@ -53,6 +54,7 @@ const char* kUsage =
     "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
     "  --color-by-ratio        Timeline: colour the layers by their time per step over the --compare run's\n"
     "  --layers                Ops: layer ranges only (against an imported PyTorch trace: layer by layer)\n"
+    "  --precision-kind KIND   Precision: rows of one kind only (act, grad, param, ...)\n"
     "  --print-tuner           at exit, print the tuner's split, predicted and measured figures on stdout\n"
     "  --print-precision       at exit, print the Precision view's verdict counts and first divergence\n";
 
@@ -114,6 +116,12 @@ Args parse(int argc, char** argv) {
       a.app.color_by_ratio = true;
     } else if (s == "--layers") {
       a.app.layers_only = true;
+    } else if (s == "--precision-kind") {
+      std::string v = value("--precision-kind");
+      auto kind = wb::compare::kind_from_name(v);
+      if (!kind) throw UsageError("--precision-kind " + v + ": expected input, label, param, buffer, act, loss, grad, param_after, "
+                                  "buffer_after, momentum or other");
+      a.app.precision_kind = static_cast<int>(*kind);
     } else if (s == "--print-tuner") {
       a.print_tuner = true;
     } else if (s == "--print-precision") {
