@@ -1,7 +1,6 @@
 #include "ingest/layer_map.hpp"
 
 #include <algorithm>
-#include <array>
 #include <cctype>
 #include <set>
 #include <string_view>

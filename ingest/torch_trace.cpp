@@ -194,7 +194,6 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   wo.max_pending_rows = std::numeric_limits<std::size_t>::max() / 2;
   store::Writer w(wo);
 
-  std::vector<store::KernelRow> krows;
   std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
   for (auto& [key, s] : streams) {
     std::vector<store::KernelRow> rows;
@@ -235,7 +234,6 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     if (sid[id] == std::numeric_limits<std::uint32_t>::max()) sid[id] = w.intern(tr.strings[id]);
     return sid[id];
   };
-  if (sid.size() < tr.strings.size()) sid.resize(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
 
   // The thread with the steps first, so it is track 1 and "main".
   std::stable_sort(threads.begin(), threads.end(), [](const Thread& a, const Thread& b) {

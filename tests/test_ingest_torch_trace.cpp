@@ -18,6 +18,7 @@
 #include "profiler/analysis/layer_diff.hpp"
 #include "profiler/analysis/run_data.hpp"
 #include "store/reader.hpp"
+#include "store/writer.hpp"
 #include "support/files.hpp"
 #include "support/process.hpp"
 #include "support/python.hpp"
@@ -341,4 +342,36 @@ TEST_CASE("the scanner: escapes, nested args, numbers to exact nanoseconds", "[i
   CHECK(t.events[0].dur_ns == 15000);
   CHECK(t.events[0].external_id == 7);
   CHECK(t.distributed_info["world_size"] == 4);
+}
+
+TEST_CASE("torch_step.py --profile: the run's config profiled, imported with every layer", "[ingest]") {
+  wb::test::TempDir dir;
+  const fs::path run = dir / "run.sqlite";
+  {
+    store::WriterOptions o;
+    o.path = run;
+    o.handle_signals = false;
+    store::Writer w(o);
+    w.set_meta("config_json", R"({"batch_size": 2, "image_size": 32, "num_classes": 10, "lr": 0.1, "momentum": 0.9,)"
+                              R"( "weight_decay": 0.0001, "label_smoothing": 0.1, "loss_convention": "mindspore", "threads": 1})");
+    w.finish();
+  }
+  const fs::path torch_step = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_step.py";
+  const fs::path trace = dir / "t.json";
+  auto r = wb::test::run_python(shell_quote(torch_step.string()) + " " + shell_quote(run.string()) + " --profile 1 --out-trace " +
+                                shell_quote(trace.string()));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("batch 2, 32x32, 10 classes, device cpu, 1 threads"));
+  auto t = ingest::import_torch_traces({trace}, dir / "torch.sqlite").traces.at(0);
+  CHECK(t.steps == 1);
+  CHECK(t.layers.forward_module > 158);  // every module call, blocks included
+  CHECK(t.layers.backward_order == 158);
+  CHECK(t.layers.backward_unmatched == 0);
+  // the mindspore loss convention's ops (log_softmax, mul, sum, neg, mean) and their autograd nodes are the loss's
+  CHECK(t.layers.backward_loss == 5);
+
+  auto usage = wb::test::run_python(shell_quote(torch_step.string()) + " " + shell_quote(run.string()) + " --profile 2");
+  CHECK(usage.exit_code == 2);
+  CHECK_THAT(usage.output, Contains("--profile N needs N >= 1 and --out-trace TRACE.json"));
 }

@@ -51,6 +51,9 @@ void print_summary(const ingest::ImportResult& r) {
                 static_cast<long long>(l.backward_order), static_cast<long long>(l.backward_follow),
                 static_cast<long long>(l.backward_loss),
                 static_cast<long long>(l.backward_unmatched));
+    if (t.steps == 0)
+      std::printf("  note: no ProfilerStep#N ranges, so no steps: wb diff compares steps (profile with a schedule and "
+                  "call prof.step() once per step)\n");
   }
   std::printf("wrote %s (%d rank%s)\n", r.out.string().c_str(), static_cast<int>(r.traces.size()),
               r.traces.size() == 1 ? "" : "s");
