@@ -17,6 +17,7 @@
 #include <imgui.h>
 
 #include "app/model/child_process.hpp"
+#include "app/model/layer_timing.hpp"
 #include "app/model/ops_logic.hpp"
 #include "app/model/synthetic_run.hpp"
 #include "app/model/timeline_logic.hpp"
@@ -141,6 +142,12 @@ TEST_CASE("per-op deltas against a second run match by name and category", "[app
   CHECK_THAT(d[1].mean_ns, WithinAbs(900.0 - 800.0, 1e-9));
   CHECK_THAT(d[1].total_ns, WithinAbs(5000.0, 1e-9));
   CHECK_FALSE(d[2].present);
+  CHECK(d[0].per_step_ratio == 0.0);  // step counts unknown
+  // per step: 5000 over 4 steps here, 8000 over 2 there
+  auto per_step = op_deltas(first, second, 4.0, 2.0);
+  CHECK_THAT(per_step[0].per_step_ratio, WithinRel((5000.0 / 4) / (8000.0 / 2), 1e-12));
+  CHECK_THAT(per_step[1].per_step_ratio, WithinRel((9000.0 / 4) / (4000.0 / 2), 1e-12));
+  CHECK(per_step[2].per_step_ratio == 0.0);
 }
 
 TEST_CASE("a comparison saved in a run reads back equal, without the reference", "[app]") {
@@ -288,4 +295,36 @@ TEST_CASE("a split handle dragged with injected mouse input moves the split and 
     CHECK(other.error().find("--tuner-drag 9:12") != std::string::npos);
     CHECK(other.tuner.split == std::vector<int>{8});
   }
+}
+
+TEST_CASE("layer timing: a tensor's layer and direction, and the ratio's place on the colour scale", "[app]") {
+  using wb::store::Category;
+  wb::app_model::LayerTiming t;
+  auto row = [](const char* name, Category dir, double a, double b) {
+    wb::analysis::LayerDiffRow r;
+    r.name = name;
+    r.direction = dir;
+    wb::analysis::LayerTime la, lb;
+    la.ns = a;
+    lb.ns = b;
+    r.a = la;
+    r.b = lb;
+    return r;
+  };
+  t.diff.rows = {row("layer1.0.conv1", Category::forward, 300, 100), row("layer1.0.conv1", Category::backward, 100, 400),
+                 row("loss", Category::loss, 5, 5), row("layer1.0.relu", Category::forward, 2, 1)};
+  for (std::size_t i = 0; i < t.diff.rows.size(); ++i) t.index[{t.diff.rows[i].name, t.diff.rows[i].direction}] = i;
+  REQUIRE(t.for_tensor("act.layer1.0.conv1") == &t.diff.rows[0]);
+  REQUIRE(t.for_tensor("grad.layer1.0.conv1.weight") == &t.diff.rows[1]);
+  REQUIRE(t.for_tensor("loss") == &t.diff.rows[2]);
+  CHECK(t.for_tensor("act.layer1.0.relu.2") == &t.diff.rows[3]);  // the block's last relu, with the add
+  CHECK(t.for_tensor("act.layer1.0.relu.0") == nullptr);            // fused into bn1 in wb-train
+  CHECK(t.for_tensor("param.layer1.0.conv1.weight") == nullptr);
+  CHECK(t.for_tensor("act.fc") == nullptr);
+  CHECK(t.for_tensor("grad.x") == nullptr);
+  CHECK(wb::app_model::ratio_heat(t.diff.rows[0].ratio()) == 1.0);   // 3x slower: red end
+  CHECK(wb::app_model::ratio_heat(t.diff.rows[1].ratio()) == 0.0);   // 4x faster: green end
+  CHECK(wb::app_model::ratio_heat(1.0) == 0.5);
+  CHECK_THAT(wb::app_model::ratio_heat(std::sqrt(2.0)), WithinAbs(0.75, 1e-12));
+  CHECK(wb::app_model::ratio_heat(std::nan("")) == 0.5);
 }

@@ -56,9 +56,9 @@ int cmd_info(int argc, char** argv) {
     if (k == "schema_version" || k == "created_utc" || k == "complete" || k == "world_size" || k == "device" ||
         k == "dropped_events")
       continue;
-    // config_json can be long: show its size, `wb info --json` prints it whole.
-    if (k == "config_json")
-      std::printf("%-14s (%zu bytes of JSON)\n", k.c_str(), v.size());
+    // config_json and an import's layer_match can be long: show their size, `wb info --json` prints them.
+    if (k == "config_json" || v.size() > 200)
+      std::printf("%-14s (%zu bytes; wb info --json prints it whole)\n", k.c_str(), v.size());
     else
       std::printf("%-14s %s\n", k.c_str(), v.c_str());
   }

@@ -56,6 +56,7 @@ std::optional<ViewId> view_from_name(std::string_view name) {
 
 App::App(Options options) : options_(std::move(options)) {
   current = options_.view;
+  precision.kind_filter = options_.precision_kind;
   // A scripted drag aims at the tuner's strip, which only its view draws.
   if (options_.tuner_drag) current = ViewId::allreduce;
   if (options_.persist_recent) recent_ = read_recent(recent_files_path());
@@ -103,22 +104,46 @@ void App::open_reference(const std::filesystem::path& reference) {
 void App::set_model(std::shared_ptr<const RunModel> m) {
   model = std::move(m);
   timeline = TimelineState{};
+  timeline.color_by_ratio = options_.color_by_ratio;
   ops = OpsState{};
+  ops.layers_only = options_.layers_only;
   tuner.split.clear();
   tuner.initialised = false;
   tuner.strip.reset();
   precision.data.reset();
   precision.detail.reset();
   precision.selected = -1;
+  timing_.reset();
+  timing_a_ = timing_b_ = nullptr;
 }
 
 void App::set_second(std::shared_ptr<const RunModel> m) {
   // Lanes and deltas refer into the second model: drop them before it goes.
   timeline.second_lanes.clear();
   timeline.second_for = nullptr;
+  timeline.ratio_heat.clear();
+  timeline.ratio_model = nullptr;
   ops.deltas.clear();
   ops.deltas_for = nullptr;
+  timing_.reset();
+  timing_a_ = timing_b_ = nullptr;
   second = std::move(m);
+}
+
+const app_model::LayerTiming* App::layer_timing() {
+  if (!model || !second || !model->ready() || !second->ready()) return nullptr;
+  if (timing_a_ != model.get() || timing_b_ != second.get()) {
+    timing_a_ = model.get();
+    timing_b_ = second.get();
+    timing_.reset();
+    timing_error_.clear();
+    try {
+      timing_ = std::make_shared<const app_model::LayerTiming>(app_model::layer_timing(model->run, second->run));
+    } catch (const std::exception& e) {
+      timing_error_ = e.what();
+    }
+  }
+  return timing_.get();
 }
 
 void App::show_view(ViewId v) {

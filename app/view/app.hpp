@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "app/model/child_process.hpp"
 #include "app/model/files_logic.hpp"
+#include "app/model/layer_timing.hpp"
 #include "app/model/ops_logic.hpp"
 #include "app/model/precision_model.hpp"
 #include "app/model/run_model.hpp"
@@ -64,6 +66,11 @@ struct TimelineState {
   bool show_second = true;
   bool align = true;
   int align_step = -1;  // -1: the first steady step of the first run
+  // "time vs second run": the first run's layer ranges coloured by their time per step over the second
+  // run's (green faster .. red slower, app_model::ratio_heat), everything else grey.
+  bool color_by_ratio = false;
+  std::map<std::pair<std::uint32_t, std::uint8_t>, double> ratio_heat;  // (name, category) -> heat
+  const app_model::RunModel* ratio_model = nullptr;                     // the run ratio_heat is for
 };
 
 struct OpsState {
@@ -71,6 +78,7 @@ struct OpsState {
   bool auto_selected = false;  // the first show selects the costliest op
   char filter[128] = {};
   int category = -1;  // -1: all
+  bool layers_only = false;  // only layer ranges (analysis::is_layer_name)
   bool log_bins = true;
   std::vector<std::int64_t> durations;  // of the selected op, ascending
   std::vector<int> order;               // rows after filter and sort
@@ -137,6 +145,9 @@ class App {
     bool tuner_run = false;                        // then press "Run with these splits" once
     std::optional<std::pair<int, int>> tuner_drag; // drag the handle of split FROM to TO with injected mouse input
     std::optional<std::int64_t> comparison;        // show this stored comparison in Precision
+    bool color_by_ratio = false;                   // Timeline: colour layers by time vs the second run
+    bool layers_only = false;                      // Ops: layer ranges only
+    int precision_kind = -1;                       // Precision: rows of this compare::TensorKind only
   };
   explicit App(Options options);
   ~App();
@@ -173,6 +184,11 @@ class App {
   // Plain-text figures for --print-tuner and --print-precision, one "key value" per line.
   std::string tuner_report() const;
   std::string precision_report() const;
+  // Per-layer time of this run against the second run (wb diff's arithmetic), computed once per pair;
+  // nullptr without a second run, before both are analysed, or when a run has no layer ranges
+  // (layer_timing_error() says why).
+  const app_model::LayerTiming* layer_timing();
+  const std::string& layer_timing_error() const { return timing_error_; }
 
   // State read and written by the views (app/view/view_*.cpp).
   std::shared_ptr<const app_model::RunModel> model;
@@ -199,6 +215,10 @@ class App {
   std::unique_ptr<app_model::RunLoader> loader_;
   bool loader_published_ = false;  // its model is installed (the timeline draws while analyses run)
   std::unique_ptr<app_model::RunLoader> second_loader_;
+  std::shared_ptr<const app_model::LayerTiming> timing_;
+  const app_model::RunModel* timing_a_ = nullptr;  // the pair timing_ (or timing_error_) is for
+  const app_model::RunModel* timing_b_ = nullptr;
+  std::string timing_error_;
   std::string error_;
   std::string error_title_;
   bool error_popup_open_ = false;

@@ -23,6 +23,7 @@
 
 #include "allreduce/split_points.hpp"
 #include "app/view/app.hpp"
+#include "compare/tensor_set.hpp"
 
 namespace {
 
@@ -51,6 +52,9 @@ const char* kUsage =
     "                          with predicted against measured (a screenshot waits for all of it)\n"
     "  --tuner-drag FROM:TO    drag the tuner's handle of split point FROM to TO with injected mouse input\n"
     "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
+    "  --color-by-ratio        Timeline: colour the layers by their time per step over the --compare run's\n"
+    "  --layers                Ops: layer ranges only (against an imported PyTorch trace: layer by layer)\n"
+    "  --precision-kind KIND   Precision: rows of one kind only (act, grad, param, ...)\n"
     "  --print-tuner           at exit, print the tuner's split, predicted and measured figures on stdout\n"
     "  --print-precision       at exit, print the Precision view's verdict counts and first divergence\n";
 
@@ -108,6 +112,16 @@ Args parse(int argc, char** argv) {
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || id < 1)
         throw UsageError("--comparison " + v + ": expected the id of a stored comparison (1, 2, ...)");
       a.app.comparison = id;
+    } else if (s == "--color-by-ratio") {
+      a.app.color_by_ratio = true;
+    } else if (s == "--layers") {
+      a.app.layers_only = true;
+    } else if (s == "--precision-kind") {
+      std::string v = value("--precision-kind");
+      auto kind = wb::compare::kind_from_name(v);
+      if (!kind) throw UsageError("--precision-kind " + v + ": expected input, label, param, buffer, act, loss, grad, param_after, "
+                                  "buffer_after, momentum or other");
+      a.app.precision_kind = static_cast<int>(*kind);
     } else if (s == "--print-tuner") {
       a.print_tuner = true;
     } else if (s == "--print-precision") {

@@ -22,6 +22,17 @@ namespace {
 
 constexpr double kMinBoxPx = 3.0;  // Tracy folds runs under 3 px
 
+// The time-ratio scale: green (this run at least twice as fast) .. grey (equal) .. red (twice as slow).
+ImU32 heat_color(double heat) {
+  auto mix = [](int a, int b, double t) { return static_cast<int>(std::lround(a + (b - a) * t)); };
+  if (heat < 0.5) {
+    double t = heat / 0.5;
+    return IM_COL32(mix(60, 150, t), mix(190, 150, t), mix(90, 155, t), 255);
+  }
+  double t = (heat - 0.5) / 0.5;
+  return IM_COL32(mix(150, 225, t), mix(150, 70, t), mix(155, 60, t), 255);
+}
+
 void clipped_text(ImDrawList* dl, float x0, float x1, float y, ImU32 c, const std::string& text) {
   float w = x1 - x0 - 6.0f;
   if (w < 14.0f) return;
@@ -74,7 +85,7 @@ class EventLane : public Lane {
         std::uint32_t row = level.rows[r.first];
         EventRef ref{track_.id, row, is_kernel()};
         if (r.count == 1) {
-          ImU32 c = color(row);
+          ImU32 c = color(ctx, row);
           ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
           if (bx1 - bx0 > 4.0f) ctx.dl->AddRect(ImVec2(bx0, ly), ImVec2(bx1, ly1), scale_rgb(c, 0.6f));
           clipped_text(ctx.dl, bx0, bx1, ly + 1.0f, IM_COL32(15, 15, 20, 255), name(row));
@@ -84,7 +95,7 @@ class EventLane : public Lane {
           else if (hl) ctx.dl->AddRect(ImVec2(bx0 - 1, ly - 1), ImVec2(bx1 + 1, ly1 + 1), IM_COL32(255, 255, 255, 230), 0, 0, 1.5f);
         } else {
           // A merged run: the colour of its first event, darker, with a zigzag so it reads as many.
-          ImU32 c = scale_rgb(color(row), 0.55f);
+          ImU32 c = scale_rgb(color(ctx, row), 0.55f);
           ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
           float mid = (ly + ly1) * 0.5f;
           for (float x = bx0; x + 4 <= bx1; x += 8)
@@ -113,7 +124,7 @@ class EventLane : public Lane {
 
  protected:
   virtual bool is_kernel() const = 0;
-  virtual ImU32 color(std::uint32_t row) const = 0;
+  virtual ImU32 color(const LaneContext& ctx, std::uint32_t row) const = 0;
   virtual std::string name(std::uint32_t row) const = 0;
   virtual void tooltip(std::uint32_t row) const = 0;
   virtual bool highlighted(const LaneContext& ctx, std::uint32_t row) const = 0;
@@ -130,7 +141,14 @@ class HostLane final : public EventLane {
 
  protected:
   bool is_kernel() const override { return false; }
-  ImU32 color(std::uint32_t row) const override { return op_color(rows_[row].category, rows_[row].name); }
+  ImU32 color(const LaneContext& ctx, std::uint32_t row) const override {
+    const auto& r = rows_[row];
+    if (ctx.state.color_by_ratio && ctx.state.ratio_model == &model_) {
+      auto it = ctx.state.ratio_heat.find({r.name, r.category});
+      return it == ctx.state.ratio_heat.end() ? IM_COL32(62, 64, 72, 255) : heat_color(it->second);
+    }
+    return op_color(r.category, r.name);
+  }
   std::string name(std::uint32_t row) const override { return model_.run.name(rows_[row].name); }
   bool highlighted(const LaneContext& ctx, std::uint32_t row) const override {
     const auto& r = rows_[row];
@@ -159,7 +177,7 @@ class StreamLane final : public EventLane {
 
  protected:
   bool is_kernel() const override { return true; }
-  ImU32 color(std::uint32_t row) const override {
+  ImU32 color(const LaneContext&, std::uint32_t row) const override {
     const auto& k = rows_[row];
     if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memcpy)) return category_color(5);
     if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memset)) return IM_COL32(150, 150, 150, 255);

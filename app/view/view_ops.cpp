@@ -10,6 +10,7 @@
 #include <imgui.h>
 
 #include "app/model/plot_logic.hpp"
+#include "profiler/analysis/layer_diff.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
 
@@ -45,6 +46,7 @@ void rebuild_order(const RunModel& m, OpsState& st) {
     const auto& o = ops[static_cast<std::size_t>(i)];
     if (st.category >= 0 && static_cast<int>(o.category) != st.category) continue;
     if (!matches(o.name, st.filter)) continue;
+    if (st.layers_only && (!analysis::is_layer_name(o.name) || analysis::op_type_of_layer(o.name) == analysis::OpType::other)) continue;
     st.order.push_back(i);
   }
   auto key = [&](const analysis::OpStat& o) -> double {
@@ -129,6 +131,11 @@ void draw_ops(App& app) {
     st.category = ci - 1;
     st.dirty = true;
   }
+  ImGui::SameLine();
+  if (ImGui::Checkbox("layers", &st.layers_only)) st.dirty = true;
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Only layer ranges (conv1, layer2.0.conv2, loss, optimizer): with an imported PyTorch trace as the second\n"
+                      "run, the vs-second-run columns then compare layer by layer");
   if (st.dirty || st.order.empty()) rebuild_order(m, st);
   ImGui::SameLine(0, 20);
   const double steps_total = step_time_total(m);
@@ -141,10 +148,11 @@ void draw_ops(App& app) {
   // With a second run open (and analysed), two more columns: this run minus the second, per op.
   const RunModel* second = app.second && app.second->ready() ? app.second.get() : nullptr;
   if (second && st.deltas_for != second) {
-    st.deltas = op_deltas(ops, second->ops.by_name);
+    st.deltas = op_deltas(ops, second->ops.by_name, static_cast<double>(m.run.steps.size()),
+                          static_cast<double>(second->run.steps.size()));
     st.deltas_for = second;
   }
-  if (ImGui::BeginTable("##ops", second ? 12 : 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
+  if (ImGui::BeginTable("##ops", second ? 13 : 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("op", ImGuiTableColumnFlags_WidthStretch);
     ImGui::TableSetupColumn("category");
@@ -159,6 +167,7 @@ void draw_ops(App& app) {
     if (second) {
       ImGui::TableSetupColumn("mean vs second run", ImGuiTableColumnFlags_NoSort);
       ImGui::TableSetupColumn("total vs second run", ImGuiTableColumnFlags_NoSort);
+      ImGui::TableSetupColumn("per step vs second", ImGuiTableColumnFlags_NoSort);
     }
     ImGui::TableHeadersRow();
     if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
@@ -236,6 +245,10 @@ void draw_ops(App& app) {
           }
           ImGui::TableNextColumn();
           if (d.present) ImGui::TextUnformatted(signed_ns(d.total_ns).c_str());
+          ImGui::TableNextColumn();
+          if (d.per_step_ratio > 0.0)
+            ImGui::TextColored(to_vec4(d.per_step_ratio > 1.1 ? color::kBad : d.per_step_ratio < 0.9 ? color::kGood : color::kDim),
+                               "%.2fx", d.per_step_ratio);
         }
       }
     }

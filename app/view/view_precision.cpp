@@ -140,7 +140,21 @@ void first_divergence(PrecisionState& st, const compare::Comparison& c) {
   ImGui::PopStyleColor();
 }
 
-void rows_table(PrecisionState& st, const compare::Comparison& c, float height) {
+// A layer's time per step in this run, in the second run, and their ratio, next to its tensors' verdicts.
+void timing_cells(const app_model::LayerTiming* timing, const std::string& key) {
+  const analysis::LayerDiffRow* t = timing ? timing->for_tensor(key) : nullptr;
+  ImGui::TableNextColumn();
+  ImGui::TextUnformatted(t && t->a ? fmt_ns(t->a->ns).c_str() : "");
+  ImGui::TableNextColumn();
+  ImGui::TextUnformatted(t && t->b ? fmt_ns(t->b->ns).c_str() : "");
+  ImGui::TableNextColumn();
+  if (t && t->a && t->b && t->b->ns > 0) {
+    double ratio = t->ratio();
+    ImGui::TextColored(to_vec4(ratio > 1.1 ? color::kBad : ratio < 0.9 ? color::kGood : color::kDim), "%.2fx", ratio);
+  }
+}
+
+void rows_table(PrecisionState& st, const compare::Comparison& c, float height, const app_model::LayerTiming* timing) {
   std::vector<int> order;
   for (int i = 0; i < static_cast<int>(c.rows.size()); ++i) {
     const auto& r = c.rows[static_cast<std::size_t>(i)];
@@ -155,12 +169,14 @@ void rows_table(PrecisionState& st, const compare::Comparison& c, float height) 
       if (std::isnan(eb)) eb = -1;
       return ea > eb;
     });
-  if (ImGui::BeginTable("##rows", 8, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
+  if (ImGui::BeginTable("##rows", timing ? 11 : 8, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
                                         ImGuiTableFlags_SizingFixedFit, ImVec2(0, height))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("#");
     ImGui::TableSetupColumn("tensor", ImGuiTableColumnFlags_WidthStretch);
     for (const char* h : {"kind", "verdict", "rel-L2", "cosine", "max abs", "shape"}) ImGui::TableSetupColumn(h);
+    if (timing)
+      for (const char* h : {"time/step", "2nd run", "ratio"}) ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
     ImGuiListClipper clip;
     clip.Begin(static_cast<int>(order.size()));
@@ -191,6 +207,7 @@ void rows_table(PrecisionState& st, const compare::Comparison& c, float height) 
         ImGui::TableNextColumn();
         std::string shape = store::shape_to_json(r.b_shape.empty() ? r.a_shape : r.b_shape);
         ImGui::TextUnformatted(shape.c_str());
+        if (timing) timing_cells(timing, r.name);
       }
     ImGui::EndTable();
   }
@@ -386,7 +403,16 @@ void draw_precision(App& app) {
   ImGui::SameLine();
   ImGui::RadioButton("by error", &sort, 1);
   st.sort_by_error = sort == 1;
-  rows_table(st, c, ImGui::GetContentRegionAvail().y);
+  const app_model::LayerTiming* timing = app.layer_timing();
+  if (timing) {
+    ImGui::TextColored(to_vec4(color::kDim), "time/step: each layer's forward (act.*) or backward (grad.*) time per step here and in %s",
+                       app.second->title().c_str());
+  } else if (app.second && !app.layer_timing_error().empty()) {
+    ImGui::TextColored(to_vec4(color::kWarn), "no layer times: %s", app.layer_timing_error().c_str());
+  } else if (!app.second) {
+    ImGui::TextColored(to_vec4(color::kDim), "Open a second run (e.g. PyTorch's profile: wb import torch-trace) for each layer's time next to its verdict");
+  }
+  rows_table(st, c, ImGui::GetContentRegionAvail().y, timing);
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("##pright", ImVec2(0, 0), false);

@@ -320,9 +320,35 @@ float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const 
   return y;
 }
 
+// "time vs second run": the heat of each layer of the first run, by (name id, category).
+void ratio_controls(App& app, TimelineState& st, const RunModel& m) {
+  ImGui::SameLine();
+  ImGui::Checkbox("time vs second run", &st.color_by_ratio);
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Colour this run's layers by their time per step over the second run's (wb diff):\n"
+                      "green at least 2x faster, grey equal, red at least 2x slower; other ranges grey");
+  if (!st.color_by_ratio || st.ratio_model == &m) return;
+  const app_model::LayerTiming* timing = app.layer_timing();
+  if (!timing) {
+    if (!app.layer_timing_error().empty()) {
+      ImGui::SameLine();
+      ImGui::TextColored(to_vec4(color::kWarn), "%s", app.layer_timing_error().c_str());
+    }
+    return;
+  }
+  st.ratio_heat.clear();
+  for (const auto& row : timing->diff.rows) {
+    if (!row.a || !row.b) continue;
+    if (auto id = m.find_name(row.name)) st.ratio_heat[{*id, static_cast<std::uint8_t>(row.direction)}] = app_model::ratio_heat(row.ratio());
+  }
+  st.ratio_model = &m;
+}
+
 void second_run_controls(App& app, TimelineState& st, const RunModel& m) {
   if (!app.second) return;
   ImGui::SameLine(0, 20);
+  ratio_controls(app, st, m);
+  ImGui::SameLine();
   ImGui::Checkbox("second run", &st.show_second);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Show %s's lanes below this run's", app.second->title().c_str());
   if (!st.show_second) return;

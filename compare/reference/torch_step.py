@@ -3,6 +3,7 @@
 
     torch_step.py RUN.sqlite --out REF.safetensors [--rank R] [--step N] [--device cpu|cuda] [--threads N]
                   [--fault NAME]
+    torch_step.py RUN.sqlite --profile N --out-trace TRACE.json   (PyTorch's profile: torch_profile.py)
 
 Reads the run file's configuration, the dumped batch (input, label) and the parameters and buffers
 before the step; builds torchvision's resnet50(num_classes=...) with exactly those tensors; runs the
@@ -433,7 +434,7 @@ def run_step(args):
 def main(argv=None):
     parser = argparse.ArgumentParser(prog=PROG, description="PyTorch baseline of a wb-train run's dumped step.")
     parser.add_argument("run", help="run file written by wb-train --dump-step N")
-    parser.add_argument("--out", required=True, help="the .safetensors file to write")
+    parser.add_argument("--out", help="the .safetensors file to write (required unless --profile)")
     parser.add_argument("--rank", type=int, default=0, help="rank whose dump to replay (default 0)")
     parser.add_argument("--step", type=int, help="dumped step to replay (default: the only one)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
@@ -441,11 +442,25 @@ def main(argv=None):
     parser.add_argument("--fault", choices=sorted(FAULTS), metavar="NAME",
                         help="testing aid: plant one known mistake into the replay, to check that wb compare "
                              "finds it: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    parser.add_argument("--profile", type=int, metavar="N",
+                        help="instead (or as well, with --out): profile N steady steps of the run's configuration "
+                             "under torch.profiler into --out-trace (see torch_profile.py)")
+    parser.add_argument("--out-trace", help="the Chrome trace --profile writes, for wb import torch-trace")
     args = parser.parse_args(argv)
     if args.threads < 0:
         parser.error("--threads must be >= 0")
+    if args.profile is not None and (args.profile < 1 or not args.out_trace):
+        parser.error("--profile N needs N >= 1 and --out-trace TRACE.json")
+    if args.profile is None and not args.out:
+        parser.error("the following arguments are required: --out")
     try:
-        run_step(args)
+        if args.profile is not None:
+            import torch_profile
+            torch_profile.profile_run(args.run, args.out_trace, args.profile, threads=args.threads,
+                                      device=args.device, progress=progress)
+            progress(f"wrote {args.out_trace} ({args.profile} profiled steps)")
+        if args.out:
+            run_step(args)
     except (InputError, wbformat.FormatError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

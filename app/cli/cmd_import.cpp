@@ -1,0 +1,80 @@
+// wb import torch-trace TRACE.json... --out RUN.sqlite: a torch.profiler trace as a run file.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "app/cli/cli.hpp"
+#include "ingest/torch_trace.hpp"
+
+namespace wb::cli {
+
+namespace {
+
+const char* kUsage =
+    "usage: wb import torch-trace TRACE.json [TRACE.json ...] --out RUN.sqlite [--overwrite] [--quiet]\n"
+    "Reads the Chrome trace torch.profiler writes (export_chrome_trace, or tensorboard_trace_handler's\n"
+    "*.pt.trace.json[.gz]) into a run file that wb report, wb export chrome, wb diff and wb-view read like\n"
+    "wb-train's own runs. Both formats: Kineto's (an object with traceEvents, categories, deviceProperties,\n"
+    "distributedInfo; PyTorch 2.x) and the legacy exporter's (a bare list of events; PyTorch without Kineto).\n"
+    "Several traces are several ranks (rank from distributedInfo, else the order given).\n"
+    "  --out RUN.sqlite   the run file to write\n"
+    "  --overwrite        replace RUN.sqlite when it exists\n"
+    "  --quiet            no progress and summary lines\n"
+    "What it records: PyTorch's ops and annotations as ranges; ProfilerStep#N as step N; kernels, memcpys and\n"
+    "memsets linked to their launching op (External id, else correlation); and layer ranges named like\n"
+    "wb-train's (\"layer2.0.conv2\" forward and backward, \"loss\", \"optimizer\"): from record_function module\n"
+    "names (torch_step.py --profile), else by execution order and op type; backward through sequence numbers,\n"
+    "else by reverse order. meta.layer_match says which method found each layer.";
+
+void print_summary(const ingest::ImportResult& r) {
+  for (const auto& t : r.traces) {
+    std::printf("%s: %s format, rank %d, %s, %lld steps\n", t.file.string().c_str(),
+                t.format == ingest::TraceFormat::kineto ? "Kineto" : "legacy", t.rank, t.device.c_str(),
+                static_cast<long long>(t.steps));
+    std::printf("  events by category:");
+    for (int c = 0; c < ingest::kEventCats; ++c)
+      if (t.events_by_cat[c] > 0)
+        std::printf(" %s %lld", std::string(ingest::event_cat_name(static_cast<ingest::EventCat>(c))).c_str(),
+                    static_cast<long long>(t.events_by_cat[c]));
+    std::printf("\n  rows: %lld ranges, %lld layer ranges added, %lld kernels, %lld memcpys, %lld memsets\n",
+                static_cast<long long>(t.ranges), static_cast<long long>(t.layer_ranges), static_cast<long long>(t.kernels),
+                static_cast<long long>(t.memcpys), static_cast<long long>(t.memsets));
+    long long device = t.kernels + t.memcpys + t.memsets;
+    if (device > 0)
+      std::printf("  linked: %lld of %lld device rows to their launching op (External id), %lld to their runtime call only\n",
+                  static_cast<long long>(t.linked_by_external_id), device, static_cast<long long>(t.linked_by_correlation));
+    const auto& l = t.layers;
+    std::printf("  layers: forward %lld by module name, %lld by order (%lld unmatched); backward %lld by sequence number, "
+                "%lld by order, %lld following the node before, %lld of the loss (%lld unmatched)\n",
+                static_cast<long long>(l.forward_module), static_cast<long long>(l.forward_order),
+                static_cast<long long>(l.forward_unmatched), static_cast<long long>(l.backward_sequence),
+                static_cast<long long>(l.backward_order), static_cast<long long>(l.backward_follow),
+                static_cast<long long>(l.backward_loss),
+                static_cast<long long>(l.backward_unmatched));
+    if (t.steps == 0)
+      std::printf("  note: no ProfilerStep#N ranges, so no steps: wb diff compares steps (profile with a schedule and "
+                  "call prof.step() once per step)\n");
+  }
+  std::printf("wrote %s (%d rank%s)\n", r.out.string().c_str(), static_cast<int>(r.traces.size()),
+              r.traces.size() == 1 ? "" : "s");
+}
+
+}  // namespace
+
+int cmd_import(int argc, char** argv) {
+  Args args(argc, argv, kUsage, {{"--out", true}, {"--overwrite", false}, {"--quiet", false}});
+  const auto& pos = args.positionals(2);
+  if (pos[0] != "torch-trace") args.fail("unknown format '" + pos[0] + "' (expected: torch-trace)");
+  auto out = args.value("--out");
+  if (!out || out->empty()) args.fail("--out RUN.sqlite is required");
+  std::vector<std::filesystem::path> traces(pos.begin() + 1, pos.end());
+  const bool quiet = args.has("--quiet");
+  ingest::ImportOptions o;
+  o.overwrite = args.has("--overwrite");
+  if (!quiet) o.progress = [](std::string_view line) { std::fprintf(stderr, "wb import: %.*s\n", static_cast<int>(line.size()), line.data()); };
+  auto result = ingest::import_torch_traces(traces, *out, o);
+  if (!quiet) print_summary(result);
+  return 0;
+}
+
+}  // namespace wb::cli

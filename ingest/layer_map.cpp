@@ -1,0 +1,413 @@
+#include "ingest/layer_map.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <string_view>
+#include <unordered_map>
+
+namespace wb::ingest {
+
+Names::Names(std::vector<std::string>& strings) : strings_(strings) {
+  for (std::size_t i = 0; i < strings_.size(); ++i) ids_.emplace(strings_[i], static_cast<std::uint32_t>(i));
+}
+
+std::uint32_t Names::id(const std::string& text) {
+  auto it = ids_.find(text);
+  if (it != ids_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(strings_.size());
+  strings_.push_back(text);
+  ids_.emplace(text, id);
+  return id;
+}
+
+void build_tree(std::vector<Node>& nodes) {
+  std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
+    if (a.start != b.start) return a.start < b.start;
+    if (a.end != b.end) return a.end > b.end;
+    return a.added && !b.added;
+  });
+  constexpr std::int64_t kRounding = 1000;  // 1 us
+  std::vector<std::int32_t> stack;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    Node& n = nodes[i];
+    while (!stack.empty()) {
+      const Node& top = nodes[static_cast<std::size_t>(stack.back())];
+      if (n.start < top.end && n.end <= top.end + kRounding) break;
+      stack.pop_back();
+    }
+    if (!stack.empty()) {
+      const Node& top = nodes[static_cast<std::size_t>(stack.back())];
+      n.end = std::min(n.end, top.end);
+      n.parent = stack.back();
+    } else {
+      n.parent = -1;
+    }
+    n.depth = static_cast<std::uint8_t>(std::min<std::size_t>(stack.size(), 255));
+    stack.push_back(static_cast<std::int32_t>(i));
+  }
+}
+
+const std::vector<std::string>& resnet50_call_sequence() {
+  static const std::vector<std::string> seq = [] {
+    std::vector<std::string> s{"conv1", "bn1", "relu", "maxpool"};
+    const int blocks[4] = {3, 4, 6, 3};
+    for (int st = 0; st < 4; ++st)
+      for (int b = 0; b < blocks[st]; ++b) {
+        std::string p = "layer" + std::to_string(st + 1) + "." + std::to_string(b) + ".";
+        for (const char* m : {"conv1", "bn1", "relu", "conv2", "bn2", "relu", "conv3", "bn3"}) s.push_back(p + m);
+        if (b == 0) {
+          s.push_back(p + "downsample.0");
+          s.push_back(p + "downsample.1");
+        }
+        s.push_back(p + "relu");
+      }
+    s.push_back("avgpool");
+    s.push_back("fc");
+    return s;
+  }();
+  return seq;
+}
+
+namespace {
+
+enum class Kind : std::uint8_t { none, conv, bn, relu, maxpool, avgpool, fc, loss };
+
+constexpr std::string_view kEvalPrefix = "autograd::engine::evaluate_function: ";
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
+
+// A module path as torchvision names them: identifiers and indices joined by dots ("layer2.0.conv2",
+// "fc"), starting with a lower-case letter; PyTorch's own ranges all have "::", "#", ":" or upper case.
+bool is_module_name(std::string_view s) {
+  if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
+  bool dot = true;
+  for (char c : s) {
+    if (c == '.') {
+      if (dot) return false;
+      dot = true;
+      continue;
+    }
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+    dot = false;
+  }
+  return !dot;
+}
+
+Kind kind_of_module(std::string_view name) {
+  if (name.size() >= 12 && name.substr(name.size() - 12) == "downsample.0") return Kind::conv;
+  if (name.size() >= 12 && name.substr(name.size() - 12) == "downsample.1") return Kind::bn;
+  auto dot = name.rfind('.');
+  std::string_view last = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  if (starts_with(last, "conv")) return Kind::conv;
+  if (starts_with(last, "bn")) return Kind::bn;
+  if (last == "relu") return Kind::relu;
+  if (last == "maxpool") return Kind::maxpool;
+  if (last == "avgpool") return Kind::avgpool;
+  if (last == "fc") return Kind::fc;
+  return Kind::none;
+}
+
+// "layer2.0" for "layer2.0.conv2" (and for "layer2.0" itself); "" outside the blocks.
+std::string_view block_of(std::string_view name) {
+  if (!starts_with(name, "layer")) return {};
+  auto d1 = name.find('.');
+  if (d1 == std::string_view::npos) return {};
+  auto d2 = name.find('.', d1 + 1);
+  return d2 == std::string_view::npos ? name : name.substr(0, d2);
+}
+
+// The forward ops (and with_modules' module ranges) that are one ResNet-50 layer.
+Kind kind_of_forward_op(std::string_view n, EventCat cat) {
+  if (cat == EventCat::python_function) {
+    if (!starts_with(n, "nn.Module: ")) return Kind::none;
+    n.remove_prefix(11);
+    if (starts_with(n, "Conv2d_")) return Kind::conv;
+    if (starts_with(n, "BatchNorm2d_")) return Kind::bn;
+    if (starts_with(n, "ReLU_")) return Kind::relu;
+    if (starts_with(n, "MaxPool2d_")) return Kind::maxpool;
+    if (starts_with(n, "AdaptiveAvgPool2d_")) return Kind::avgpool;
+    if (starts_with(n, "Linear_")) return Kind::fc;
+    return Kind::none;
+  }
+  if (!starts_with(n, "aten::")) return Kind::none;
+  n.remove_prefix(6);
+  if (n == "conv2d" || n == "convolution" || n == "_convolution" || n == "mkldnn_convolution" || n == "cudnn_convolution" ||
+      n == "thnn_conv2d")
+    return Kind::conv;
+  if (n == "batch_norm" || n == "_batch_norm_impl_index" || n == "native_batch_norm" || n == "cudnn_batch_norm" ||
+      n == "_native_batch_norm_legit")
+    return Kind::bn;
+  if (n == "relu" || n == "relu_") return Kind::relu;
+  if (n == "max_pool2d" || n == "max_pool2d_with_indices") return Kind::maxpool;
+  if (n == "adaptive_avg_pool2d" || n == "_adaptive_avg_pool2d") return Kind::avgpool;
+  if (n == "linear" || n == "addmm") return Kind::fc;
+  return Kind::none;
+}
+
+Kind kind_of_backward(std::string_view fn) {
+  if (contains(fn, "Convolution") || contains(fn, "Conv2D") || contains(fn, "ConvNd")) return Kind::conv;
+  if (contains(fn, "BatchNorm")) return Kind::bn;
+  if (contains(fn, "Relu") || contains(fn, "Threshold")) return Kind::relu;
+  if (contains(fn, "MaxPool")) return Kind::maxpool;
+  if (contains(fn, "AdaptiveAvgPool") || contains(fn, "AvgPool") || starts_with(fn, "MeanBackward")) return Kind::avgpool;
+  if (starts_with(fn, "AddmmBackward") || starts_with(fn, "MmBackward") || contains(fn, "Linear")) return Kind::fc;
+  if (contains(fn, "NllLoss") || contains(fn, "LogSoftmax") || contains(fn, "CrossEntropy")) return Kind::loss;
+  return Kind::none;  // AccumulateGrad, TBackward0, views, AddBackward0: follow the node before
+}
+
+struct Unit {
+  std::uint32_t layer;
+  Kind kind;
+};
+
+struct Where {
+  std::size_t thread;
+  std::size_t node;
+};
+
+// The end of node i's subtree (nodes are in tree order).
+std::size_t subtree_end(const std::vector<Node>& nodes, std::size_t i) {
+  std::size_t j = i + 1;
+  while (j < nodes.size() && nodes[j].depth > nodes[i].depth) ++j;
+  return j;
+}
+
+Node wrap(const Node& first, std::int64_t end, std::uint32_t name, store::Category category) {
+  Node n;
+  n.start = first.start;
+  n.end = end;
+  n.name = name;
+  n.category = category;
+  n.step = first.step;
+  n.layer = name;
+  n.added = true;
+  return n;
+}
+
+}  // namespace
+
+LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
+                            std::map<std::string, std::map<std::string, std::string>>& methods) {
+  using store::Category;
+  LayerMatchCounts counts;
+  const auto& call_seq = resnet50_call_sequence();
+  std::vector<Kind> call_kinds;
+  for (const auto& n : call_seq) call_kinds.push_back(kind_of_module(n));
+
+  // Forward. Module names anywhere in the trace decide the method for the whole rank.
+  bool by_module = false;
+  for (const auto& t : threads)
+    for (const auto& n : t.nodes)
+      if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && n.category == Category::forward &&
+          is_module_name(names.text(n.name)))
+        by_module = true;
+
+  std::map<std::int32_t, std::vector<Unit>> forward_units;  // per step, in execution order
+  std::map<std::int32_t, std::int64_t> forward_end;         // per step, the end of its last layer
+  std::unordered_map<std::int64_t, std::uint32_t> layer_of_seq;
+  std::vector<std::vector<Node>> added(threads.size());
+  std::set<std::pair<std::string, std::int32_t>> existing_blocks;  // (block, step) forward ranges in the trace
+
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    auto& nodes = threads[ti].nodes;
+    std::map<std::int32_t, std::size_t> call_pos;  // per step: next position in call_seq
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      Node& n = nodes[i];
+      const Node* parent = n.parent >= 0 ? &nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+      n.layer = parent ? parent->layer : 0;
+      if (n.category != Category::forward) continue;
+      const std::string& text = names.text(n.name);
+      if (by_module) {
+        if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && is_module_name(text)) {
+          n.layer = n.name;
+          Kind k = kind_of_module(text);
+          if (k != Kind::none) {
+            forward_units[n.step].push_back({n.name, k});
+            forward_end[n.step] = std::max(forward_end[n.step], n.end);
+          }
+          if (!block_of(text).empty() && block_of(text) == text) existing_blocks.insert({text, n.step});
+          methods["forward"][text] = "module";
+          ++counts.forward_module;
+        }
+      } else if (parent == nullptr || parent->layer == 0) {
+        Kind k = kind_of_forward_op(text, n.cat);
+        if (k != Kind::none) {
+          std::size_t& pos = call_pos[n.step];
+          std::size_t j = pos;
+          while (j < call_seq.size() && call_kinds[j] != k) ++j;
+          if (j == call_seq.size()) {
+            ++counts.forward_unmatched;
+          } else {
+            pos = j + 1;
+            std::uint32_t layer = names.id(call_seq[j]);
+            n.layer = layer;
+            added[ti].push_back(wrap(n, n.end, layer, Category::forward));
+            forward_units[n.step].push_back({layer, k});
+            forward_end[n.step] = std::max(forward_end[n.step], n.end);
+            methods["forward"][call_seq[j]] = "order";
+            ++counts.forward_order;
+          }
+        }
+      }
+      // The residual add runs in the block's own forward, outside its modules: wb-train counts it in the
+      // block's last relu.
+      if (n.layer != 0 && (text == "aten::add_" || text == "aten::add")) {
+        const std::string& layer = names.text(n.layer);
+        if (!block_of(layer).empty() && block_of(layer) == layer) n.layer = names.id(layer + ".relu");
+      }
+      if (n.seq >= 0 && n.layer != 0) layer_of_seq[n.seq] = n.layer;
+    }
+  }
+
+  // The forward ops after a step's last layer (and before its backward) compute the loss.
+  for (auto& t : threads) {
+    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+      Node& n = t.nodes[i];
+      const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+      auto fe = forward_end.find(n.step);
+      if (n.category != Category::forward || n.layer != 0 || fe == forward_end.end() || n.start < fe->second) continue;
+      if (parent && parent->category != Category::step) continue;
+      for (std::size_t j = i; j < subtree_end(t.nodes, i); ++j) t.nodes[j].category = Category::loss;
+    }
+  }
+
+  // Backward: the autograd nodes of every thread, in time order.
+  std::vector<Where> evals;
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    auto& nodes = threads[ti].nodes;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      const Node& n = nodes[i];
+      if (!starts_with(names.text(n.name), kEvalPrefix)) continue;
+      if (n.parent >= 0 && starts_with(names.text(nodes[static_cast<std::size_t>(n.parent)].name), kEvalPrefix)) continue;
+      evals.push_back({ti, i});
+    }
+  }
+  std::stable_sort(evals.begin(), evals.end(), [&](const Where& a, const Where& b) {
+    return threads[a.thread].nodes[a.node].start < threads[b.thread].nodes[b.node].start;
+  });
+
+  std::map<std::int32_t, std::size_t> back_pos;       // per step: next position in the reversed units
+  std::map<std::int32_t, std::uint32_t> last_layer;   // per step: the layer of the node before
+  const std::uint32_t loss_name = names.id("loss");
+  for (const Where& w : evals) {
+    auto& nodes = threads[w.thread].nodes;
+    Node& n = nodes[w.node];
+    std::string_view fn = std::string_view(names.text(n.name)).substr(kEvalPrefix.size());
+    if (starts_with(fn, "torch::autograd::")) fn.remove_prefix(17);
+    Kind k = kind_of_backward(fn);
+    std::size_t end = subtree_end(nodes, w.node);
+    std::int64_t seq = n.seq;
+    for (std::size_t j = w.node + 1; seq < 0 && j < end; ++j)
+      if (nodes[j].depth == n.depth + 1 && nodes[j].seq >= 0) seq = nodes[j].seq;
+
+    std::uint32_t layer = 0;
+    const char* method = nullptr;
+    auto seq_layer = seq >= 0 ? layer_of_seq.find(seq) : layer_of_seq.end();
+    // A step's backward starts at the loss: every node before the first one of a layer is the loss's
+    // (the log_softmax, the mean, and a hand-written loss's mul, sum and neg).
+    bool in_loss = !last_layer.count(n.step) || last_layer[n.step] == loss_name;
+    if (in_loss && seq_layer == layer_of_seq.end() && k != Kind::conv && k != Kind::bn && k != Kind::relu &&
+        k != Kind::maxpool && k != Kind::fc)
+      k = Kind::loss;
+    if (k == Kind::loss) {
+      layer = loss_name;
+      for (std::size_t j = w.node; j < end; ++j) nodes[j].category = store::Category::loss;
+    } else if (seq_layer != layer_of_seq.end()) {
+      layer = seq_layer->second;
+      method = "sequence";
+      ++counts.backward_sequence;
+    } else if (k != Kind::none) {
+      const auto& units = forward_units[n.step];
+      std::size_t& pos = back_pos[n.step];
+      std::size_t j = pos;
+      while (j < units.size() && units[units.size() - 1 - j].kind != k) ++j;
+      if (j < units.size()) {
+        layer = units[units.size() - 1 - j].layer;
+        pos = j + 1;
+        method = "order";
+        ++counts.backward_order;
+      }
+    }
+    if (layer == 0 && k != Kind::loss) {
+      auto it = last_layer.find(n.step);
+      if (it != last_layer.end() && it->second != loss_name) {
+        layer = it->second;
+        ++counts.backward_follow;
+      } else {
+        ++counts.backward_unmatched;
+      }
+    }
+    n.layer = layer;
+    if (layer != 0) {
+      if (layer == loss_name) ++counts.backward_loss;
+      last_layer[n.step] = layer;
+      if (method && layer != loss_name) methods["backward"].try_emplace(names.text(layer), method);
+    }
+  }
+
+  // Consecutive autograd nodes of one layer on one thread become one backward range.
+  for (std::size_t a = 0; a < evals.size();) {
+    const Node& first = threads[evals[a].thread].nodes[evals[a].node];
+    std::size_t b = a + 1;
+    std::int64_t end = first.end;
+    while (b < evals.size() && evals[b].thread == evals[a].thread) {
+      const Node& n = threads[evals[b].thread].nodes[evals[b].node];
+      if (n.layer != first.layer || n.step != first.step) break;
+      end = std::max(end, n.end);
+      ++b;
+    }
+    if (first.layer != 0)
+      added[evals[a].thread].push_back(
+          wrap(first, end, first.layer, first.layer == loss_name ? Category::loss : Category::backward));
+    a = b;
+  }
+
+  // The loss's forward ops and the optimizer's calls get the names wb-train gives them.
+  const std::uint32_t optimizer_name = names.id("optimizer");
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    for (const Node& n : threads[ti].nodes) {
+      const Node* parent = n.parent >= 0 ? &threads[ti].nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+      const std::string& text = names.text(n.name);
+      if (n.category == Category::loss && (!parent || parent->category != Category::loss) && !starts_with(text, kEvalPrefix))
+        added[ti].push_back(wrap(n, n.end, loss_name, Category::loss));
+      if (n.category == Category::optimizer && (!parent || parent->category != Category::optimizer))
+        added[ti].push_back(wrap(n, n.end, optimizer_name, Category::optimizer));
+    }
+  }
+
+  // Block ranges around the layers of each block where the trace has none.
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    std::vector<std::pair<std::int64_t, const Node*>> layer_ranges;  // added and module ranges with a kind
+    for (const Node& n : threads[ti].nodes)
+      if (by_module && n.layer == n.name && n.category == Category::forward && kind_of_module(names.text(n.name)) != Kind::none)
+        layer_ranges.push_back({n.start, &n});
+    for (const Node& n : added[ti])
+      if (kind_of_module(names.text(n.name)) != Kind::none) layer_ranges.push_back({n.start, &n});
+    std::sort(layer_ranges.begin(), layer_ranges.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::vector<Node> blocks;
+    for (std::size_t a = 0; a < layer_ranges.size();) {
+      const Node& first = *layer_ranges[a].second;
+      std::string block(block_of(names.text(first.name)));
+      std::size_t b = a + 1;
+      std::int64_t end = first.end;
+      while (b < layer_ranges.size()) {
+        const Node& n = *layer_ranges[b].second;
+        if (n.category != first.category || n.step != first.step || block_of(names.text(n.name)) != block) break;
+        end = std::max(end, n.end);
+        ++b;
+      }
+      bool have = first.category == Category::forward && existing_blocks.count({block, first.step}) > 0;
+      if (!block.empty() && !have) blocks.push_back(wrap(first, end, names.id(block), first.category));
+      a = b;
+    }
+    added[ti].insert(added[ti].end(), blocks.begin(), blocks.end());
+  }
+
+  for (std::size_t ti = 0; ti < threads.size(); ++ti)
+    threads[ti].nodes.insert(threads[ti].nodes.end(), added[ti].begin(), added[ti].end());
+  return counts;
+}
+
+}  // namespace wb::ingest

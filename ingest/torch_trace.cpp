@@ -1,0 +1,416 @@
+// import_torch_traces: parsed trace events -> threads of nested ranges with categories and steps ->
+// layer ranges (layer_map.cpp) -> one per-rank run file each -> merged into the output.
+#include "ingest/torch_trace.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <chrono>
+#include <ctime>
+#include <limits>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "ingest/layer_map.hpp"
+#include "store/db.hpp"
+#include "store/merge.hpp"
+#include "store/writer.hpp"
+
+namespace wb::ingest {
+namespace {
+
+using store::Category;
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+bool is_host(EventCat c) {
+  return c == EventCat::none || c == EventCat::cpu_op || c == EventCat::user_annotation ||
+         c == EventCat::python_function || c == EventCat::cuda_runtime;
+}
+bool is_device(EventCat c) { return c == EventCat::kernel || c == EventCat::gpu_memcpy || c == EventCat::gpu_memset; }
+
+bool is_loss_op(std::string_view n) {
+  return n == "aten::cross_entropy_loss" || n == "aten::nll_loss" || n == "aten::nll_loss_nd" ||
+         n == "aten::log_softmax" || n == "aten::mse_loss" || n == "aten::binary_cross_entropy_with_logits";
+}
+
+// What a range is, from its name and its parent's category (PyTorch's traces carry no phase).
+Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, const Node* parent, bool backward_thread) {
+  if (starts_with(name, "ProfilerStep#")) return Category::step;
+  if (starts_with(name, "nccl:") || starts_with(name, "c10d::") || name == "record_param_comms") return Category::comm;
+  if (parent) {
+    Category pc = parent->category;
+    if (pc == Category::optimizer || pc == Category::data || pc == Category::loss || pc == Category::backward ||
+        pc == Category::comm)
+      return pc;
+  }
+  if (starts_with(name, "Optimizer.")) return Category::optimizer;
+  if (starts_with(name, "enumerate(DataLoader)")) return Category::data;
+  if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid >= 0) return Category::backward;
+  if (is_loss_op(name)) return Category::loss;
+  if (cat == EventCat::cuda_runtime && parent && parent->category != Category::step) return parent->category;
+  return backward_thread ? Category::backward : Category::forward;
+}
+
+struct RankTrace {
+  ParsedTrace trace;
+  std::filesystem::path file;
+  int rank = 0;
+};
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, const std::filesystem::path& path,
+                       bool build_indexes) {
+  ParsedTrace& tr = rt.trace;
+  TraceImport info;
+  info.file = rt.file;
+  info.format = tr.format;
+  info.rank = rt.rank;
+  std::copy(std::begin(tr.events_by_cat), std::end(tr.events_by_cat), std::begin(info.events_by_cat));
+
+  // Threads of host ranges, and the device streams.
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> thread_index;
+  std::vector<Thread> threads;
+  struct Stream {
+    std::string label;
+    std::vector<const TraceEvent*> events;
+  };
+  std::map<std::pair<std::int64_t, std::int64_t>, Stream> streams;
+  std::set<int> devices;
+  for (const TraceEvent& ev : tr.events) {
+    if (is_host(ev.cat)) {
+      auto [it, fresh] = thread_index.try_emplace({ev.pid, ev.tid}, threads.size());
+      if (fresh) {
+        Thread t;
+        t.key = tr.strings[ev.pid] + "/" + tr.strings[ev.tid];
+        auto named = tr.thread_names.find((std::uint64_t{ev.pid} << 32) | ev.tid);
+        t.label = named != tr.thread_names.end() && !named->second.empty() ? named->second : "thread " + tr.strings[ev.tid];
+        threads.push_back(std::move(t));
+      }
+      Node n;
+      n.start = ev.ts_ns - base_ns;
+      n.end = n.start + std::max<std::int64_t>(ev.dur_ns, 0);
+      n.ext = ev.external_id;
+      n.corr = ev.correlation;
+      n.seq = ev.sequence;
+      n.fwd_tid = ev.fwd_tid;
+      n.name = ev.name;
+      n.cat = ev.cat;
+      threads[it->second].nodes.push_back(n);
+    } else if (is_device(ev.cat)) {
+      std::int64_t dev = ev.device >= 0 ? ev.device : std::atoll(tr.strings[ev.pid].c_str());
+      std::int64_t stream = ev.stream >= 0 ? ev.stream : std::atoll(tr.strings[ev.tid].c_str());
+      auto& s = streams[{dev, stream}];
+      if (s.label.empty()) s.label = "cuda:" + std::to_string(dev) + " stream " + std::to_string(stream);
+      s.events.push_back(&ev);
+      devices.insert(static_cast<int>(dev));
+    }
+  }
+  if (threads.empty())
+    throw TraceError(rt.file.string() + ": the trace has no host ranges (expected cpu_op or ProfilerStep events)");
+
+  Names names(tr.strings);
+  // Categories top-down (parents come first after build_tree), then steps by time.
+  std::vector<std::pair<std::int64_t, std::int64_t>> step_spans;  // [start, end) per ProfilerStep
+  std::vector<std::int32_t> step_ids;
+  for (Thread& t : threads) {
+    build_tree(t.nodes);
+    // autograd's device threads (GPU runs): autograd nodes and no steps
+    bool has_steps = false, has_autograd = false;
+    for (const Node& n : t.nodes) {
+      const std::string& text = names.text(n.name);
+      has_steps = has_steps || starts_with(text, "ProfilerStep#");
+      has_autograd = has_autograd || starts_with(text, "autograd::engine::evaluate_function:");
+    }
+    for (Node& n : t.nodes) {
+      const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+      const std::string& text = names.text(n.name);
+      n.category = category_of(text, n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
+      if (n.category == Category::step) {
+        step_spans.push_back({n.start, n.end});
+        step_ids.push_back(static_cast<std::int32_t>(std::atoi(text.c_str() + 13)));
+      }
+    }
+  }
+  // The main thread is the one with the steps (the legacy exporter's "CPU functions" tid 1, Kineto's
+  // python thread).
+  std::vector<std::size_t> order(step_spans.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return step_spans[a].first < step_spans[b].first; });
+  auto step_at = [&](std::int64_t t) -> std::int32_t {
+    auto it = std::upper_bound(order.begin(), order.end(), t, [&](std::int64_t v, std::size_t i) { return v < step_spans[i].first; });
+    if (it == order.begin()) return -1;
+    std::size_t i = *(it - 1);
+    return t < step_spans[i].second ? step_ids[i] : -1;
+  };
+  for (Thread& t : threads)
+    for (Node& n : t.nodes) n.step = step_at(n.start);
+
+  std::map<std::string, std::map<std::string, std::string>> methods;
+  info.layers = map_layers(threads, names, methods);
+  for (Thread& t : threads) {
+    build_tree(t.nodes);
+    for (Node& n : t.nodes) {
+      if (n.step < 0) n.step = step_at(n.start);
+      if (n.added) ++info.layer_ranges;
+    }
+  }
+
+  // Correlation ids: a launching op keeps its External id; a device row whose op is not on record links
+  // to its runtime call through "correlation" (offset to keep the two id spaces apart).
+  constexpr std::uint64_t kRuntimeCorr = std::uint64_t{1} << 40;
+  std::unordered_set<std::int64_t> op_ext;
+  std::unordered_map<std::int64_t, Node*> runtime_by_corr;
+  for (Thread& t : threads)
+    for (Node& n : t.nodes) {
+      if (n.added) continue;
+      if (n.cat == EventCat::cuda_runtime) {
+        if (n.corr >= 0) runtime_by_corr[n.corr] = &n;
+      } else if (n.ext >= 0) {
+        op_ext.insert(n.ext);
+        n.corr_id = static_cast<std::uint64_t>(n.ext);
+      }
+    }
+
+  store::WriterOptions wo;
+  wo.path = path;
+  wo.rank = rt.rank;
+  wo.handle_signals = false;
+  wo.overwrite = true;
+  wo.build_indexes = build_indexes;  // merge builds the merged file's
+  wo.max_pending_rows = std::numeric_limits<std::size_t>::max() / 2;
+  store::Writer w(wo);
+
+  std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
+  for (auto& [key, s] : streams) {
+    std::vector<store::KernelRow> rows;
+    rows.reserve(s.events.size());
+    for (const TraceEvent* ev : s.events) {
+      store::KernelRow k;
+      k.start_ns = ev->ts_ns - base_ns;
+      k.end_ns = k.start_ns + std::max<std::int64_t>(ev->dur_ns, 0);
+      k.kind = static_cast<std::uint8_t>(ev->cat == EventCat::kernel ? store::KernelKind::kernel
+                                         : ev->cat == EventCat::gpu_memcpy ? store::KernelKind::memcpy
+                                                                           : store::KernelKind::memset);
+      for (int d = 0; d < 3; ++d) {
+        k.grid[d] = ev->grid[d];
+        k.block[d] = ev->block[d];
+      }
+      k.bytes = ev->bytes;
+      if (ev->external_id >= 0 && op_ext.count(ev->external_id)) {
+        k.corr_id = static_cast<std::uint64_t>(ev->external_id);
+        ++info.linked_by_external_id;
+      } else if (auto it = runtime_by_corr.find(ev->correlation); ev->correlation >= 0 && it != runtime_by_corr.end()) {
+        k.corr_id = kRuntimeCorr + static_cast<std::uint64_t>(ev->correlation);
+        it->second->corr_id = k.corr_id;
+        ++info.linked_by_correlation;
+      }
+      if (ev->cat == EventCat::kernel) ++info.kernels;
+      else if (ev->cat == EventCat::gpu_memcpy) ++info.memcpys;
+      else ++info.memsets;
+      k.name = ev->name;  // trace string id, interned below
+      rows.push_back(k);
+    }
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+    stream_rows.emplace_back(s.label, std::move(rows));
+  }
+
+  // Trace string ids -> the run file's, interned once each.
+  std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
+  auto run_id = [&](std::uint32_t id) {
+    if (sid[id] == std::numeric_limits<std::uint32_t>::max()) sid[id] = w.intern(tr.strings[id]);
+    return sid[id];
+  };
+
+  // The thread with the steps first, so it is track 1 and "main".
+  std::stable_sort(threads.begin(), threads.end(), [](const Thread& a, const Thread& b) {
+    auto steps = [](const Thread& t) {
+      return std::count_if(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
+    };
+    return steps(a) > steps(b);
+  });
+  std::vector<store::RangeRow> rows;
+  std::int32_t main_steps = 0;
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    Thread& t = threads[ti];
+    bool has_steps = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
+    std::string label = ti == 0 && has_steps ? "main" : t.label;
+    std::uint32_t track = w.add_track(store::TrackKind::thread, label);
+    rows.clear();
+    rows.reserve(t.nodes.size());
+    for (const Node& n : t.nodes) {
+      store::RangeRow r;
+      r.track = track;
+      r.name = run_id(n.name);
+      r.start_ns = n.start;
+      r.end_ns = n.end;
+      r.category = static_cast<std::uint8_t>(n.category);
+      r.depth = n.depth;
+      r.step = n.category == Category::step ? step_at(n.start) : n.step;
+      r.corr_id = n.corr_id;
+      rows.push_back(r);
+      if (!n.added) ++info.ranges;
+    }
+    w.add(std::span<const store::RangeRow>(rows));
+
+    if (ti == 0 && has_steps) {
+      // One step row per ProfilerStep: data wait is the DataLoader's time in it; PyTorch's trace has
+      // no loss, learning rate or image count.
+      std::vector<store::StepRow> steps;
+      for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+        const Node& n = t.nodes[i];
+        if (n.category != Category::step) continue;
+        store::StepRow s;
+        s.rank = rt.rank;
+        s.step = step_at(n.start);
+        s.start_ns = n.start;
+        s.end_ns = n.end;
+        for (std::size_t j = i + 1; j < t.nodes.size() && t.nodes[j].start < n.end; ++j)
+          if (t.nodes[j].category == Category::data && t.nodes[j].parent == static_cast<std::int32_t>(i))
+            s.data_wait_ns += t.nodes[j].end - t.nodes[j].start;
+        steps.push_back(s);
+      }
+      main_steps = static_cast<std::int32_t>(steps.size());
+      w.add(std::span<const store::StepRow>(steps));
+    }
+  }
+  info.steps = main_steps;
+  for (auto& [label, krs] : stream_rows) {
+    std::uint32_t track = w.add_track(store::TrackKind::stream, label);
+    for (auto& k : krs) {
+      k.track = track;
+      k.name = run_id(k.name);
+    }
+    w.add(std::span<const store::KernelRow>(krs));
+  }
+
+  // Where it ran, and what it was.
+  info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
+  std::string device_name;
+  if (tr.device_properties.is_array())
+    for (const auto& d : tr.device_properties)
+      if (d.is_object() && d.contains("name") && d["name"].is_string() &&
+          (!d.contains("id") || !d["id"].is_number_integer() || devices.empty() || d["id"].get<int>() == *devices.begin())) {
+        device_name = d["name"].get<std::string>();
+        break;
+      }
+  store::RankRow rr;
+  rr.rank = rt.rank;
+  rr.host = "pytorch-trace";
+  rr.device = device_name.empty() ? info.device : info.device + " (" + device_name + ")";
+  rr.pid = 0;
+  w.set_rank(rr);
+  nlohmann::json config = {{"framework", "pytorch"},
+                           {"trace", rt.file.filename().string()},
+                           {"trace_format", tr.format == TraceFormat::kineto ? "kineto" : "legacy"}};
+  if (!tr.distributed_info.empty()) config["distributed_info"] = tr.distributed_info;
+  w.set_meta("created_utc", now_utc());
+  w.set_meta("framework", "pytorch");
+  w.set_meta("device", info.device);
+  if (!device_name.empty()) w.set_meta("device_name", device_name);
+  w.set_meta("world_size", std::to_string(world_size));
+  w.set_meta("config_json", config.dump());
+  w.set_meta("source_trace", rt.file.string());
+  w.set_meta("trace_format", tr.format == TraceFormat::kineto ? "kineto" : "legacy");
+  w.set_meta("layer_match", nlohmann::json(methods).dump());
+  if (!devices.empty()) w.set_meta("gpu_trace", "1");
+  if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed");
+  return info;
+}
+
+}  // namespace
+
+ImportResult import_torch_traces(const std::vector<std::filesystem::path>& traces, const std::filesystem::path& out,
+                                 const ImportOptions& options) {
+  auto say = [&](const std::string& line) {
+    if (options.progress) options.progress(line);
+  };
+  if (traces.empty()) throw TraceError("wb import torch-trace: no trace given");
+  if (std::filesystem::exists(out) && !options.overwrite)
+    throw store::StoreError(out.string() + ": exists (pass --overwrite to replace it)");
+
+  std::vector<RankTrace> ranks;
+  for (std::size_t i = 0; i < traces.size(); ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    RankTrace rt;
+    rt.file = traces[i];
+    rt.trace = read_trace(traces[i]);
+    rt.rank = static_cast<int>(i);
+    const auto& di = rt.trace.distributed_info;
+    if (di.is_object() && di.contains("rank") && di["rank"].is_number_integer()) rt.rank = di["rank"].get<int>();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    say("read " + traces[i].string() + ": " + std::to_string(rt.trace.events.size()) + " events in " +
+        std::to_string(static_cast<int>(s * 1000)) + " ms");
+    ranks.push_back(std::move(rt));
+  }
+  int world_size = static_cast<int>(ranks.size());
+  if (ranks.size() == 1) {
+    // One rank's trace (of a job of distributedInfo's world_size): the file holds that rank alone.
+    const auto& di = ranks[0].trace.distributed_info;
+    if (di.is_object() && di.contains("world_size") && di["world_size"].is_number_integer())
+      world_size = std::max(1, di["world_size"].get<int>());
+  } else {
+    std::sort(ranks.begin(), ranks.end(), [](const RankTrace& a, const RankTrace& b) { return a.rank < b.rank; });
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      if (ranks[i].rank != static_cast<int>(i))
+        throw TraceError(ranks[i].file.string() + ": distributedInfo says rank " + std::to_string(ranks[i].rank) +
+                         ", expected one trace per rank 0.." + std::to_string(ranks.size() - 1));
+  }
+  // One time base for all ranks: Kineto's timestamps are on one (epoch) clock across processes.
+  std::int64_t base = std::numeric_limits<std::int64_t>::max();
+  for (const auto& r : ranks)
+    for (const auto& e : r.trace.events) base = std::min(base, e.ts_ns);
+
+  ImportResult result;
+  result.out = out;
+  result.world_size = world_size;
+  if (ranks.size() == 1) {
+    say("rank " + std::to_string(ranks[0].rank) + ": building ranges, layers and kernels; writing " + out.string());
+    std::filesystem::path tmp = out;
+    tmp += ".import-" + std::to_string(::getpid());
+    try {
+      result.traces.push_back(write_rank(ranks[0], base, world_size, tmp, true));
+      std::filesystem::rename(tmp, out);
+    } catch (...) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw;
+    }
+    return result;
+  }
+  // Several ranks: per-rank files in a scratch folder next to the output, merged into it.
+  std::filesystem::path dir = out;
+  dir += ".import-" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  try {
+    for (auto& r : ranks) {
+      say("rank " + std::to_string(r.rank) + ": building ranges, layers and kernels");
+      result.traces.push_back(write_rank(r, base, world_size, dir / ("rank-" + std::to_string(r.rank) + ".sqlite"), false));
+      r.trace = ParsedTrace{};  // free it before the next
+    }
+    say("merging into " + out.string());
+    store::merge_run(dir, out, options.overwrite);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    throw;
+  }
+  std::filesystem::remove_all(dir);
+  return result;
+}
+
+}  // namespace wb::ingest

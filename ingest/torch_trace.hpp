@@ -1,0 +1,72 @@
+// `wb import torch-trace`: a torch.profiler trace (Kineto's or the legacy exporter's) into a run file of
+// the same schema as wb-train's, so that wb report, wb export chrome, wb diff and every view of wb-view
+// read it as they read our own runs.
+//
+// What goes where:
+//  - cpu_op / user_annotation / python_function / cuda_runtime events (and the legacy exporter's
+//    uncategorised ones) become `range` rows on one thread track per (pid, tid), nested by time;
+//  - ProfilerStep#N ranges become `step` rows (step N) and every range in them gets step N;
+//  - kernel / gpu_memcpy / gpu_memset events become `kernel` rows on one stream track per (device,
+//    stream), linked to their launching op by its "External id" (else to their runtime call by
+//    "correlation");
+//  - layer ranges named like wb-train's modules ("layer2.0.conv2", forward and backward, "loss",
+//    "optimizer") are added around PyTorch's ops, see layer_map.hpp, so a layer's time compares with
+//    ours by name; meta.layer_match says how each layer was found.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ingest/trace_json.hpp"
+
+namespace wb::ingest {
+
+// How layer ranges were found (layer_map.hpp).
+struct LayerMatchCounts {
+  std::int64_t forward_module = 0;     // forward layer ranges named by record_function / module annotations
+  std::int64_t forward_order = 0;      // ... by execution order and op type
+  std::int64_t forward_unmatched = 0;  // typed forward units no layer of ResNet-50 took
+  std::int64_t backward_sequence = 0;  // backward nodes attributed through sequence numbers
+  std::int64_t backward_order = 0;     // ... by reverse execution order and op type
+  std::int64_t backward_follow = 0;    // untyped nodes (AccumulateGrad, views) given the layer before them
+  std::int64_t backward_loss = 0;      // nodes of the loss (before a step's first layer node)
+  std::int64_t backward_unmatched = 0;
+};
+
+struct TraceImport {
+  std::filesystem::path file;
+  TraceFormat format = TraceFormat::legacy;
+  int rank = 0;
+  std::string device;                     // "cpu", "cuda:0"
+  std::int64_t events_by_cat[kEventCats] = {};
+  std::int64_t ranges = 0;                // range rows written (PyTorch's ops and annotations)
+  std::int64_t layer_ranges = 0;          // layer ranges added (layer_map.hpp)
+  std::int64_t kernels = 0, memcpys = 0, memsets = 0;
+  std::int64_t linked_by_external_id = 0; // device rows linked to their launching op
+  std::int64_t linked_by_correlation = 0; // ... to their runtime call only
+  std::int64_t steps = 0;
+  LayerMatchCounts layers;
+};
+
+struct ImportResult {
+  std::filesystem::path out;
+  int world_size = 1;
+  std::vector<TraceImport> traces;  // one per input trace, in rank order
+};
+
+struct ImportOptions {
+  bool overwrite = false;
+  std::function<void(std::string_view)> progress;  // one line per phase, for long imports
+};
+
+// Imports one trace per rank (rank from distributedInfo, else the order given) into `out`. Throws
+// TraceError for bad traces, store::StoreError for an output that exists (unless overwrite) or cannot
+// be written.
+ImportResult import_torch_traces(const std::vector<std::filesystem::path>& traces, const std::filesystem::path& out,
+                                 const ImportOptions& options = {});
+
+}  // namespace wb::ingest

@@ -1,0 +1,90 @@
+// Reading the Chrome traces torch.profiler writes, in one streaming pass over the file's bytes.
+//
+// Two formats exist in practice:
+//  - Kineto's (PyTorch 2.x, and 1.x builds with Kineto): an object with "traceEvents", "cat" on every
+//    event ("cpu_op", "user_annotation", "python_function", "kernel", "gpu_memcpy", "gpu_memset",
+//    "cuda_runtime", ...), "deviceProperties" and "distributedInfo"; timestamps in microseconds with
+//    three decimals; kernels carry "correlation" (their runtime call's) and "External id" (their
+//    launching op's).
+//  - The legacy exporter's (PyTorch builds without Kineto, such as Debian's 1.13): a bare JSON list of
+//    "ph": "X" events with "pid": "CPU functions", integer microseconds, no categories and empty args.
+//
+// A hand-written scanner instead of a DOM: a trace of a few hundred MB holds millions of events whose
+// names repeat, so names are interned as they are read and each event becomes one small struct.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace wb::ingest {
+
+// A file that is not a readable trace. The message names the file and what was expected, on one line.
+class TraceError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The event categories torch.profiler writes; `none` is the legacy exporter's (no "cat" field).
+enum class EventCat : std::uint8_t {
+  none,
+  cpu_op,
+  user_annotation,
+  python_function,
+  kernel,
+  gpu_memcpy,
+  gpu_memset,
+  cuda_runtime,   // also "cuda_driver"
+  gpu_user_annotation,
+  other,          // any other category (flows, instants, memory events, ...)
+};
+inline constexpr int kEventCats = 10;
+std::string_view event_cat_name(EventCat c);
+
+// One trace event. Strings are ids into ParsedTrace::strings; -1 marks an absent number.
+struct TraceEvent {
+  std::int64_t ts_ns = 0;
+  std::int64_t dur_ns = 0;
+  std::int64_t external_id = -1;  // args["External id"]
+  std::int64_t correlation = -1;  // args["correlation"]
+  std::int64_t sequence = -1;     // args["Sequence number"]
+  std::int64_t fwd_tid = -1;      // args["Fwd thread id"]
+  std::int64_t bytes = 0;         // args["bytes"] of memcpys and memsets
+  std::int32_t grid[3] = {0, 0, 0};
+  std::int32_t block[3] = {0, 0, 0};
+  std::uint32_t name = 0;
+  std::uint32_t pid = 0;  // the pid and tid fields as text ("CPU functions", "1234", "stream 7")
+  std::uint32_t tid = 0;
+  std::int32_t device = -1;  // args["device"] of GPU events
+  std::int32_t stream = -1;  // args["stream"] of GPU events
+  EventCat cat = EventCat::none;
+  char ph = 0;
+};
+
+enum class TraceFormat { legacy, kineto };
+
+struct ParsedTrace {
+  TraceFormat format = TraceFormat::legacy;
+  std::vector<std::string> strings;     // interned texts; id 0 is ""
+  std::vector<TraceEvent> events;       // every event of the file, in file order
+  std::int64_t events_by_cat[kEventCats] = {};
+  nlohmann::json device_properties = nlohmann::json::array();  // Kineto's "deviceProperties"
+  nlohmann::json distributed_info = nlohmann::json::object();  // Kineto's "distributedInfo"
+  // thread_name / process_name metadata events: (pid, tid) text ids -> name
+  std::unordered_map<std::uint64_t, std::string> thread_names;
+  std::unordered_map<std::uint32_t, std::string> process_names;
+};
+
+// Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that
+// is no trace (with what was found), a truncated file (with the byte offset where it ends).
+ParsedTrace parse_trace(std::string_view text, const std::string& file);
+// Reads and parses a file (.json, or gzip-compressed .json.gz as tensorboard_trace_handler writes).
+ParsedTrace read_trace(const std::filesystem::path& path);
+
+}  // namespace wb::ingest
