@@ -199,16 +199,21 @@ ImageAug draw_image_aug(const ImageTransformConfig& config, int width, int heigh
 }
 
 void to_tensor_normalize(const uint8_t* hwc, int h, int w, const Normalization& norm, float* out_chw) {
-  const std::size_t plane = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
+  // A uint8 has 256 values: the float32 arithmetic is done once per value and channel, then looked up.
+  float table[3][256];
   for (int c = 0; c < 3; ++c) {
     const float m = norm.mean[static_cast<std::size_t>(c)];
     const float sd = norm.std[static_cast<std::size_t>(c)];
-    float* out = out_chw + static_cast<std::size_t>(c) * plane;
-    const uint8_t* in = hwc + c;
-    for (std::size_t p = 0; p < plane; ++p) {
-      const float x = static_cast<float>(in[3 * p]) / 255.0f;
-      out[p] = (x - m) / sd;
-    }
+    for (int v = 0; v < 256; ++v) table[c][v] = (static_cast<float>(v) / 255.0f - m) / sd;
+  }
+  const std::size_t plane = static_cast<std::size_t>(h) * static_cast<std::size_t>(w);
+  float* r = out_chw;
+  float* g = out_chw + plane;
+  float* b = out_chw + 2 * plane;
+  for (std::size_t p = 0; p < plane; ++p) {
+    r[p] = table[0][hwc[3 * p]];
+    g[p] = table[1][hwc[3 * p + 1]];
+    b[p] = table[2][hwc[3 * p + 2]];
   }
 }
 
