@@ -19,6 +19,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -492,10 +493,15 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
   store::Writer& writer = *rec.writer;
   const int rank = place.rank;
   if (cfg.eval && result.exit_code == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
     const Accuracy acc = evaluate(cfg, *learner.model, place.comms.main(), rec.run);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
-      std::printf("wb-train: eval on %lld test images: top-1 %.2f%%, top-5 %.2f%%\n",
-                  static_cast<long long>(acc.images), acc.top1, acc.top5);
+      std::printf("wb-train: eval on %lld %s images: top-1 %.2f%%, top-5 %.2f%% (%.1f s)\n",
+                  static_cast<long long>(acc.images), cfg.data == "imagefolder" ? "validation" : "test", acc.top1,
+                  acc.top5, seconds);
+      writer.add(store::EvaluationRow{static_cast<std::int32_t>(result.steps_done), acc.top1, acc.top5, acc.images,
+                                      seconds});
     }
     writer.set_meta("eval_top1", std::to_string(acc.top1));
     writer.set_meta("eval_top5", std::to_string(acc.top5));

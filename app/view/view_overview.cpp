@@ -3,6 +3,7 @@
 // analysis warnings, and a side-by-side of a second run when one is open.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include <imgui.h>
@@ -53,7 +54,17 @@ void run_table(const RunModel& m) {
     const char* keys[] = {"data", "batch_size", "image_size", "data_workers", "prefetch", "lr", "lr_schedule",
                           "momentum", "weight_decay", "precision", "threads", "allreduce_split", "bucket_mb", "seed"};
     for (const char* k : keys) row(k, config_value(run.config, k));
+    if (config_value(run.config, "data") == "imagefolder") {
+      row("data path", config_value(run.config, "data_path"));
+      row("transforms", config_value(run.config, "transforms"));
+    }
     row("parameters", std::to_string(run.params.size()) + " tensors");
+    for (const auto& e : run.evaluations) {
+      char text[160];
+      std::snprintf(text, sizeof text, "top-1 %.2f%%, top-5 %.2f%% on %lld images after step %d (%.1f s)", e.top1,
+                    e.top5, static_cast<long long>(e.images), e.step, e.seconds);
+      row("evaluation", text);
+    }
     ImGui::EndTable();
   }
   if (ImGui::TreeNode("All settings (meta.config_json)")) {
