@@ -3,6 +3,8 @@
 // when the recorded geometry is tampered with); bad images end the run with one line naming the file,
 // or are counted with --skip-bad-images.
 #include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "support/python.hpp"
@@ -89,4 +91,39 @@ TEST_CASE("bad images: one line naming the file, or counted with --skip-bad-imag
   const auto m = run_train({"--data", "imagefolder", "--data-path", (dir.path() / "empty").string(), "--steps", "1",
                             "--run", (dir.path() / "d.sqlite").string()});
   require_one_line_error(m, {"only_class: class folder without image files"});
+}
+
+TEST_CASE("--eval on --val-path: top-1/top-5 recorded in the run and printed by wb report", "[trainer][imagefolder]") {
+  TempDir dir;
+  make_folder(dir.path() / "train", "--classes 3 --per-class 4 --size 40:120");
+  make_folder(dir.path() / "val", "--classes 3 --per-class 3 --size 40:120 --seed 9");
+  const fs::path run = dir.path() / "run.sqlite";
+  const auto r = run_train({"--data", "imagefolder", "--data-path", (dir.path() / "train").string(), "--val-path",
+                            (dir.path() / "val").string(), "--image-size", "32", "--batch-size", "3", "--steps", "2",
+                            "--eval", "--num-classes", "3", "--threads", "1", "--data-workers", "1", "--run", run.string()});
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // 9 validation images in batches of 3: all of them, with the eval recipe.
+  REQUIRE(r.out.find("wb-train: eval on 9 validation images: top-1 ") != std::string::npos);
+  const auto q = run_python_script(dir, "eval.py", R"PY(
+import sqlite3, sys
+for row in sqlite3.connect(sys.argv[1]).execute("SELECT step, top1, top5, images, seconds FROM evaluation"):
+    print(*row)
+)PY", shell_quote(run.string()));
+  INFO(q.output);
+  REQUIRE(q.exit_code == 0);
+  double top1 = -1, top5 = -1, seconds = -1;
+  int step = -1, images = -1;
+  REQUIRE(std::sscanf(q.out.c_str(), "%d %lf %lf %d %lf", &step, &top1, &top5, &images, &seconds) == 5);
+  REQUIRE(step == 2);
+  REQUIRE(images == 9);
+  // A 3-class model: every label is in the top 5, and top-1 is a multiple of 1/9.
+  REQUIRE(top5 == Approx(100.0));
+  REQUIRE(std::fmod(top1 * 9.0 / 100.0 + 1e-6, 1.0) < 1e-4);
+  REQUIRE(seconds > 0.0);
+  const auto rep = run_command(shell_quote(WB_CLI) + " report " + shell_quote(run.string()));
+  REQUIRE(rep.exit_code == 0);
+  REQUIRE(rep.out.find("Evaluation\n  after step   top-1    top-5  images   time") != std::string::npos);
+  REQUIRE(rep.out.find("per image (one worker): ") != std::string::npos);
+  REQUIRE(rep.out.find(" decode ") != std::string::npos);
 }
