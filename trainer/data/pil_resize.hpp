@@ -44,6 +44,9 @@ struct PilResizeScratch {
   std::vector<uint8_t> temp;
   std::vector<int32_t> acc;
   int h_in = -1, h_out = -1, v_in = -1, v_out = -1;  // sizes the cached axes were made for
+  // The horizontal pass uses SSE4.1 where the CPU has it (same integer sums); true keeps it scalar, so
+  // tests can set both paths side by side.
+  bool scalar_only = false;
 };
 
 // Resizes the (in_h, in_w, 3) image at `src` (rows `src_stride` bytes apart, so a crop of a larger
