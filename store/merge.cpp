@@ -24,6 +24,15 @@ struct RankFile {
   std::map<std::string, std::string> meta;
 };
 
+// Whether the attached database `schema` has table `name` (rank files of older builds lack newer tables).
+bool has_table(Db& db, const std::string& schema, const std::string& name) {
+  auto& st = db.prepare("SELECT count(*) FROM " + schema + ".sqlite_master WHERE type = 'table' AND name = ?");
+  st.bind(1, name);
+  const bool found = st.step() && st.column_int64(0) > 0;
+  st.reset();
+  return found;
+}
+
 std::map<std::string, std::string> read_meta(Db& db) {
   std::map<std::string, std::string> out;
   auto& st = db.prepare("SELECT key, value FROM meta");
@@ -189,6 +198,10 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
                   "INSERT INTO main.comparison_row SELECT * FROM src.comparison_row;"
                   "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
                   "WHERE key NOT IN ('rank', 'schema_version');");
+          if (has_table(db, "src", "evaluation")) db.exec("INSERT INTO main.evaluation SELECT * FROM src.evaluation;");
+        } else {
+          // Facts of one rank are keyed '<name>.rank<R>' (an image folder's dumped batch, its bad images).
+          db.exec("INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta WHERE key GLOB '*.rank[0-9]*';");
         }
         tx.commit();
       }

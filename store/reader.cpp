@@ -260,6 +260,15 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
   });
 }
 
+std::vector<EvaluationRow> Reader::evaluations() {
+  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'evaluation'") == 0) return {};
+  auto& st = db_->prepare("SELECT step, top1, top5, images, seconds FROM evaluation ORDER BY rowid");
+  return collect<EvaluationRow>(st, [](sqlite3_stmt* h) {
+    return EvaluationRow{sqlite3_column_int(h, 0), sqlite3_column_double(h, 1), sqlite3_column_double(h, 2),
+                         sqlite3_column_int64(h, 3), sqlite3_column_double(h, 4)};
+  });
+}
+
 std::vector<AllreduceRow> Reader::allreduces(std::optional<std::int32_t> rank) {
   constexpr const char* kCols =
       "SELECT rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns FROM allreduce";

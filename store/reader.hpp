@@ -69,6 +69,8 @@ class Reader {
   std::map<std::string, std::int64_t> row_counts();
 
   std::vector<ComparisonRow> comparisons();
+  // Evaluations in the order they were recorded; none for files that predate the evaluation table.
+  std::vector<EvaluationRow> evaluations();
   std::vector<ComparisonEntryRow> comparison_rows(std::int64_t comparison_id);
 
   // The connection, for queries this class does not offer.

@@ -84,6 +84,17 @@ struct StepRow {
   bool operator==(const StepRow&) const = default;
 };
 
+// One evaluation of the model (wb-train --eval): accuracy over `images` held-out images, summed over
+// every rank (rank 0 records it).
+struct EvaluationRow {
+  std::int32_t step = 0;   // training steps done before it
+  double top1 = 0.0;       // percent
+  double top5 = 0.0;       // percent
+  std::int64_t images = 0;
+  double seconds = 0.0;    // wall time of the evaluation
+  bool operator==(const EvaluationRow&) const = default;
+};
+
 // One trainable parameter, in forward order.
 struct ParamRow {
   std::int32_t idx = 0;

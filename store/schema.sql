@@ -160,3 +160,13 @@ CREATE TABLE comparison_row (
   metrics_json  TEXT NOT NULL      -- the metrics, JSON
 );
 CREATE INDEX comparison_row_id ON comparison_row (comparison_id, exec_order);
+
+-- One evaluation of the model (wb-train --eval): top-1/top-5 accuracy over the held-out images of every
+-- rank, recorded by rank 0. Run files written before this table existed have none (readers check).
+CREATE TABLE evaluation (
+  step    INTEGER NOT NULL,  -- training steps done before the evaluation
+  top1    REAL NOT NULL,     -- percent
+  top5    REAL NOT NULL,     -- percent
+  images  INTEGER NOT NULL,  -- images evaluated, all ranks together
+  seconds REAL NOT NULL      -- wall time of the evaluation
+);

@@ -134,10 +134,11 @@ struct Writer::Pending {
   std::vector<StepRow> steps;
   std::vector<ParamRow> params;
   std::vector<TensorRow> tensors;
+  std::vector<EvaluationRow> evaluations;
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
-           tensors.size();
+           tensors.size() + evaluations.size();
   }
   bool empty() const {
     return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
@@ -151,6 +152,7 @@ struct Writer::Pending {
     steps.clear();
     params.clear();
     tensors.clear();
+    evaluations.clear();
   }
 };
 
@@ -284,6 +286,11 @@ WB_WRITER_ADD(CounterRow, counters)
 WB_WRITER_ADD(AllreduceRow, allreduces)
 WB_WRITER_ADD(StepRow, steps)
 #undef WB_WRITER_ADD
+
+void Writer::add(const EvaluationRow& row) {
+  std::lock_guard lk(mutex_);
+  if (admit(1)) pending_->evaluations.push_back(row);
+}
 
 void Writer::add(ParamRow row) {
   std::lock_guard lk(mutex_);
@@ -486,6 +493,11 @@ bool Writer::commit(Pending& batch) {
       for (const TensorRow& t : batch.tensors)
         st.bind(1, t.source).bind(2, t.step).bind(3, t.rank).bind(4, t.kind).bind(5, t.name).bind(6, t.exec_order)
             .bind(7, t.dtype).bind(8, shape_to_json(t.shape)).bind(9, std::span<const std::byte>(t.data)).run();
+    }
+    if (!batch.evaluations.empty()) {
+      auto& st = db.prepare("INSERT INTO evaluation(step, top1, top5, images, seconds) VALUES (?, ?, ?, ?, ?)");
+      for (const EvaluationRow& e : batch.evaluations)
+        st.bind(1, e.step).bind(2, e.top1).bind(3, e.top5).bind(4, e.images).bind(5, e.seconds).run();
     }
     if (dropped_now != dropped_written_) {
       auto dropped_text = std::to_string(dropped_now);

@@ -89,6 +89,7 @@ class Writer {
   void add(std::span<const AllreduceRow> rows);
   void add(const StepRow& row);
   void add(std::span<const StepRow> rows);
+  void add(const EvaluationRow& row);
   void add(ParamRow row);
   void add(TensorRow row);
 

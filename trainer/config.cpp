@@ -30,8 +30,11 @@ bool is_hidden(std::string_view key) { return key == "shard" || key == "profile_
 
 const Option kOptions[] = {
     {"config_file", &TrainConfig::config_file, "F.json: read settings from a JSON file (flags override it)"},
-    {"data", &TrainConfig::data, "synthetic|cifar10|fashion-mnist (default synthetic)"},
-    {"data_path", &TrainConfig::data_path, "dataset folder (cifar-10-batches-bin, or the Fashion-MNIST .gz folder)"},
+    {"data", &TrainConfig::data, "synthetic|cifar10|fashion-mnist|imagefolder (default synthetic)"},
+    {"data_path", &TrainConfig::data_path, "dataset folder (cifar-10-batches-bin, the Fashion-MNIST .gz folder, or ROOT/CLASS/IMAGE)"},
+    {"val_path", &TrainConfig::val_path, "imagefolder: ROOT/CLASS/IMAGE folder --eval reads (eval transforms)"},
+    {"transforms", &TrainConfig::transforms, "imagefolder training: seed-train|torchvision-train|torchvision-eval (default seed-train)"},
+    {"skip_bad_images", &TrainConfig::skip_bad_images, "imagefolder: count and skip corrupt or unreadable images instead of stopping"},
     {"data_workers", &TrainConfig::data_workers, "N: worker threads assembling batches (default 2)"},
     {"prefetch", &TrainConfig::prefetch, "N: capacity of the ready-batch queue (default 4)"},
     {"data_delay_us", &TrainConfig::data_delay_us, "US: artificial per-sample delay in the workers (starvation experiments)"},
@@ -329,8 +332,15 @@ void validate(const TrainConfig& c) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw ConfigError(msg);
   };
-  need(c.data == "synthetic" || c.data == "cifar10" || c.data == "fashion-mnist",
-       "--data: expected synthetic, cifar10 or fashion-mnist, got '" + c.data + "'");
+  need(c.data == "synthetic" || c.data == "cifar10" || c.data == "fashion-mnist" || c.data == "imagefolder",
+       "--data: expected synthetic, cifar10, fashion-mnist or imagefolder, got '" + c.data + "'");
+  need(c.transforms == "seed-train" || c.transforms == "torchvision-train" || c.transforms == "torchvision-eval",
+       "--transforms: expected seed-train, torchvision-train or torchvision-eval, got '" + c.transforms + "'");
+  need(c.data == "imagefolder" || (c.val_path.empty() && c.transforms == "seed-train" && !c.skip_bad_images),
+       "--val-path, --transforms and --skip-bad-images: image folder settings (add --data imagefolder)");
+  need(c.data != "imagefolder" || !c.data_path.empty(), "--data imagefolder: give --data-path ROOT (ROOT/CLASS/IMAGE)");
+  need(c.data != "imagefolder" || !c.eval || !c.val_path.empty(),
+       "--eval with --data imagefolder: give --val-path ROOT (the validation folder, ROOT/CLASS/IMAGE)");
   need(c.batch_size > 0, "--batch-size: expected a positive number");
   need(c.image_size >= 32 && c.image_size <= 224, "--image-size: expected 32..224, got " + std::to_string(c.image_size));
   need(c.num_classes >= 2, "--num-classes: expected at least 2");

@@ -24,8 +24,11 @@ class ConfigError : public std::runtime_error {
 
 struct TrainConfig {
   // data
-  std::string data = "synthetic";  // synthetic | cifar10 | fashion-mnist
+  std::string data = "synthetic";  // synthetic | cifar10 | fashion-mnist | imagefolder
   std::string data_path;           // dataset folder; default depends on `data`
+  std::string val_path;            // imagefolder: the validation folder --eval reads
+  std::string transforms = "seed-train";  // imagefolder training recipe (data/image_folder.hpp)
+  bool skip_bad_images = false;    // imagefolder: count and skip bad images instead of stopping
   int data_workers = 2;
   int prefetch = 4;
   int crop_padding = 4;     // training augmentation: RandomCrop(side, padding); 0 disables it

@@ -21,6 +21,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -296,6 +297,11 @@ Input open_input(const TrainConfig& cfg, const Placement& place, const fs::path&
                                           cfg.seed, true)
                            .steps_per_epoch();
   in.total_steps = cfg.total_steps(in.steps_per_epoch);
+  if (in.train_set.kind == data::DatasetKind::kImageFolder && place.rank == 0) {
+    std::printf("wb-train: image folder %s: %lld images in %d classes, transforms %s at %dx%d\n",
+                cfg.data_path.c_str(), static_cast<long long>(in.train_set.size()), in.train_set.num_classes,
+                cfg.transforms.c_str(), cfg.image_size, cfg.image_size);
+  }
   return in;
 }
 
@@ -374,6 +380,10 @@ std::unique_ptr<dump::StepDump> start_dump(Job& job, std::int64_t step, Batch& b
   std::vector<std::int32_t> labels;
   batch.to_host(images, labels);
   dump->before_step(*job.learner.model, images, labels);
+  if (job.input.train_set.kind == data::DatasetKind::kImageFolder) {
+    job.rec.writer->set_meta("dump_input.rank" + std::to_string(job.place.rank),
+                             describe_image_batch(job.input.train_set, *job.input.pipeline, step).dump());
+  }
   return dump;
 }
 
@@ -466,6 +476,14 @@ TrainResult train(Job& job) {
   }
   result.steps_done = step;
   job.input.source->finish(*job.rec.writer);
+  if (job.cfg.skip_bad_images) {
+    const data::PipelineStats st = job.input.pipeline->stats();
+    job.rec.writer->set_meta("bad_images.rank" + std::to_string(job.place.rank), std::to_string(st.bad_images));
+    if (st.bad_images > 0) {
+      std::fprintf(stderr, "wb-train: rank %d skipped %lld bad image(s) (--skip-bad-images); the first: %s\n",
+                   job.place.rank, static_cast<long long>(st.bad_images), st.first_bad_image.c_str());
+    }
+  }
   job.learner.backend->synchronize();  // the last step's kernels have run (their CUPTI rows exist)
   progress.finish();
   return result;
@@ -477,10 +495,15 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
   store::Writer& writer = *rec.writer;
   const int rank = place.rank;
   if (cfg.eval && result.exit_code == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
     const Accuracy acc = evaluate(cfg, *learner.model, place.comms.main(), rec.run);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rank == 0) {
-      std::printf("wb-train: eval on %lld test images: top-1 %.2f%%, top-5 %.2f%%\n",
-                  static_cast<long long>(acc.images), acc.top1, acc.top5);
+      std::printf("wb-train: eval on %lld %s images: top-1 %.2f%%, top-5 %.2f%% (%.1f s)\n",
+                  static_cast<long long>(acc.images), cfg.data == "imagefolder" ? "validation" : "test", acc.top1,
+                  acc.top5, seconds);
+      writer.add(store::EvaluationRow{static_cast<std::int32_t>(result.steps_done), acc.top1, acc.top5, acc.images,
+                                      seconds});
     }
     writer.set_meta("eval_top1", std::to_string(acc.top1));
     writer.set_meta("eval_top5", std::to_string(acc.top5));

@@ -2,8 +2,8 @@
 // exposed communication and the rest per rank, the loss and learning-rate curves, throughput, the
 // analysis warnings, and a side-by-side of a second run when one is open.
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <map>
 
 #include <imgui.h>
@@ -54,6 +54,10 @@ void run_table(const RunModel& m) {
     const char* keys[] = {"data", "batch_size", "image_size", "data_workers", "prefetch", "lr", "lr_schedule",
                           "momentum", "weight_decay", "precision", "threads", "allreduce_split", "bucket_mb", "seed"};
     for (const char* k : keys) row(k, config_value(run.config, k));
+    if (config_value(run.config, "data") == "imagefolder") {
+      row("data path", config_value(run.config, "data_path"));
+      row("transforms", config_value(run.config, "transforms"));
+    }
     row("parameters", std::to_string(run.params.size()) + " tensors");
     if (const analysis::ProfilerCost pc = analysis::profiler_cost(run); pc.known) {
       char text[160];
@@ -61,6 +65,12 @@ void run_table(const RunModel& m) {
                                                         : "%.2f%% of step time (%.1f ns x %.0f events per step)",
                     pc.percent, pc.ns_per_event, pc.events_per_step);
       row("profiler cost", text);
+    }
+    for (const auto& e : run.evaluations) {
+      char text[160];
+      std::snprintf(text, sizeof text, "top-1 %.2f%%, top-5 %.2f%% on %lld images after step %d (%.1f s)", e.top1,
+                    e.top5, static_cast<long long>(e.images), e.step, e.seconds);
+      row("evaluation", text);
     }
     ImGui::EndTable();
   }

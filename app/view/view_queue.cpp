@@ -193,6 +193,11 @@ void draw_queue(App& app) {
   } else {
     ImGui::TextColored(to_vec4(color::kDim), "Not enough data to estimate producer and consumer rates.");
   }
+  if (st.per_image_ns > 0 && !st.per_image_stages.empty()) {
+    const auto& [top, top_ns] = st.per_image_stages.front();
+    ImGui::Text("one image costs a worker %s; the largest part is %s: %s (%.0f %%)", fmt_ns(st.per_image_ns).c_str(),
+                top.c_str(), fmt_ns(top_ns).c_str(), 100.0 * top_ns / st.per_image_ns);
+  }
   ImGui::Text("per rank: ");
   for (const auto& r : st.per_rank) {
     ImGui::SameLine();

@@ -47,6 +47,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import wbformat  # noqa: E402
+import imagefolder_input  # noqa: E402
 
 PROG = "torch_step.py"
 LOSS_CONVENTIONS = ("mindspore", "torch")
@@ -330,6 +331,9 @@ def run_step(args):
                              f"[0, {settings['num_classes'] - 1}]")
     check_replicas(run.path, dumps, rank)
     decay = decay_flags(run, model)
+    # An image-folder run: torchvision preprocesses the same files, so the input row checks our preprocessing.
+    tv_inputs = imagefolder_input.torchvision_batches(run.meta, run.path, ranks, step,
+                                                      {r: d["label"].array for r, d in dumps.items()})
     run.close()
     plant_fault(model, args.fault, settings)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -379,7 +383,7 @@ def run_step(args):
              f"device {device}, {torch.get_num_threads()} threads")
 
     def batch_of(r):
-        return (torch.from_numpy(np.array(dumps[r]["input"].array)).to(device),
+        return (torch.from_numpy(np.array(tv_inputs.get(r, dumps[r]["input"].array))).to(device),
                 torch.from_numpy(np.array(dumps[r]["label"].array)).to(device))
 
     # The other replicas first, each from its own BN state; the chosen rank last, so that its
@@ -461,7 +465,7 @@ def main(argv=None):
             progress(f"wrote {args.out_trace} ({args.profile} profiled steps)")
         if args.out:
             run_step(args)
-    except (InputError, wbformat.FormatError) as e:
+    except (InputError, wbformat.FormatError, imagefolder_input.ImageInputError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     return 0

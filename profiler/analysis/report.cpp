@@ -297,6 +297,16 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   }
   out << "\n";
 
+  if (!run.evaluations.empty()) {
+    out << "Evaluation\n";
+    Table t({"after step", "top-1", "top-5", "images", "time"});
+    for (const auto& e : run.evaluations)
+      t.add({std::to_string(e.step), fmt("%.2f%%", e.top1), fmt("%.2f%%", e.top5), std::to_string(e.images),
+             fmt("%.1f s", e.seconds)});
+    t.print(out);
+    out << "\n";
+  }
+
   auto warnings = run_warnings(run);
   out << "Warnings (" << warnings.size() << ")\n";
   if (warnings.empty()) out << "  none\n";
@@ -379,6 +389,13 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     if (st.workers > 0) out << ", workers " << st.workers;
     if (st.workers_needed > 0) out << "; workers to keep the queue non-empty: " << st.workers_needed;
     out << "\n";
+  }
+  if (st.per_image_ns > 0) {
+    out << "  per image (one worker):";
+    for (const auto& [name, ns] : st.per_image_stages)
+      out << " " << name << " " << format_ns(ns) << " (" << pct(ns, st.per_image_ns) << ")";
+    out << "; " << format_ns(st.per_image_ns) << " in all, " << fmt("%.1f", 1e9 / st.per_image_ns)
+        << " images/s per worker\n";
   }
 
   write_stragglers(run, out);

@@ -141,6 +141,7 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   }
   run.steps = reader.steps();
   run.allreduces = reader.allreduces();
+  run.evaluations = reader.evaluations();
   run.params = reader.params();
   check_cancel();
   return run;

@@ -42,6 +42,7 @@ struct RunData {
   std::vector<store::StepRow> steps;
   std::vector<store::AllreduceRow> allreduces;
   std::vector<store::ParamRow> params;
+  std::vector<store::EvaluationRow> evaluations;  // wb-train --eval results
   std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;    // stream tracks, by start
   std::int64_t kernel_rows = 0;
 

@@ -186,9 +186,16 @@ Starvation starvation(const RunData& run, std::size_t top_spells) {
   // Workers: the configured count, else the data-worker tracks of one rank.
   std::map<int, int> worker_tracks;
   std::vector<std::int64_t> batch_ns;  // outermost data ranges on worker tracks: one batch each
+  std::map<std::string, std::pair<double, std::int64_t>> stage_ns;  // per-sample stage: total ns, count
   for (const auto& t : run.tracks) {
     if (t.kind != store::TrackKind::thread || run.name(t.name).rfind("data-worker", 0) != 0) continue;
     ++worker_tracks[t.rank];
+    for (const auto& r : run.ranges_of(t.id)) {
+      if (r.category != static_cast<std::uint8_t>(store::Category::data) || r.depth == 0) continue;
+      auto& [ns, count] = stage_ns[run.name(r.name)];
+      ns += static_cast<double>(r.end_ns - r.start_ns);
+      ++count;
+    }
     for (std::int64_t d : outermost_durations(run.ranges_of(t.id), static_cast<std::uint8_t>(store::Category::data)))
       batch_ns.push_back(d);
   }
@@ -208,6 +215,16 @@ Starvation starvation(const RunData& run, std::size_t top_spells) {
   } else if (st.workers > 0 && !st.queues.empty()) {
     // Without per-batch ranges, the measured production rate shared by the workers of one queue.
     st.per_worker_per_s = producer_total / static_cast<double>(st.queues.size()) / st.workers;
+  }
+  // Every sample goes through decode once (the in-memory sets' uint8 -> float, an image file's decode).
+  if (auto it = stage_ns.find("decode"); it != stage_ns.end() && it->second.second > 0) {
+    const auto images = static_cast<double>(it->second.second);
+    for (const auto& [name, v] : stage_ns) {
+      st.per_image_stages.emplace_back(name, v.first / images);
+      st.per_image_ns += v.first / images;
+    }
+    std::stable_sort(st.per_image_stages.begin(), st.per_image_stages.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
   }
   if (st.per_worker_per_s > 0 && st.demand_per_s > 0) {
     st.workers_needed = static_cast<int>(std::ceil(st.demand_per_s / st.per_worker_per_s - 1e-9));

@@ -74,6 +74,10 @@ struct Starvation {
   double demand_per_s = 0.0;          // batches/s the consumer would take if it never waited
   double per_worker_per_s = 0.0;      // batches/s one worker produces
   int workers_needed = 0;             // ceil(demand / per_worker), 0 when unknown
+  // What one image costs a worker, from the per-sample stage ranges on the data-worker tracks (read,
+  // decode, resize, ...): mean ns per image by stage, the costliest first, and their sum.
+  std::vector<std::pair<std::string, double>> per_image_stages;
+  double per_image_ns = 0.0;
 };
 
 // Depth-0 spells of one counter series (ordered by time); a spell still open at the end closes at the

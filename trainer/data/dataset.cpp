@@ -2,17 +2,21 @@
 
 #include <string>
 
+#include "trainer/data/image_folder.hpp"
+
 namespace wb::data {
 
 DatasetKind parse_dataset_kind(std::string_view name) {
   if (name == "synthetic") return DatasetKind::kSynthetic;
   if (name == "cifar10") return DatasetKind::kCifar10;
   if (name == "fashion-mnist") return DatasetKind::kFashionMnist;
+  if (name == "imagefolder") return DatasetKind::kImageFolder;
   throw DataError("--data '" + std::string(name) +
-                  "' is not a dataset; expected synthetic, cifar10 or fashion-mnist");
+                  "' is not a dataset; expected synthetic, cifar10, fashion-mnist or imagefolder");
 }
 
 Normalization default_normalization(DatasetKind kind) {
+  if (kind == DatasetKind::kImageFolder) return imagenet_normalization();
   if (kind == DatasetKind::kFashionMnist) {
     // Grey replicated to three channels, so the single-channel statistics are replicated too.
     return {{0.2860f, 0.2860f, 0.2860f}, {0.3530f, 0.3530f, 0.3530f}};
@@ -32,6 +36,11 @@ Dataset load_dataset(DatasetKind kind, const std::filesystem::path& path, Split 
     }
     case DatasetKind::kCifar10: return read_cifar10(path, split);
     case DatasetKind::kFashionMnist: return read_fashion_mnist(path, split);
+    case DatasetKind::kImageFolder: {
+      Dataset d;
+      scan_image_folder(path, d);
+      return d;
+    }
   }
   throw DataError("load_dataset: unknown dataset kind");
 }

@@ -4,6 +4,7 @@
 // real CIFAR-10 binary files so the synthetic path goes through the CIFAR reader too.
 
 #include <array>
+#include <span>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -14,10 +15,10 @@
 
 namespace wb::data {
 
-enum class DatasetKind { kSynthetic, kCifar10, kFashionMnist };
+enum class DatasetKind { kSynthetic, kCifar10, kFashionMnist, kImageFolder };
 enum class Split { kTrain, kTest };
 
-// "synthetic" | "cifar10" | "fashion-mnist" (the --data flag); anything else throws DataError.
+// "synthetic" | "cifar10" | "fashion-mnist" | "imagefolder" (the --data flag); anything else throws DataError.
 DatasetKind parse_dataset_kind(std::string_view name);
 
 // Per-channel mean and std of the 0..1 rescaled pixels.
@@ -35,6 +36,11 @@ struct Dataset {
   int num_classes = 10;
   std::vector<uint8_t> images;  // (N, H, W, C)
   std::vector<int32_t> labels;  // (N)
+  // kImageFolder: images stay on disk and are decoded by the pipeline's workers; `images` is empty,
+  // height/width are 0, files[i] is sample i's path relative to `root` ('/'-separated).
+  std::filesystem::path root;
+  std::vector<std::string> files;
+  std::vector<std::string> class_names;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t image_bytes() const { return static_cast<int64_t>(height) * width * channels; }
@@ -79,7 +85,8 @@ Dataset synthetic_images(const SyntheticOptions& options, Split split);
 void write_synthetic_cifar10(const std::filesystem::path& dir, const SyntheticOptions& options);
 
 // The --data / --data-path entry point. For kSynthetic, `path` is the folder the files are written
-// to (and then read back from).
+// to (and then read back from); for kImageFolder it is the class folders' root (the split is the
+// caller's choice of folder: --data-path or --val-path).
 Dataset load_dataset(DatasetKind kind, const std::filesystem::path& path, Split split,
                      const SyntheticOptions& synthetic = {});
 

@@ -21,10 +21,15 @@ enum TransformId : int {
   kResize = 3,            // bilinear to image_size (skipped when the size already matches)
   kRescaleNormalize = 4,  // x / 255, then (x - mean) / std per channel
   kHwc2Chw = 5,           // layout change into the batch buffer
-  kTransformCount = 6,
+  // Image folders (decode above is the JPEG/PNG decode there; random_flip and resize are shared):
+  kRead = 6,       // the file's bytes from disk
+  kCrop = 7,       // choosing the crop window (resize then computes only the pixels inside it)
+  kNormalize = 8,  // ToTensor + Normalize into the batch's CHW float
+  kTransformCount = 9,
 };
 
-// {"decode", "random_crop", "random_flip", "resize", "rescale_normalize", "hwc2chw"}
+// {"decode", "random_crop", "random_flip", "resize", "rescale_normalize", "hwc2chw", "read", "crop",
+//  "normalize"}
 std::span<const std::string_view> transform_names();
 
 class Observer {

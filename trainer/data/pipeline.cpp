@@ -49,8 +49,15 @@ Pipeline::Pipeline(const Dataset& data, const PipelineConfig& config, Observer* 
       observer_(observer),
       sampler_(data.size(), config.num_shards, config.shard_id, config.batch_size, config.seed, config.shuffle) {
   // Validates the transform settings before any thread starts.
-  SampleTransform probe(config_.transform, data_.height, data_.width);
+  if (data_.kind == DatasetKind::kImageFolder) {
+    ImageSampleLoader probe(config_.image);
+  } else {
+    SampleTransform probe(config_.transform, data_.height, data_.width);
+  }
 
+  if (data_.kind == DatasetKind::kImageFolder && config_.skip_bad_images) {
+    bad_ = std::make_unique<std::atomic<bool>[]>(static_cast<size_t>(data_.size()));
+  }
   const size_t n_buffers = static_cast<size_t>(config_.prefetch + config_.workers + 1);
   const size_t side = static_cast<size_t>(config_.transform.image_size);
   buffers_.resize(n_buffers);
@@ -58,6 +65,10 @@ Pipeline::Pipeline(const Dataset& data, const PipelineConfig& config, Observer* 
   for (Batch& b : buffers_) {
     b.images.resize(static_cast<size_t>(config_.batch_size) * 3 * side * side);
     b.labels.resize(static_cast<size_t>(config_.batch_size));
+    if (data_.kind == DatasetKind::kImageFolder) {
+      b.indices.resize(static_cast<size_t>(config_.batch_size));
+      b.augs.resize(static_cast<size_t>(config_.batch_size));
+    }
     free_.push_back(&b);
   }
   ring_.assign(static_cast<size_t>(config_.prefetch), nullptr);
@@ -153,12 +164,15 @@ BatchRef Pipeline::pop() {
 }
 
 void Pipeline::worker_main(int worker) {
-  SampleTransform transform(config_.transform, data_.height, data_.width);
+  std::unique_ptr<SampleTransform> transform;
+  std::unique_ptr<ImageSampleLoader> loader;
   std::vector<int64_t> perm;
   perm.reserve(static_cast<size_t>(data_.size()));
   int64_t perm_epoch = -1;
   const auto capacity = static_cast<int>(ring_.size());
   try {
+    if (data_.kind == DatasetKind::kImageFolder) loader = std::make_unique<ImageSampleLoader>(config_.image);
+    else transform = std::make_unique<SampleTransform>(config_.transform, data_.height, data_.width);
     for (;;) {
       Batch* batch = nullptr;
       int64_t step = 0;
@@ -176,7 +190,7 @@ void Pipeline::worker_main(int worker) {
       }
 
       const int64_t t_begin = observer_ != nullptr ? now_ns() : 0;
-      assemble(worker, step, *batch, transform, perm, perm_epoch);
+      assemble(worker, step, *batch, transform.get(), loader.get(), perm, perm_epoch);
       if (observer_ != nullptr) observer_->on_batch(worker, step, t_begin, now_ns());
 
       int64_t t_push = 0;
@@ -209,7 +223,32 @@ void Pipeline::worker_main(int worker) {
   }
 }
 
-void Pipeline::assemble(int worker, int64_t step, Batch& batch, SampleTransform& transform,
+int64_t Pipeline::load_image(int worker, ImageSampleLoader& loader, int64_t index, int64_t epoch, float* out,
+                             ImageAug& aug) {
+  const int64_t n = data_.size();
+  for (int64_t tries = 0;; ++tries) {
+    if (tries >= n) throw DataError(data_.root.string() + ": no readable image at all (first: " + stats().first_bad_image + ")");
+    if (bad_ && bad_[static_cast<size_t>(index)].load(std::memory_order_relaxed)) {
+      index = (index + 1) % n;
+      continue;
+    }
+    const std::string& rel = data_.files[static_cast<size_t>(index)];
+    try {
+      aug = loader.load(data_.root / rel, (data_.root / rel).string(), config_.seed, epoch, index, out, observer_, worker);
+      return index;
+    } catch (const DataError& e) {
+      if (!bad_) throw;
+      // Another worker may have found the same file bad at the same moment: count it once.
+      if (!bad_[static_cast<size_t>(index)].exchange(true)) {
+        std::lock_guard lock(mutex_);
+        if (stats_.bad_images++ == 0) stats_.first_bad_image = e.what();
+      }
+      index = (index + 1) % n;
+    }
+  }
+}
+
+void Pipeline::assemble(int worker, int64_t step, Batch& batch, SampleTransform* transform, ImageSampleLoader* loader,
                         std::vector<int64_t>& perm, int64_t& perm_epoch) {
   const int64_t epoch = step / sampler_.steps_per_epoch();
   const int64_t b = step % sampler_.steps_per_epoch();
@@ -222,13 +261,20 @@ void Pipeline::assemble(int worker, int64_t step, Batch& batch, SampleTransform&
   const size_t stride = static_cast<size_t>(3) * image_size() * image_size();
   for (int j = 0; j < config_.batch_size; ++j) {
     const int64_t index = sampler_.sample_index(perm, b, j);
+    if (loader != nullptr) {
+      const auto js = static_cast<size_t>(j);
+      const int64_t used = load_image(worker, *loader, index, epoch, batch.images.data() + stride * js, batch.augs[js]);
+      batch.indices[js] = used;
+      batch.labels[js] = data_.labels[static_cast<size_t>(used)];
+      continue;
+    }
     const AugmentParams aug = draw_augment(config_.transform, config_.seed, epoch, index);
     int64_t decode_begin = 0;
     if (config_.delay_us > 0) {
       if (observer_ != nullptr) decode_begin = now_ns();
       if (sleep_interrupted(config_.delay_us)) return;  // stopping: the batch is never pushed
     }
-    transform.apply(data_.image(index), aug, batch.images.data() + stride * static_cast<size_t>(j), observer_,
+    transform->apply(data_.image(index), aug, batch.images.data() + stride * static_cast<size_t>(j), observer_,
                     worker, decode_begin);
     batch.labels[static_cast<size_t>(j)] = data_.labels[static_cast<size_t>(index)];
   }

@@ -10,14 +10,18 @@
 //   Pipeline pipe(train_set, config, &observer);
 //   while (BatchRef batch = pipe.pop()) { train_step(batch->images, batch->labels); }
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "trainer/data/dataset.hpp"
+#include "trainer/data/image_folder.hpp"
 #include "trainer/data/observer.hpp"
 #include "trainer/data/sampler.hpp"
 #include "trainer/data/transforms.hpp"
@@ -35,6 +39,10 @@ struct PipelineConfig {
   int64_t delay_us = 0;      // artificial per-sample delay, slept in decode (starvation experiments)
   int64_t total_steps = 0;   // batches to produce before pop() returns empty; 0 = until stop()
   TransformConfig transform; // transform.train = false gives the eval transforms
+  // Image folders: the recipe (transform.image_size is the crop side there too), and whether a bad
+  // image is counted and replaced by the next readable one in dataset order instead of ending the run.
+  ImageTransformConfig image;
+  bool skip_bad_images = false;
 };
 
 struct Batch {
@@ -42,6 +50,9 @@ struct Batch {
   std::vector<int32_t> labels;  // (N)
   int64_t step = 0;             // batches since the pipeline started: epoch * steps_per_epoch + b
   int epoch = 0;
+  // Image folders: each sample's dataset index (after any bad-image replacement) and geometry.
+  std::vector<int64_t> indices;
+  std::vector<ImageAug> augs;
 };
 
 struct PipelineStats {
@@ -50,6 +61,8 @@ struct PipelineStats {
   int64_t waits = 0;    // pops that found the queue empty and blocked
   int64_t wait_ns = 0;  // total time blocked in those pops
   int max_depth = 0;    // the most batches ever ready at once (<= prefetch)
+  int64_t bad_images = 0;        // --skip-bad-images: distinct bad images found (each skipped from then on)
+  std::string first_bad_image;   // the first one's one-line error
 };
 
 class Pipeline;
@@ -107,8 +120,11 @@ class Pipeline {
   friend class BatchRef;
   void recycle(Batch* batch);
   void worker_main(int worker);
-  void assemble(int worker, int64_t step, Batch& batch, SampleTransform& transform,
+  void assemble(int worker, int64_t step, Batch& batch, SampleTransform* transform, ImageSampleLoader* loader,
                 std::vector<int64_t>& perm, int64_t& perm_epoch);
+  // One image-folder sample into `out`; with skip_bad_images, a bad file is counted and the next index
+  // (wrapping) is tried. Returns the index used.
+  int64_t load_image(int worker, ImageSampleLoader& loader, int64_t index, int64_t epoch, float* out, ImageAug& aug);
   bool sleep_interrupted(int64_t us);
   // A queue timestamp: strictly increasing under mutex_, so events sort into their true order.
   int64_t stamp_locked();
@@ -139,6 +155,9 @@ class Pipeline {
   std::mutex sleep_mutex_;
   std::condition_variable sleep_cv_;
   bool sleep_stop_ = false;  // guarded by sleep_mutex_
+
+  // --skip-bad-images: which dataset indices failed, so each is tried and counted once.
+  std::unique_ptr<std::atomic<bool>[]> bad_;
 
   std::vector<std::thread> threads_;
 };

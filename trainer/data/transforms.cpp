@@ -13,7 +13,8 @@ namespace wb::data {
 
 std::span<const std::string_view> transform_names() {
   static constexpr std::array<std::string_view, kTransformCount> kNames = {
-      "decode", "random_crop", "random_flip", "resize", "rescale_normalize", "hwc2chw"};
+      "decode", "random_crop", "random_flip", "resize", "rescale_normalize", "hwc2chw",
+      "read",   "crop",        "normalize"};
   return kNames;
 }
 

@@ -1,0 +1,55 @@
+#pragma once
+// Image files into 8-bit RGB, as PIL's Image.open(f).convert("RGB") gives them (what torchvision's
+// ImageFolder loader does): JPEG through libjpeg-turbo (the library and the default DCT method PIL's
+// decoder uses, so pixels are the same), PNG through libspng. The format is found from the content,
+// as PIL does, not from the file name.
+//   JPEG greyscale -> R = G = B; CMYK/YCCK -> inverted (Adobe convention, which PIL assumes) and then
+//   PIL's cmyk2rgb: nk = 255 - k, R = nk - round(c * nk / 255) (PIL's MULDIV255).
+//   PNG: palette looked up, alpha dropped (no compositing), 16-bit colour and grey+alpha keep the high
+//   byte, 16-bit grey is clipped to 0..255 (PIL opens it as mode "I" and clips in convert), 1/2/4-bit
+//   grey scaled to 0..255. Gamma and tRNS are ignored, as in PIL.
+// EXIF orientation is not applied (neither torchvision's loader nor convert() applies it).
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "trainer/data/error.hpp"
+
+namespace wb::data {
+
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;  // (height, width, 3)
+};
+
+enum class ImageFormat { kUnknown, kJpeg, kPng, kOther };
+
+// What the first bytes say: JPEG (FF D8 FF), PNG (the 8-byte signature), another format torchvision's
+// loader would accept (BMP, PPM/PGM, TIFF, WebP: kOther) or none of these.
+ImageFormat sniff_image_format(const uint8_t* data, std::size_t size);
+
+// Reads a whole file into `out` (reused). Throws DataError naming the file when it cannot be read.
+void read_file_bytes(const std::filesystem::path& file, std::vector<uint8_t>& out);
+
+// Reusable decoder state (one per worker thread). decode() throws DataError "FILE: ..." for a corrupt,
+// truncated or unsupported image; `name` is what the message names.
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  void decode(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
+
+ private:
+  void decode_jpeg(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
+  void decode_png(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
+  void* tj_ = nullptr;            // tjhandle
+  std::vector<uint8_t> scratch_;  // CMYK / grey / 16-bit staging
+};
+
+}  // namespace wb::data
