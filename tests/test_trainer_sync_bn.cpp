@@ -8,7 +8,7 @@
 //       batch norm, step and rank, inside the batch norm's own range;
 //   (c) torch_step.py replays the step (rank groups concatenated) and `wb compare` passes every tensor;
 //   (d) --sync-bn local on one host warns that it equals global and gives bit-identical parameters;
-//   (e) a bad --sync-bn is one line naming the flag, exit 2.
+//   (e) a bad --sync-bn, or --sync-bn with --device cuda, is one line naming the flag, exit 2.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -310,4 +310,7 @@ TEST_CASE("2 ranks --sync-bn local on one host: a warning, and the same step as 
 TEST_CASE("--sync-bn: a bad value is one line naming the flag", "[trainer]") {
   auto r = run_train({"--sync-bn", "everywhere", "--steps", "1"});
   wb::test::require_one_line_error(r, {"--sync-bn", "off, local or global", "everywhere"});
+  // The CUDA backend has no synchronised batch norm: refused before any device is looked for.
+  auto cuda = run_train({"--sync-bn", "global", "--device", "cuda", "--steps", "1"});
+  wb::test::require_one_line_error(cuda, {"--sync-bn global", "CPU backend only"});
 }

@@ -348,6 +348,10 @@ void validate(const TrainConfig& c) {
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
   need(c.sync_bn == "off" || c.sync_bn == "local" || c.sync_bn == "global",
        "--sync-bn: expected off, local or global, got '" + c.sync_bn + "'");
+  // --device auto is checked once the device is known (make_sync_bn).
+  need(c.sync_bn == "off" || c.device != "cuda",
+       "--sync-bn " + c.sync_bn +
+           ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
   need(!c.allreduce_split || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
   if (!c.shard.empty()) {
     parse_shard(c.shard);
