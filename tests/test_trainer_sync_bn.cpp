@@ -7,7 +7,9 @@
 //   (b) every exchange is recorded: one "<bn>.sync_stats" and one "<bn>.sync_grads" comm range per
 //       batch norm, step and rank, inside the batch norm's own range;
 //   (c) torch_step.py replays the step (rank groups concatenated) and `wb compare` passes every tensor;
-//   (d) --sync-bn local on one host warns that it equals global and gives bit-identical parameters;
+//       without every rank's dump it refuses with one line;
+//   (d) --sync-bn local on one host warns that it equals global and gives bit-identical parameters; the
+//       replay groups the ranks by the run file's hosts;
 //   (e) a bad --sync-bn, or --sync-bn with --device cuda, is one line naming the flag, exit 2.
 #include <catch2/catch.hpp>
 
@@ -293,6 +295,42 @@ TEST_CASE("2 ranks --sync-bn global: torch_step.py replays the step and wb compa
   CHECK(worst_by_kind["buffer_after"] < 1e-4);
 }
 
+TEST_CASE("torch_step.py: a --sync-bn run without every rank's dump is one line, exit 2", "[trainer][mpi]") {
+  Runs& r = runs();
+  REQUIRE(r.global.exit_code == 0);
+  const fs::path partial = r.dir / "partial.sqlite";
+  fs::copy_file(r.dir / "global.sqlite", partial, fs::copy_options::overwrite_existing);
+  {
+    wb::store::Db db(partial, wb::store::OpenMode::read_write);
+    db.exec("DELETE FROM tensor WHERE rank = 1");
+  }
+  const fs::path script = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_step.py";
+  const auto replay = wb::test::run_python(wb::test::shell_quote(script.string()) + " " +
+                                           wb::test::shell_quote(partial.string()) + " --out " +
+                                           wb::test::shell_quote((r.dir / "partial-torch.safetensors").string()));
+  CAPTURE(replay.output);
+  CHECK(replay.exit_code == 2);
+  CHECK(wb::test::count_lines(replay.err) == 1);
+  CHECK(replay.err.find("--sync-bn global") != std::string::npos);
+  CHECK(replay.err.find("--dump-ranks all") != std::string::npos);
+}
+
+namespace {
+// The replay's rank groups for --sync-bn local, from the run file's hosts.
+std::string local_groups(const fs::path& run) {
+  const fs::path ref = fs::path(WB_SOURCE_DIR) / "compare" / "reference";
+  const auto p = wb::test::run_python("-c " + wb::test::shell_quote("import sys; sys.path.insert(0, sys.argv[1]); "
+                                                                    "import wbformat, syncbn_replay; "
+                                                                    "print(syncbn_replay.groups_of(wbformat.RunFile("
+                                                                    "sys.argv[2]), 'local', [0, 1]))") +
+                                      " " + wb::test::shell_quote(ref.string()) + " " +
+                                      wb::test::shell_quote(run.string()));
+  CAPTURE(p.output);
+  REQUIRE(p.exit_code == 0);
+  return p.out;
+}
+}  // namespace
+
 TEST_CASE("2 ranks --sync-bn local on one host: a warning, and the same step as global", "[trainer][mpi]") {
   Runs& r = runs();
   CAPTURE(r.local.out, r.local.err);
@@ -305,6 +343,15 @@ TEST_CASE("2 ranks --sync-bn local on one host: a warning, and the same step as 
   const auto d = wb::test::diff_checkpoints(a, b, "");
   CHECK(d.compared > 300);
   CHECK(d.differing == 0);
+  // The replay groups the ranks of one host; a rank on another host is a group of its own.
+  CHECK(local_groups(r.dir / "local.sqlite") == "[[0, 1]]\n");
+  const fs::path two_hosts = r.dir / "two-hosts.sqlite";
+  fs::copy_file(r.dir / "local.sqlite", two_hosts, fs::copy_options::overwrite_existing);
+  {
+    wb::store::Db db(two_hosts, wb::store::OpenMode::read_write);
+    db.exec("UPDATE rank SET host = 'another-host' WHERE rank = 1");
+  }
+  CHECK(local_groups(two_hosts) == "[[0], [1]]\n");
 }
 
 TEST_CASE("--sync-bn: a bad value is one line naming the flag", "[trainer]") {
