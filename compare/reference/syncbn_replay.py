@@ -30,8 +30,8 @@ def groups_of(run, scope, ranks):
 
 def replay(*, model, optimizer, criterion, groups, rank, world, batch_of, load_buffers, out, metadata, progress,
            fault_hook=None):
-    """Runs the step; returns the chosen rank's loss. batch_of(r) -> (inputs, labels) on the device;
-    load_buffers(r) loads rank r's dumped buffers into the model."""
+    """Runs the step up to the update; returns the chosen rank's loss and the dumper (its end() writes `out`).
+    batch_of(r) -> (inputs, labels) on the device; load_buffers(r) loads rank r's dumped buffers."""
     import torch
 
     import wbdump
