@@ -79,6 +79,7 @@ const Option kOptions[] = {
     {"eval", &TrainConfig::eval, "report top-1/top-5 accuracy on the test split after training"},
     {"save", &TrainConfig::save, "F.safetensors: save a checkpoint (torchvision names) at the end"},
     {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
+    {"sync_bn", &TrainConfig::sync_bn, "off|local|global: SyncBatchNorm, batch statistics over this host's ranks or all ranks (default off)"},
     {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
     {"shard", &TrainConfig::shard, "R/N: one process trains on rank R's data shard of an N-rank job"},
     {"profile_buffer_events", &TrainConfig::profile_buffer_events, "N: cap the profiler's event buffers at N events"},
@@ -380,6 +381,12 @@ void validate(const TrainConfig& c) {
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
+  need(c.sync_bn == "off" || c.sync_bn == "local" || c.sync_bn == "global",
+       "--sync-bn: expected off, local or global, got '" + c.sync_bn + "'");
+  // --device auto is checked once the device is known (make_sync_bn).
+  need(c.sync_bn == "off" || c.device != "cuda",
+       "--sync-bn " + c.sync_bn +
+           ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
   need(!c.allreduce_split || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
   if (!c.shard.empty()) {
     parse_shard(c.shard);

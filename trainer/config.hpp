@@ -80,6 +80,9 @@ struct TrainConfig {
   bool eval = false;
   std::filesystem::path save;
   std::filesystem::path resume;  // --steps/--epochs stay the schedule's total: training goes on from the saved step
+  // SyncBatchNorm: off | local (the ranks of one host) | global (every rank): batch statistics of each
+  // batch norm over that group's batches.
+  std::string sync_bn = "off";
   bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
   // Testing and diagnosis aid (not in --help): "R/N" makes a single process train on the data shard that
   // rank R of an N-rank job would get, so its gradients can be set beside one rank of a distributed run.

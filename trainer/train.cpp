@@ -48,6 +48,7 @@
 #include "trainer/parallel/world.hpp"
 #include "trainer/placement.hpp"
 #include "trainer/progress.hpp"
+#include "trainer/sync_bn.hpp"
 
 namespace wb::trainer {
 namespace fs = std::filesystem;
@@ -571,6 +572,11 @@ int run_training(const TrainConfig& cfg_in) {
          << place.device.description << ", " << cfg.data << " (" << input.train_set.size() << " images), batch "
          << cfg.batch_size << ", " << cfg.image_size << "x" << cfg.image_size << ", " << input.total_steps << " steps\n";
   Gradients gradients = make_gradients(cfg, place, learner, rec, banner.str());
+  // --sync-bn: each batch norm's statistics over a group of ranks (null: off).
+  std::unique_ptr<SyncBatchNorm> sync_bn =
+      make_sync_bn(cfg, place.device.cuda, place.rank, place.world, *place.comms.host, rec.recorder.get());
+  if (sync_bn) rec.writer->set_meta("sync_bn_group_size", std::to_string(sync_bn->group_size()));
+  learner.model->set_batchnorm_sync(sync_bn.get());
   StepObserver observer(rec.recorder.get(), gradients.sync.get(), *learner.backend);
   if (!cfg.slow_rank.empty()) {
     const SlowRank slow = parse_slow_rank(cfg.slow_rank);

@@ -46,6 +46,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import syncbn_replay  # noqa: E402
 import wbformat  # noqa: E402
 import imagefolder_input  # noqa: E402
 
@@ -330,6 +331,12 @@ def run_step(args):
             raise InputError(f"{run.path}: labels range over [{labels.min()}, {labels.max()}], expected "
                              f"[0, {settings['num_classes'] - 1}]")
     check_replicas(run.path, dumps, rank)
+    sync_bn, sync_groups = run.config().get("sync_bn", "off"), None
+    if sync_bn != "off" and world > 1:
+        if len(ranks) < world:
+            raise InputError(f"{run.path}: the run trained with --sync-bn {sync_bn}, whose batch statistics span "
+                             "several ranks: replaying it needs every rank's dump (wb-train --dump-ranks all)")
+        sync_groups = syncbn_replay.groups_of(run, sync_bn, ranks)
     decay = decay_flags(run, model)
     # An image-folder run: torchvision preprocesses the same files, so the input row checks our preprocessing.
     tv_inputs = imagefolder_input.torchvision_batches(run.meta, run.path, ranks, step,
@@ -390,7 +397,7 @@ def run_step(args):
     # buffer_after is what the model holds when the dumper reads it.
     params = [p for _, p in model.named_parameters()]
     grads = {}
-    for r in ranks:
+    for r in [] if sync_groups else ranks:  # --sync-bn replays its groups below
         if r == rank:
             continue
         load_state(model, dumps[r], kinds=("buffer",))
@@ -410,6 +417,15 @@ def run_step(args):
                 "wb.caveats": json.dumps(caveats)}
     if args.fault:
         metadata["wb.fault"] = args.fault
+    if sync_groups:
+        progress(f"--sync-bn {sync_bn}: replaying the rank groups {sync_groups}, each as one batch")
+        fault = (lambda: model.get_parameter("layer4.2.conv3.weight").grad.mul_(2.0)) \
+            if args.fault == "grad_scale" else None
+        loss, dumper = syncbn_replay.replay(
+            model=model, optimizer=optimizer, criterion=criterion, groups=sync_groups, rank=rank, world=world,
+            batch_of=batch_of, load_buffers=lambda r: load_state(model, dumps[r], kinds=("buffer",)), out=args.out,
+            metadata=metadata, progress=progress, fault_hook=fault)
+        return finish(args, dumper, loss, ddp, rank)
     dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG)
     inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
@@ -427,6 +443,10 @@ def run_step(args):
     if args.fault == "grad_scale":
         model.get_parameter("layer4.2.conv3.weight").grad.mul_(2.0)
     optimizer.step()
+    finish(args, dumper, loss, ddp, rank)
+
+
+def finish(args, dumper, loss, ddp, rank):
     progress(f"loss {loss.item():.9g}" + (f" (rank {rank})" if ddp else ""))
     try:
         dumper.end()

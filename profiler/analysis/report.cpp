@@ -14,6 +14,7 @@
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 #include "profiler/analysis/stragglers.hpp"
+#include "profiler/analysis/sync_bn.hpp"
 
 namespace wb::analysis {
 
@@ -358,6 +359,8 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     }
     t.print(out);
   }
+
+  write_sync_bn_section(run, out);
 
   Starvation st = starvation(run);
   out << "\nInput pipeline\n";

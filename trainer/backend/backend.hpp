@@ -140,6 +140,34 @@ class Backend {
                                   const BatchNormState& state, Tensor& dx, const Tensor& dgamma,
                                   const Tensor& dbeta, const BatchNormParams& p) = 0;
 
+  // ---- synchronised batch norm (SyncBatchNorm): one batch spread over several processes ---------------
+  // The caller sums the partial results over the processes between the calls, as PyTorch's SyncBatchNorm
+  // does: forward = batchnorm_sums, allreduce, batchnorm_forward_with_stats; backward =
+  // batchnorm_backward_reduce, allreduce, batchnorm_backward_elemt. The sums are host doubles. A backend
+  // without them throws BackendError naming itself.
+  //
+  // This process's per-channel sums over (N, H, W), accumulated in double: sums has 2C entries,
+  // sums[c] = sum of x, sums[C + c] = sum of x^2.
+  virtual void batchnorm_sums(const Tensor& x, std::span<double> sums);
+  // Normalises x with the whole batch's mean and biased variance (C each; `count` values per channel
+  // over every process), keeps them in `state` for the backward, and updates the running statistics
+  // with the unbiased variance count / (count - 1), as torch's SyncBatchNorm does.
+  virtual void batchnorm_forward_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                            const Tensor& running_mean, const Tensor& running_var,
+                                            std::span<const double> mean, std::span<const double> var,
+                                            std::int64_t count, BatchNormState& state, const BatchNormParams& p);
+  // The local half of the backward: dgamma, dbeta of this process's part of the batch (the data-parallel
+  // allreduce averages them like any gradient) and sums (2C): sums[c] = sum of dy, sums[C + c] = sum of
+  // dy * (x - mean), with dy after the relu mask when fused. dx holds an intermediate value until
+  // batchnorm_backward_elemt completes it.
+  virtual void batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                                         const BatchNormState& state, Tensor& dx, const Tensor& dgamma,
+                                         const Tensor& dbeta, std::span<double> sums, const BatchNormParams& p);
+  // Completes dx from the sums over every process (2C, as batchnorm_backward_reduce gives them) and the
+  // whole batch's count per channel.
+  virtual void batchnorm_backward_elemt(const Tensor& x, const Tensor& gamma, const BatchNormState& state, Tensor& dx,
+                                        std::span<const double> sums, std::int64_t count, const BatchNormParams& p);
+
   // ---- elementwise --------------------------------------------------------------------------------
   // y may be the same tensor as x (in place).
   virtual void relu_forward(const Tensor& x, Tensor& y) = 0;

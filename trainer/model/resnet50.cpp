@@ -4,6 +4,7 @@
 // conv1 halves S, maxpool halves it again, layer2..4 each halve it in their first block.
 #include "trainer/model/resnet50.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <numbers>
@@ -33,6 +34,10 @@ struct ResNet50::Bn {
   Tensor y;        // output; after the relu (in place or fused) when one follows
   Tensor dx;       // input gradient
   Tensor relu_dx;  // gradient before the bn when its relu runs unfused
+  // SyncBatchNorm: the sums exchanged with the group ([sum x | sum x^2 | count] forward, [sum dy |
+  // sum dy (x - mean)] backward), the whole batch's statistics and its count per channel.
+  std::vector<double> sums, mean, var;
+  std::int64_t count = 0;
 };
 
 struct ResNet50::Block {
@@ -364,7 +369,11 @@ void ResNet50::bn_forward(Bn& b, const Tensor& x, bool relu, int relu_module, st
                           std::string_view relu_name) {
   const backend::BatchNormParams bp{kBnEps, kBnMomentum, relu && fused_};
   begin(b.module, Phase::forward);
-  if (training_) {
+  if (training_ && bn_sync_) {
+    sync_bn_forward(b, x, bp);
+    ++num_batches_tracked_[static_cast<std::size_t>(b.nbt)];
+  } else if (training_) {
+    b.count = 0;
     backend_.batchnorm_forward_train(x, b.gamma, b.beta, b.y, b.rmean, b.rvar, b.state, bp);
     ++num_batches_tracked_[static_cast<std::size_t>(b.nbt)];
   } else {
@@ -492,10 +501,42 @@ void ResNet50::bn_backward(Bn& b, const Tensor& x, const Tensor& dy, bool relu, 
   }
   const backend::BatchNormParams bp{kBnEps, kBnMomentum, relu && fused_};
   begin(b.module, Phase::backward);
-  backend_.batchnorm_backward(x, *g, b.gamma, b.beta, b.state, b.dx, b.dgamma, b.dbeta, bp);
+  if (b.count > 0 && bn_sync_) {
+    // dgamma and dbeta are this process's and final: their bucket may start before the sums return.
+    const std::size_t c = b.mean.size();
+    b.sums.resize(2 * c);
+    backend_.batchnorm_backward_reduce(x, *g, b.gamma, b.beta, b.state, b.dx, b.dgamma, b.dbeta, b.sums, bp);
+    grads_ready(b.param, b.param + 2);
+    bn_sync_->allreduce(b.module, false, b.sums);
+    backend_.batchnorm_backward_elemt(x, b.gamma, b.state, b.dx, b.sums, b.count, bp);
+  } else {
+    backend_.batchnorm_backward(x, *g, b.gamma, b.beta, b.state, b.dx, b.dgamma, b.dbeta, bp);
+    grads_ready(b.param, b.param + 2);
+  }
   if (g != &dy) consumed(b.relu_dx);
-  grads_ready(b.param, b.param + 2);
   end(b.module, Phase::backward);
+}
+
+// SyncBatchNorm's forward: this process's sums of x and x^2 and its count, summed over the group; the
+// whole batch's mean and biased variance from them, in double.
+void ResNet50::sync_bn_forward(Bn& b, const Tensor& x, const backend::BatchNormParams& bp) {
+  const Shape& xs = x.shape();
+  const std::size_t c = static_cast<std::size_t>(xs[1]);
+  b.sums.resize(2 * c + 1);
+  backend_.batchnorm_sums(x, std::span(b.sums).first(2 * c));
+  b.sums[2 * c] = static_cast<double>(xs[0] * xs[2] * xs[3]);
+  bn_sync_->allreduce(b.module, true, b.sums);
+  const double n = b.sums[2 * c];
+  b.count = static_cast<std::int64_t>(std::llround(n));
+  b.mean.resize(c);
+  b.var.resize(c);
+  for (std::size_t i = 0; i < c; ++i) {
+    const double m = b.sums[i] / n;
+    b.mean[i] = m;
+    b.var[i] = std::max(0.0, b.sums[c + i] / n - m * m);
+  }
+  backend_.batchnorm_forward_with_stats(x, b.gamma, b.beta, b.y, b.rmean, b.rvar, b.mean, b.var, b.count, b.state,
+                                        bp);
 }
 
 const Tensor& ResNet50::block_backward(Block& blk, const Tensor& x, const Tensor& dy) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "trainer/backend/backend.hpp"
+#include "trainer/model/batch_norm_sync.hpp"
 #include "trainer/model/observer.hpp"
 
 namespace wb::model {
@@ -87,6 +88,9 @@ class ResNet50 {
   bool training() const { return training_; }
   void set_observer(ModelObserver* observer) { observer_ = observer; }
   ModelObserver* observer() const { return observer_; }
+  // SyncBatchNorm: training forwards and backwards take each batch norm's statistics over the group
+  // `sync` sums over (null: this process's batch alone, the default).
+  void set_batchnorm_sync(BatchNormSync* sync) { bn_sync_ = sync; }
   // Batch norm and its ReLU run fused wherever outputs are not observed (dumps observe them).
 
   // ---- parameters and buffers -----------------------------------------------------------------------
@@ -144,6 +148,7 @@ class ResNet50 {
   // Runs bn (and, when fused, its relu); emits the bn output and, unfused with relu, the relu output.
   void bn_forward(Bn& b, const backend::Tensor& x, bool relu, int relu_module, std::string_view bn_name,
                   std::string_view relu_name);
+  void sync_bn_forward(Bn& b, const backend::Tensor& x, const backend::BatchNormParams& bp);
   void bn_backward(Bn& b, const backend::Tensor& x, const backend::Tensor& dy, bool relu, int relu_module);
   void conv_backward(Conv& c, const backend::Tensor& x, const backend::Tensor& dy, bool need_dx);
   void consumed(backend::Tensor& t) const;
@@ -153,6 +158,7 @@ class ResNet50 {
   backend::Backend& backend_;
   ModelConfig config_;
   ModelObserver* observer_ = nullptr;
+  BatchNormSync* bn_sync_ = nullptr;
   bool training_ = true;
   bool fused_ = false;  // the last forward fused bn + relu
   bool emit_ = false;   // the current forward calls on_output

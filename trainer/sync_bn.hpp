@@ -1,0 +1,46 @@
+// --sync-bn off|local|global: SyncBatchNorm in wb-train. Every batch norm of a training step takes its
+// statistics over a group of ranks (local: this host's ranks; global: all of them), through a rank
+// group of its own (parallel::GroupComm), and every exchange is recorded as a comm range on the training
+// thread named after its layer: "<bn>.sync_stats" in forward (sum of x, of x^2 and the count),
+// "<bn>.sync_grads" in backward (sum of dy and of dy * (x - mean)). `wb report` adds them up.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "profiler/record/recorder.hpp"
+#include "trainer/config.hpp"
+#include "trainer/model/batch_norm_sync.hpp"
+#include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/group_comm.hpp"
+
+namespace wb::trainer {
+
+// The range names of one layer's exchanges.
+inline std::string sync_bn_range_name(std::string_view bn, bool forward) {
+  return std::string(bn) + (forward ? ".sync_stats" : ".sync_grads");
+}
+
+class SyncBatchNorm final : public model::BatchNormSync {
+ public:
+  // `recorder` null: nothing recorded.
+  SyncBatchNorm(std::unique_ptr<parallel::GroupComm> group, profiler::Recorder* recorder);
+  void allreduce(int bn_module, bool forward, std::span<double> values) override;
+  int group_size() const { return group_->size(); }
+
+ private:
+  std::unique_ptr<parallel::GroupComm> group_;
+  std::vector<profiler::NameId> forward_names_, backward_names_;  // by module id
+  std::vector<bool> recorded_;                                    // by module id: a batch norm, recorded
+};
+
+// cfg.sync_bn's group on this rank, from the job's host communicator; null for "off". Rank 0 prints the
+// group on stdout, and a warning on stderr where the scope changes nothing (local on a single host
+// equals global; a group of one equals off). Throws ConfigError on a device without it.
+std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, bool cuda, int rank, int world,
+                                            parallel::Communicator& host, profiler::Recorder* recorder);
+
+}  // namespace wb::trainer
