@@ -93,7 +93,7 @@ TEST_CASE("bad images: one line naming the file, or counted with --skip-bad-imag
   require_one_line_error(m, {"only_class: class folder without image files"});
 }
 
-TEST_CASE("--eval on --val-path: top-1/top-5 recorded in the run and printed by wb report", "[trainer][imagefolder]") {
+TEST_CASE("evaluation on --val-path: top-1/top-5 recorded in the run and printed by wb report", "[trainer][imagefolder]") {
   TempDir dir;
   make_folder(dir.path() / "train", "--classes 3 --per-class 4 --size 40:120");
   make_folder(dir.path() / "val", "--classes 3 --per-class 3 --size 40:120 --seed 9");
