@@ -89,6 +89,10 @@ class Writer {
   void add(std::span<const AllreduceRow> rows);
   void add(const StepRow& row);
   void add(std::span<const StepRow> rows);
+  void add(const PipelineSpanRow& row);
+  void add(std::span<const PipelineSpanRow> rows);
+  void add(const PipelineStepRow& row);
+  void add(std::span<const PipelineStepRow> rows);
   void add(ParamRow row);
   void add(TensorRow row);
 
