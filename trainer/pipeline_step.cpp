@@ -497,8 +497,14 @@ void PipelineStep::on_grads_ready(int first_param, int last_param_exclusive) {
   float* acc = d.model.grad_buffer().data_as<float>();
   const float* scr = d.model.gradient_scratch().data_as<float>();
   const float k = d.grad_scale;
-  const bool assign = d.backwards_run == 0;  // counted after backward_units returns
-  for (std::size_t i = a; i < b; ++i) acc[i] = assign ? k * scr[i] : acc[i] + k * scr[i];
+  const auto lo = static_cast<std::int64_t>(a), hi = static_cast<std::int64_t>(b);
+  if (d.backwards_run == 0) {  // the step's first backward (counted after backward_units returns)
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) acc[i] = k * scr[i];
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = lo; i < hi; ++i) acc[i] += k * scr[i];
+  }
   if (d.sync && d.backwards_run == d.plan.micro_batches - 1) {
     d.sync->on_grads_ready(first_param - d.p0, last_param_exclusive - d.p0);
   }

@@ -45,6 +45,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
+import torch_pipeline  # noqa: E402
 import wbformat  # noqa: E402
 
 PROG = "torch_step.py"
@@ -308,7 +309,9 @@ def run_step(args):
     rank = args.rank
     step = choose_step(run, rank, args.step)
     settings = read_settings(run, step, rank)
-    world = settings["world_size"]
+    pipe = torch_pipeline.settings(run.config(), run.path, InputError)
+    # A pipeline's gradients are averaged over each stage's replicas only: world / stages of them.
+    world = settings["world_size"] // (pipe["stages"] if pipe else 1)
     ranks = replica_ranks(run, step, rank, world)
     dumps = {r: read_dump(run, step, r) for r in ranks}
     x, y = dumps[rank]["input"].array, dumps[rank]["label"].array
@@ -328,6 +331,8 @@ def run_step(args):
             raise InputError(f"{run.path}: labels range over [{labels.min()}, {labels.max()}], expected "
                              f"[0, {settings['num_classes'] - 1}]")
     check_replicas(run.path, dumps, rank)
+    if pipe:
+        torch_pipeline.check_batch(pipe, len(y), run.path, InputError)
     decay = decay_flags(run, model)
     run.close()
     plant_fault(model, args.fault, settings)
@@ -349,6 +354,8 @@ def run_step(args):
         caveats.append(f"step {step} follows {settings['steps_before']} recorded steps whose momentum buffers "
                        "are not in the dump; this step starts from zero momentum, so param_after and momentum "
                        "are not comparable")
+    if pipe:
+        progress(torch_pipeline.describe(pipe))
     for text in caveats:
         progress("NOTE: " + text)
     if args.fault:
@@ -405,11 +412,18 @@ def run_step(args):
                 "wb.caveats": json.dumps(caveats)}
     if args.fault:
         metadata["wb.fault"] = args.fault
-    dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG)
+    if pipe:
+        metadata["wb.pipeline"] = json.dumps(pipe)
+    # A pipeline run's dump holds no activations (its micro-batches' are spread over the stages).
+    dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG,
+                               **({"modules": []} if pipe else {}))
     inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
-    loss = dumper.loss(criterion(model(inputs), labels))
-    loss.backward()
+    if pipe:
+        loss = dumper.loss(torch_pipeline.step(model, criterion, inputs, labels, pipe))
+    else:
+        loss = dumper.loss(criterion(model(inputs), labels))
+        loss.backward()
     if ddp:
         # The allreduce: a sum over the ranks in rank order, divided by the world size.
         grads[rank] = [p.grad.detach().clone() for p in params]

@@ -142,6 +142,8 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.steps = reader.steps();
   run.allreduces = reader.allreduces();
   run.params = reader.params();
+  run.pipeline_spans = reader.pipeline_spans();
+  run.pipeline_steps = reader.pipeline_steps();
   check_cancel();
   return run;
 }
