@@ -93,6 +93,10 @@ void validate_pipeline_flags(const TrainConfig& c) {
     if (c.dump_all_ranks) {
       throw ConfigError("--dump-ranks all: a pipeline run's dump gathers every stage's tensors on rank 0 (drop it)");
     }
+    if (c.eval) {
+      throw ConfigError("--eval: the evaluation runs the whole model on one batch size and is not available with "
+                        "pipeline stages or micro-batches (drop it)");
+    }
     if (c.check_sync) {
       throw ConfigError("--check-sync: checks data-parallel replicas of the whole model; pipeline stages hold different "
                         "parameters (drop it)");

@@ -557,6 +557,8 @@ int run_training(const TrainConfig& cfg_in) {
   }
   Job job{cfg, place, rec, learner, input, observer, *schedule};
   const TrainResult result = train(job);
+  // A checkpoint holds the whole model: a pipeline's stages first hand rank 0 their parts.
+  if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done);
   return finish(cfg, place, rec, learner, result);
 }
 
