@@ -10,7 +10,7 @@
 //   (d) the run file records every micro-batch's forward and backward, every send and receive with
 //       the activation's bytes, per step each stage's busy and idle time, and `wb report` prints the
 //       bubble per stage against the ideal (S-1)/(M+S-1);
-//   (e) SIGKILL of stage 1's rank ends the job within 60 s with a message naming it.
+//   (e) SIGKILL of stage 1's rank ends the job within 60 s with a message naming it (mpirun's).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -97,6 +97,46 @@ double worst_rel_l2(wb::store::Reader& a, wb::store::Reader& b, const std::strin
     ++count;
   }
   return worst;
+}
+
+// Direct children of `parent` whose command name is `comm`.
+std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> out;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = wb::test::read_text_if_present(e.path() / "stat");
+    const auto open = stat.find('(');
+    const auto close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= stat.size()) continue;
+    const std::string command = stat.substr(open + 1, close - open - 1);
+    const char state = stat[close + 2];
+    const long ppid = std::strtol(stat.c_str() + close + 4, nullptr, 10);
+    if (ppid == parent && command == comm && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The rank a launched process was given (OMPI_COMM_WORLD_RANK in its environment), -1 if unknown.
+int rank_of(pid_t pid) {
+  const std::string env = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = "OMPI_COMM_WORLD_RANK=";
+  std::size_t at = 0;
+  while (at < env.size()) {
+    const std::size_t end = env.find('\0', at);
+    const std::string var = env.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (var.rfind(key, 0) == 0) return std::stoi(var.substr(key.size()));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return -1;
+}
+
+// True while the process exists and is not a zombie.
+bool alive(pid_t pid) {
+  const std::string stat = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 }  // namespace
@@ -263,4 +303,65 @@ TEST_CASE("pipeline: micro-batches, messages and bubbles are recorded and report
   CHECK(report.out.find("ideal (S-1)/(M+S-1) = 20.0%") != std::string::npos);
   CHECK(report.out.find("balanced split: --stage-split ") != std::string::npos);
   CHECK(report.out.find("ideal equal stages need --micro-batches 10") != std::string::npos);
+}
+
+TEST_CASE("pipeline: SIGKILL of stage 1's rank ends the job within 60 s, naming it", "[trainer][pipeline][mpi]") {
+  TempDir dir;
+  const fs::path out = dir / "kill.stdout";
+  const fs::path err = dir / "kill.stderr";
+  std::vector<std::string> args = {WB_TRAIN, "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "8",
+                                   "--threads", "1", "--nproc", "2", "--pipeline-stages", "2", "--micro-batches", "2",
+                                   "--steps", "100000", "--log-every", "1", "--no-profile", "--run",
+                                   (dir / "kill.sqlite").string()};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t launcher = 0;  // wb-train, which replaces itself with mpirun
+  REQUIRE(posix_spawn(&launcher, WB_TRAIN, &actions, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  // Both stages are training once rank 0 reports its second step (a step needs both stages).
+  using Clock = std::chrono::steady_clock;
+  const auto setup_deadline = Clock::now() + std::chrono::seconds(300);
+  std::vector<pid_t> ranks;
+  while (Clock::now() < setup_deadline) {
+    ranks = children_named(launcher, "wb-train");
+    if (ranks.size() == 2 && wb::test::read_text(out).find("step 2/100000") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CAPTURE(wb::test::read_text(out), wb::test::read_text(err));
+  REQUIRE(ranks.size() == 2);
+  pid_t victim = 0, survivor = 0;
+  for (pid_t p : ranks) (rank_of(p) == 1 ? victim : survivor) = p;
+  REQUIRE(victim != 0);
+  REQUIRE(survivor != 0);
+
+  REQUIRE(kill(victim, SIGKILL) == 0);
+  const auto killed_at = Clock::now();
+  int status = 0;
+  bool launcher_done = false;
+  while (Clock::now() - killed_at < std::chrono::seconds(60)) {
+    if (!launcher_done && waitpid(launcher, &status, WNOHANG) == launcher) launcher_done = true;
+    if (launcher_done && !alive(survivor)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
+  const bool survivor_gone = !alive(survivor);
+  if (!launcher_done) {  // leave nothing behind before failing
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  if (!survivor_gone) kill(survivor, SIGKILL);
+  const std::string all_output = wb::test::read_text(out) + wb::test::read_text(err);
+  CAPTURE(seconds, all_output);
+  REQUIRE(launcher_done);
+  CHECK(survivor_gone);
+  CHECK(seconds < 60.0);
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  CHECK(code != 0);
+  CHECK(all_output.find("rank 1") != std::string::npos);
 }
