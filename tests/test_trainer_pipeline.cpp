@@ -8,8 +8,8 @@
 //       running the micro-batches one at a time) reproduces it: `wb compare` passes, and fails on a
 //       planted fault;
 //   (d) the run file records every micro-batch's forward and backward, every send and receive with
-//       the activation's bytes, per step each stage's busy and idle time, and `wb report` prints the
-//       bubble per stage against the ideal (S-1)/(M+S-1);
+//       the activation's bytes, per step each stage's busy and idle time; `wb report` prints the
+//       bubble per stage against the ideal (S-1)/(M+S-1), and `wb export chrome` the messages as flows;
 //   (e) SIGKILL of stage 1's rank ends the job within 60 s with a message naming it (mpirun's).
 #include <fcntl.h>
 #include <signal.h>
@@ -303,6 +303,16 @@ TEST_CASE("pipeline: micro-batches, messages and bubbles are recorded and report
   CHECK(report.out.find("ideal (S-1)/(M+S-1) = 20.0%") != std::string::npos);
   CHECK(report.out.find("balanced split: --stage-split ") != std::string::npos);
   CHECK(report.out.find("ideal equal stages need --micro-batches 10") != std::string::npos);
+  // wb export chrome: the 32 spans on the pipeline lanes, and one flow arrow per message (4 activations
+  // forward, 4 gradients back).
+  const Result chrome = wb::test::run_command(quote(WB_CLI) + " export chrome " + quote((r.dir / "gpipe.sqlite").string()) +
+                                              " " + quote((r.dir / "trace.json").string()));
+  CAPTURE(chrome.out, chrome.err);
+  REQUIRE(chrome.exit_code == 0);
+  CHECK(chrome.out.find("8 flows, 0 allreduce spans, 32 pipeline spans") != std::string::npos);
+  const std::string trace = wb::test::read_text(r.dir / "trace.json");
+  CHECK(trace.find("\"name\":\"activations\",\"cat\":\"p2p\",\"ph\":\"s\"") != std::string::npos);
+  CHECK(trace.find("\"name\":\"gradients\",\"cat\":\"p2p\",\"ph\":\"f\"") != std::string::npos);
 }
 
 TEST_CASE("pipeline: SIGKILL of stage 1's rank ends the job within 60 s, naming it", "[trainer][pipeline][mpi]") {
