@@ -105,7 +105,7 @@ std::optional<int> micro_batches_for_bubble(const std::vector<double>& stage_ns,
   const int S = static_cast<int>(stage_ns.size());
   for (int m = S; m <= 4096; ++m) {
     const double bubble = 1.0 - static_cast<double>(m) * tmean / (static_cast<double>(m + S - 1) * tmax);
-    if (bubble < target) return m;
+    if (bubble < target - 1e-12) return m;  // strictly under: (S-1)/(M+S-1) = 10% exactly is not
   }
   return std::nullopt;
 }
