@@ -54,6 +54,10 @@ class TensorSet {
   // Kinds the producer marked as not comparable (safetensors __metadata__["wb.not_comparable"], a JSON
   // list of kind names; e.g. gradients of a multi-rank step replayed from one rank's dump).
   std::set<TensorKind> not_comparable;
+  // Losses summed into the "loss" tensor: a pipeline step's micro-batches under --pipeline-loss sum
+  // (run files: meta pipeline_json; safetensors: __metadata__["wb.pipeline"]). An absolute loss bound
+  // made for one loss applies to each of them, so it grows with their number.
+  int loss_terms = 1;
 
   // Rebuilds the key index; call after filling `tensors`. Throws CompareError on a duplicate key.
   void index();

@@ -233,6 +233,28 @@ TEST_CASE("pipeline: torch_step.py reproduces the 2-stage step and wb compare pa
   }
   REQUIRE(planted);
   wb::store::write_safetensors(r.dir / "fault.safetensors", tensors, metadata);
+
+  // The summed loss of 4 micro-batches is judged against 4 x the one-loss bound (1e-4): a reference
+  // loss 3e-4 away passes, 5e-4 away fails, whatever the gradients.
+  wb::store::Reader dumped(run);
+  const float run_loss = floats(dumped.tensor("run", "loss", "loss", 0, 0))[0];
+  auto with_loss = [&](float offset, const std::string& name) {
+    auto ts = wb::store::read_safetensors(r.dir / "torch.safetensors");
+    for (auto& t : ts) {
+      if (t.name != "loss") continue;
+      const float v = run_loss + offset;
+      std::memcpy(t.data.data(), &v, sizeof v);
+    }
+    wb::store::write_safetensors(r.dir / name, ts, metadata);
+    return wb::test::run_command(quote(WB_CLI) + " compare " + quote(run.string()) + " " + quote((r.dir / name).string()));
+  };
+  const Result near = with_loss(3e-4f, "near.safetensors");
+  CAPTURE(near.out);
+  CHECK(near.exit_code == 0);
+  const Result far = with_loss(5e-4f, "far.safetensors");
+  CAPTURE(far.out);
+  CHECK(far.exit_code == 1);
+  CHECK(far.out.find("First divergence: loss") != std::string::npos);
   const Result cmp_fault = wb::test::run_command(quote(WB_CLI) + " compare " + quote(run.string()) + " " +
                                                  quote((r.dir / "fault.safetensors").string()));
   CAPTURE(cmp_fault.out);
