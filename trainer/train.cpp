@@ -528,7 +528,7 @@ int run_training(const TrainConfig& cfg_in) {
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
   const PipelinePlan plan = plan_pipeline(cfg, place.world);
-  if (plan.active()) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
+  if (plan.stages > 1) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
   Recording rec = open_recording(cfg, place);
   Input input = open_input(cfg, place, rec.run);
   Learner learner = make_learner(cfg, place, input.total_steps);
