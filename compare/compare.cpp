@@ -255,6 +255,10 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
     row.kind = kind_of_key(row.name);
     if (row.kind == TensorKind::other && p.a) row.kind = kind_of_key(row.a_key);
     row.thresholds = default_thresholds(options.profile, row.kind, row.b_dtype ? *row.b_dtype : *row.a_dtype);
+    // A pipeline step's summed loss: the bound holds for each micro-batch loss in the sum.
+    if (row.kind == TensorKind::loss && row.thresholds.max_abs_max) {
+      *row.thresholds.max_abs_max *= std::max(a.loss_terms, b.loss_terms);
+    }
     if (options.mapping != nullptr) {
       for (const auto& rule : options.mapping->thresholds) {
         if ((!row.a_key.empty() && std::regex_search(row.a_key, rule.re)) ||

@@ -67,6 +67,23 @@ TensorSet from_host_tensors(const fs::path& path, std::vector<store::HostTensor>
   return set;
 }
 
+// Losses summed into a pipeline step's loss: M with {"micro_batches": M, "loss": "sum"}, else 1.
+int summed_losses(const std::string& json, const std::string& what) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw CompareError(what + " is not JSON: " + e.what());
+  }
+  if (!j.is_object()) throw CompareError(what + " must be a JSON object");
+  const auto m = j.find("micro_batches");
+  const auto loss = j.find("loss");
+  if (m == j.end() || !m->is_number_integer() || m->get<int>() < 1) {
+    throw CompareError(what + " needs \"micro_batches\", a whole number >= 1");
+  }
+  return loss != j.end() && loss->is_string() && loss->get<std::string>() == "sum" ? m->get<int>() : 1;
+}
+
 TensorSet load_safetensors(const fs::path& path) {
   std::map<std::string, std::string> metadata;
   TensorSet set = from_host_tensors(path, store::read_safetensors(path, &metadata));
@@ -84,6 +101,9 @@ TensorSet load_safetensors(const fs::path& path) {
       if (!kind) throw CompareError(what + " holds " + k.dump() + " (expected kind names such as \"grad\")");
       set.not_comparable.insert(*kind);
     }
+  }
+  if (const auto p = metadata.find(kPipelineMetadataKey); p != metadata.end()) {
+    set.loss_terms = summed_losses(p->second, path.string() + ": __metadata__[\"" + kPipelineMetadataKey + "\"]");
   }
   const auto it = metadata.find(kExecOrderMetadataKey);
   if (it == metadata.end()) {
@@ -395,6 +415,12 @@ TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
   }
   TensorSet set;
   set.source = path.string();
+  if (source == "run") {
+    const auto meta = reader.meta();
+    if (const auto p = meta.find("pipeline_json"); p != meta.end() && !p->second.empty()) {
+      set.loss_terms = summed_losses(p->second, path.string() + ": meta pipeline_json");
+    }
+  }
   for (const auto& i : infos) {
     if (i.source != source || i.step != *step || i.rank != *rank) continue;
     store::TensorRow row = reader.tensor(i.source, i.kind, i.name, i.step, i.rank);

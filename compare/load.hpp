@@ -45,5 +45,7 @@ TensorSet load_tensor_set(const std::filesystem::path& path, const LoadOptions& 
 // The safetensors metadata keys holding the execution order and the kinds not to judge.
 inline constexpr const char* kExecOrderMetadataKey = "wb.exec_order";
 inline constexpr const char* kNotComparableMetadataKey = "wb.not_comparable";
+// The pipeline plan ({"micro_batches": M, "loss": "sum"|"mean", ...}) of a pipeline step's dump.
+inline constexpr const char* kPipelineMetadataKey = "wb.pipeline";
 
 }  // namespace wb::compare

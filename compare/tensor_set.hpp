@@ -79,6 +79,10 @@ class TensorSet {
   std::set<TensorKind> not_comparable;
   OrderSource order_source = OrderSource::derived;
   std::string order_origin;  // what recorded the order ("the run file's exec_order", ...), or why none
+  // Losses summed into the "loss" tensor: a pipeline step's micro-batches under --pipeline-loss sum
+  // (run files: meta pipeline_json; safetensors: __metadata__["wb.pipeline"]). An absolute loss bound
+  // made for one loss applies to each of them, so it grows with their number.
+  int loss_terms = 1;
 
   // Rebuilds the key index; call after filling `tensors`. Throws CompareError on a duplicate key.
   void index();

@@ -188,6 +188,15 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
         db.exec("INSERT INTO main.step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
                 "SELECT x.rank, x.step, " + t("start_ns") + ", " + t("end_ns") +
                 ", x.data_wait_ns, x.comm_exposed_ns, x.loss, x.lr, x.images FROM src.step x ORDER BY x.rowid");
+        if (db.query_int64("SELECT count(*) FROM src.sqlite_master WHERE name = 'pipeline_span'") > 0) {
+          db.exec("INSERT INTO main.pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
+                  "SELECT x.rank, x.step, x.stage, x.micro, x.kind, x.peer, x.bytes, " + t("post_ns") + ", " +
+                  t("start_ns") + ", " + t("end_ns") + " FROM src.pipeline_span x ORDER BY x.rowid");
+          db.exec("INSERT INTO main.pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, "
+                  "wait_grad_ns, wait_allreduce_ns) SELECT x.rank, x.step, x.stage, x.replica, " + t("start_ns") + ", " +
+                  t("end_ns") + ", x.busy_ns, x.wait_act_ns, x.wait_grad_ns, x.wait_allreduce_ns FROM src.pipeline_step x "
+                  "ORDER BY x.rowid");
+        }
         db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
                 "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
                 "DROP TABLE temp.smap;");

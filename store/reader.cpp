@@ -269,6 +269,41 @@ std::vector<EvaluationRow> Reader::evaluations() {
   });
 }
 
+std::vector<PipelineSpanRow> Reader::pipeline_spans() {
+  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'pipeline_span'") == 0) return {};
+  auto& st = db_->prepare(
+      "SELECT rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns FROM pipeline_span "
+      "ORDER BY rank, step, start_ns");
+  return collect<PipelineSpanRow>(st, [](sqlite3_stmt* h) {
+    PipelineSpanRow r;
+    r.rank = sqlite3_column_int(h, 0);
+    r.step = sqlite3_column_int(h, 1);
+    r.stage = sqlite3_column_int(h, 2);
+    r.micro = sqlite3_column_int(h, 3);
+    const unsigned char* kind = sqlite3_column_text(h, 4);
+    r.kind = kind ? reinterpret_cast<const char*>(kind) : "";
+    r.peer = sqlite3_column_int(h, 5);
+    r.bytes = sqlite3_column_int64(h, 6);
+    r.post_ns = sqlite3_column_int64(h, 7);
+    r.start_ns = sqlite3_column_int64(h, 8);
+    r.end_ns = sqlite3_column_int64(h, 9);
+    return r;
+  });
+}
+
+std::vector<PipelineStepRow> Reader::pipeline_steps() {
+  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'pipeline_step'") == 0) return {};
+  auto& st = db_->prepare(
+      "SELECT rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, wait_grad_ns, wait_allreduce_ns "
+      "FROM pipeline_step ORDER BY step, rank");
+  return collect<PipelineStepRow>(st, [](sqlite3_stmt* h) {
+    return PipelineStepRow{sqlite3_column_int(h, 0),   sqlite3_column_int(h, 1),   sqlite3_column_int(h, 2),
+                           sqlite3_column_int(h, 3),   sqlite3_column_int64(h, 4), sqlite3_column_int64(h, 5),
+                           sqlite3_column_int64(h, 6), sqlite3_column_int64(h, 7), sqlite3_column_int64(h, 8),
+                           sqlite3_column_int64(h, 9)};
+  });
+}
+
 std::vector<AllreduceRow> Reader::allreduces(std::optional<std::int32_t> rank) {
   constexpr const char* kCols =
       "SELECT rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns FROM allreduce";

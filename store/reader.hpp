@@ -55,6 +55,9 @@ class Reader {
   std::vector<CounterRow> counters(std::uint32_t track);
   std::vector<StepRow> steps(std::optional<std::int32_t> rank = std::nullopt);
   std::vector<AllreduceRow> allreduces(std::optional<std::int32_t> rank = std::nullopt);
+  // Pipeline runs only; empty for other runs and for files from before pipelines were recorded.
+  std::vector<PipelineSpanRow> pipeline_spans();
+  std::vector<PipelineStepRow> pipeline_steps();
   std::vector<ParamRow> params();
 
   // Tensor metadata (no data), ordered by source, step, rank, exec_order.

@@ -95,6 +95,37 @@ struct EvaluationRow {
   bool operator==(const EvaluationRow&) const = default;
 };
 
+// Pipeline parallelism: one micro-batch's forward or backward on one stage, or one message between
+// stages (schema.sql, pipeline_span).
+struct PipelineSpanRow {
+  std::int32_t rank = 0;
+  std::int32_t step = 0;
+  std::int32_t stage = 0;
+  std::int32_t micro = 0;
+  std::string kind;  // forward, backward, send_act, recv_act, send_grad, recv_grad
+  std::int32_t peer = -1;
+  std::int64_t bytes = 0;
+  std::int64_t post_ns = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  bool operator==(const PipelineSpanRow&) const = default;
+};
+
+// Pipeline parallelism: one step of one stage, its busy time and its idle time by cause (pipeline_step).
+struct PipelineStepRow {
+  std::int32_t rank = 0;
+  std::int32_t step = 0;
+  std::int32_t stage = 0;
+  std::int32_t replica = 0;
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+  std::int64_t busy_ns = 0;
+  std::int64_t wait_act_ns = 0;
+  std::int64_t wait_grad_ns = 0;
+  std::int64_t wait_allreduce_ns = 0;
+  bool operator==(const PipelineStepRow&) const = default;
+};
+
 // One trainable parameter, in forward order.
 struct ParamRow {
   std::int32_t idx = 0;

@@ -170,3 +170,36 @@ CREATE TABLE evaluation (
   images  INTEGER NOT NULL,  -- images evaluated, all ranks together
   seconds REAL NOT NULL      -- wall time of the evaluation
 );
+
+-- Pipeline parallelism (wb-train --pipeline-stages S --micro-batches M; meta pipeline_json holds the
+-- plan: stages, micro-batches, schedule, loss, each stage's units). Empty in other runs, and absent
+-- from files written before pipelines were recorded.
+-- One micro-batch's forward or backward on one stage, or one message between neighbouring stages.
+CREATE TABLE pipeline_span (
+  rank     INTEGER NOT NULL,
+  step     INTEGER NOT NULL,
+  stage    INTEGER NOT NULL,
+  micro    INTEGER NOT NULL,  -- micro-batch index within the step, from 0
+  kind     TEXT NOT NULL,     -- forward, backward, send_act, recv_act, send_grad, recv_grad
+  peer     INTEGER NOT NULL,  -- the other rank of a message; -1 for forward and backward
+  bytes    INTEGER NOT NULL,  -- the message's size; 0 for forward and backward
+  post_ns  INTEGER NOT NULL,  -- message posted (non-blocking send or receive); start_ns for compute
+  start_ns INTEGER NOT NULL,  -- compute began; a receive: the stage began waiting for it; a send: post_ns
+  end_ns   INTEGER NOT NULL   -- compute ended; a receive: the data was there; a send: seen complete
+);
+
+-- One step of one stage: the forward-backward phase (from the step's first pipeline activity to its
+-- gradients ready for the update), its busy time and its idle time by cause. The bubble is
+-- wait_act_ns + wait_grad_ns.
+CREATE TABLE pipeline_step (
+  rank              INTEGER NOT NULL,
+  step              INTEGER NOT NULL,
+  stage             INTEGER NOT NULL,
+  replica           INTEGER NOT NULL,  -- data-parallel replica (rank = replica * stages + stage)
+  start_ns          INTEGER NOT NULL,
+  end_ns            INTEGER NOT NULL,
+  busy_ns           INTEGER NOT NULL,  -- the micro-batches' forward and backward, messages staged included
+  wait_act_ns       INTEGER NOT NULL,  -- waiting for the previous stage's activations
+  wait_grad_ns      INTEGER NOT NULL,  -- waiting for the next stage's gradients
+  wait_allreduce_ns INTEGER NOT NULL   -- waiting for the stage's gradient allreduce over its replicas
+);

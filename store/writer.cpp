@@ -135,10 +135,12 @@ struct Writer::Pending {
   std::vector<ParamRow> params;
   std::vector<TensorRow> tensors;
   std::vector<EvaluationRow> evaluations;
+  std::vector<PipelineSpanRow> pipeline_spans;
+  std::vector<PipelineStepRow> pipeline_steps;
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
-           tensors.size() + evaluations.size();
+           tensors.size() + evaluations.size() + pipeline_spans.size() + pipeline_steps.size();
   }
   bool empty() const {
     return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
@@ -153,6 +155,8 @@ struct Writer::Pending {
     params.clear();
     tensors.clear();
     evaluations.clear();
+    pipeline_spans.clear();
+    pipeline_steps.clear();
   }
 };
 
@@ -285,6 +289,8 @@ WB_WRITER_ADD(KernelRow, kernels)
 WB_WRITER_ADD(CounterRow, counters)
 WB_WRITER_ADD(AllreduceRow, allreduces)
 WB_WRITER_ADD(StepRow, steps)
+WB_WRITER_ADD(PipelineSpanRow, pipeline_spans)
+WB_WRITER_ADD(PipelineStepRow, pipeline_steps)
 #undef WB_WRITER_ADD
 
 void Writer::add(const EvaluationRow& row) {
@@ -478,6 +484,22 @@ bool Writer::commit(Pending& batch) {
       for (const StepRow& s : batch.steps)
         st.bind(1, s.rank).bind(2, s.step).bind(3, s.start_ns).bind(4, s.end_ns).bind(5, s.data_wait_ns)
             .bind(6, s.comm_exposed_ns).bind(7, s.loss).bind(8, s.lr).bind(9, s.images).run();
+    }
+    if (!batch.pipeline_spans.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
+          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const PipelineSpanRow& p : batch.pipeline_spans)
+        st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.micro).bind(5, p.kind).bind(6, p.peer)
+            .bind(7, p.bytes).bind(8, p.post_ns).bind(9, p.start_ns).bind(10, p.end_ns).run();
+    }
+    if (!batch.pipeline_steps.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, wait_grad_ns, "
+          "wait_allreduce_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      for (const PipelineStepRow& p : batch.pipeline_steps)
+        st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.replica).bind(5, p.start_ns).bind(6, p.end_ns)
+            .bind(7, p.busy_ns).bind(8, p.wait_act_ns).bind(9, p.wait_grad_ns).bind(10, p.wait_allreduce_ns).run();
     }
     if (!batch.params.empty()) {
       auto& st = db.prepare(

@@ -90,6 +90,10 @@ class Writer {
   void add(const StepRow& row);
   void add(std::span<const StepRow> rows);
   void add(const EvaluationRow& row);
+  void add(const PipelineSpanRow& row);
+  void add(std::span<const PipelineSpanRow> rows);
+  void add(const PipelineStepRow& row);
+  void add(std::span<const PipelineStepRow> rows);
   void add(ParamRow row);
   void add(TensorRow row);
 

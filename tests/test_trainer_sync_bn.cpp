@@ -10,7 +10,8 @@
 //       without every rank's dump it refuses with one line;
 //   (d) --sync-bn local on one host warns that it equals global and gives bit-identical parameters; the
 //       replay groups the ranks by the run file's hosts;
-//   (e) a bad --sync-bn, or --sync-bn with --device cuda, is one line naming the flag, exit 2.
+//   (e) a bad --sync-bn, or --sync-bn with --device cuda or with pipeline stages, is one line naming the
+//       flag, exit 2.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -360,4 +361,9 @@ TEST_CASE("--sync-bn: a bad value is one line naming the flag", "[trainer]") {
   // The CUDA backend has no synchronised batch norm: refused before any device is looked for.
   auto cuda = run_train({"--sync-bn", "global", "--device", "cuda", "--steps", "1"});
   wb::test::require_one_line_error(cuda, {"--sync-bn global", "CPU backend only"});
+  // Pipeline stages would need rank groups per stage: refused, for local as for global.
+  for (const char* mode : {"local", "global"}) {
+    auto pipe = run_train({"--sync-bn", mode, "--pipeline-stages", "2", "--micro-batches", "2", "--steps", "1"});
+    wb::test::require_one_line_error(pipe, {std::string("--sync-bn ") + mode, "--pipeline-stages 2", "not supported"});
+  }
 }

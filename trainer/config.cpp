@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "trainer/model/resnet50.hpp"
+#include "trainer/pipeline_plan.hpp"
 
 namespace wb::trainer {
 namespace {
@@ -83,6 +84,11 @@ const Option kOptions[] = {
     {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
     {"shard", &TrainConfig::shard, "R/N: one process trains on rank R's data shard of an N-rank job"},
     {"profile_buffer_events", &TrainConfig::profile_buffer_events, "N: cap the profiler's event buffers at N events"},
+    {"pipeline_stages", &TrainConfig::pipeline_stages, "S: pipeline-parallel stages (world = S x data-parallel replicas; default 1)"},
+    {"micro_batches", &TrainConfig::micro_batches, "M: micro-batches per step and stage (batch divisible by M, M >= S)"},
+    {"stage_split", &TrainConfig::stage_split, "U,...: the units where stages 1.. begin (layer3, layer3.2, fc; default: equal layer counts, layer3 for S=2)"},
+    {"pipeline_schedule", &TrainConfig::pipeline_schedule, "gpipe|1f1b: all forwards then all backwards, or one forward one backward (default gpipe)"},
+    {"pipeline_loss", &TrainConfig::pipeline_loss, "sum|mean: the step's loss over micro-batches (default sum, the seed's PipelineCell)"},
     {"log_every", &TrainConfig::log_every, "N: progress line every N steps (default: automatic)"},
 };
 
@@ -388,6 +394,11 @@ void validate(const TrainConfig& c) {
        "--sync-bn " + c.sync_bn +
            ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
   need(!c.allreduce_split || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
+  validate_pipeline_flags(c);
+  need(c.sync_bn == "off" || c.pipeline_stages <= 1,
+       "--sync-bn " + c.sync_bn + " and --pipeline-stages " + std::to_string(c.pipeline_stages) +
+           ": SyncBatchNorm is not supported with pipeline stages (each stage's batch norms would need rank "
+           "groups of their own); drop one of them");
   if (!c.shard.empty()) {
     parse_shard(c.shard);
     need(c.nproc <= 1, "--shard: a single-process aid; drop --nproc " + std::to_string(c.nproc));

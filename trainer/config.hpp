@@ -90,6 +90,12 @@ struct TrainConfig {
   // Diagnosis aid (not in --help): caps the profiler's event buffers at N events in all (0: the default
   // pool), so a run that outgrows them shows its dropped events counted in the run file and `wb report`.
   int64_t profile_buffer_events = 0;
+  // pipeline parallelism (trainer/pipeline_step.hpp): S stages of M micro-batches each step
+  int pipeline_stages = 1;
+  int micro_batches = 1;
+  std::string stage_split;                 // "layer3" or "layer2,layer3.2,...": where stages 1.. begin
+  std::string pipeline_schedule = "gpipe";  // gpipe | 1f1b
+  std::string pipeline_loss = "sum";        // sum (the seed's PipelineCell) | mean of the micro-batch losses
   int log_every = 0;  // 0: automatic
   std::string config_file;
 

@@ -46,9 +46,12 @@
 #include "trainer/parallel/buckets.hpp"
 #include "trainer/parallel/gradient_sync.hpp"
 #include "trainer/parallel/world.hpp"
+#include "trainer/pipeline_plan.hpp"
+#include "trainer/pipeline_step.hpp"
 #include "trainer/placement.hpp"
 #include "trainer/progress.hpp"
 #include "trainer/sync_bn.hpp"
+#include "trainer/step_schedule.hpp"
 
 namespace wb::trainer {
 namespace fs = std::filesystem;
@@ -204,7 +207,7 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
   model::ModelConfig mc;
   mc.num_classes = cfg.num_classes;
   mc.image_size = cfg.image_size;
-  mc.batch_size = cfg.batch_size;
+  mc.batch_size = cfg.batch_size / cfg.micro_batches;  // a pipeline's model runs one micro-batch at a time
   mc.seed = cfg.seed;
   mc.loss.convention = cfg.loss_convention == "torch" ? backend::LossConvention::torch : backend::LossConvention::mindspore;
   mc.loss.smoothing = static_cast<float>(cfg.label_smoothing);
@@ -222,7 +225,8 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
                         " total steps leave nothing to train (--steps counts from the start of training)");
     }
   }
-  l.schedule = std::make_unique<optim::LrSchedule>(lr_schedule_config(cfg, total_steps, place.world));
+  l.schedule = std::make_unique<optim::LrSchedule>(
+      lr_schedule_config(cfg, total_steps, place.world / cfg.pipeline_stages));  // data-parallel replicas
   // Parameters and BN buffers from rank 0 (MindSpore's parameter_broadcast). The buffers live where
   // the backend keeps them, and the communicator speaks the same memory: MPI host, NCCL device.
   if (place.world > 1) {
@@ -259,7 +263,7 @@ Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& lear
     rec.writer->add(store::ParamRow{static_cast<int32_t>(i), p.name, p.shape, static_cast<int64_t>(p.numel),
                                     bucket_of[i], p.decay});
   }
-  if (place.world > 1) {
+  if (place.world > 1 && cfg.pipeline_stages == 1 && cfg.micro_batches == 1) {  // a pipeline syncs per stage
     parallel::SyncOptions so;
     profiler::Recorder* recorder = rec.recorder.get();
     so.on_span = [recorder](const parallel::BucketSpan& s) {
@@ -326,14 +330,6 @@ void start_input(const TrainConfig& cfg, const Placement& place, Input& in, Lear
 }
 
 // ---- the step ---------------------------------------------------------------------------------------
-
-// How one step's forward and backward run over the model, up to gradients ready for the update.
-class StepSchedule {
- public:
-  virtual ~StepSchedule() = default;
-  // Returns the loss; adds the time spent waiting for gradients from other ranks to `comm_ns`.
-  virtual float forward_backward(Batch& batch, std::int64_t step, std::int64_t& comm_ns) = 0;
-};
 
 // Data parallel: forward, loss and backward on this rank's batch; each bucket starts its allreduce
 // as soon as backward has finished its gradients; then the wait for the last bucket.
@@ -428,7 +424,8 @@ TrainResult train(Job& job) {
   BatchSource& batches = *job.input.source;
   profiler::Recorder* recorder = job.rec.recorder.get();
   const profiler::NameId step_name = recorder ? recorder->intern("step") : 0;
-  Progress progress(rank == 0, job.input.total_steps, job.input.steps_per_epoch, cfg.batch_size * world, cfg.log_every);
+  Progress progress(rank == 0, job.input.total_steps, job.input.steps_per_epoch,
+                    cfg.batch_size * (world / cfg.pipeline_stages), cfg.log_every);
   int64_t last_trace_flush = profiler::now_ns();
   TrainResult result;
   int64_t step = job.learner.start_step;
@@ -446,12 +443,14 @@ TrainResult train(Job& job) {
       profiler::Range step_range(step_name, store::Category::step);
       Batch& batch = batches.pop(step);                                     // wait for data
       row.data_wait_ns = batches.take_wait_ns();
+      if (step == cfg.dump_step) job.schedule.before_dump(step);
       std::unique_ptr<dump::StepDump> dump = start_dump(job, step, batch);
       job.observer.set_dump(dump.get());
       loss = job.schedule.forward_backward(batch, step, row.comm_exposed_ns);   // forward, loss, backward, gradients
       job.observer.set_dump(nullptr);
-      job.learner.sgd->step(model, static_cast<float>(lr));                // update
+      job.learner.sgd->step(model, static_cast<float>(lr), job.schedule.own_segments(model));  // update
       batch.step_done();
+      if (step == cfg.dump_step) job.schedule.after_dump(step);
       if (dump) dump->after_step(model, loss);
     }
     row.end_ns = profiler::now_ns();
@@ -558,6 +557,8 @@ int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
+  const PipelinePlan plan = plan_pipeline(cfg, place.world);
+  if (plan.stages > 1) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
   Recording rec = open_recording(cfg, place);
   Input input = open_input(cfg, place, rec.run);
   Learner learner = make_learner(cfg, place, input.total_steps);
@@ -586,9 +587,19 @@ int run_training(const TrainConfig& cfg_in) {
   }
   learner.model->set_observer(&observer);
   start_input(cfg, place, input, learner, rec);
-  DataParallelStep schedule(*learner.model, gradients.sync.get(), rec.recorder.get());
-  Job job{cfg, place, rec, learner, input, observer, schedule};
+  std::unique_ptr<StepSchedule> schedule;
+  if (plan.active()) {
+    rec.writer->set_meta("pipeline_json", pipeline_json(plan));
+    if (place.rank == 0) std::cout << "wb-train: pipeline " << describe_pipeline(plan) << "\n" << std::flush;
+    schedule = std::make_unique<PipelineStep>(cfg, plan, place.rank, place.comms.main(), *learner.model, &observer,
+                                              PipelineRecording{rec.writer.get(), rec.recorder.get(), rec.clock_start.offset_ns});
+  } else {
+    schedule = std::make_unique<DataParallelStep>(*learner.model, gradients.sync.get(), rec.recorder.get());
+  }
+  Job job{cfg, place, rec, learner, input, observer, *schedule};
   const TrainResult result = train(job);
+  // A checkpoint holds the whole model: a pipeline's stages first hand rank 0 their parts.
+  if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done);
   return finish(cfg, place, rec, learner, result);
 }
 

@@ -19,17 +19,19 @@ int export_chrome(int argc, char** argv) {
   Args args(static_cast<int>(rest.size()), rest.data(),
             "usage: wb export chrome RUN OUT.json\n"
             "Writes RUN as Chrome-trace JSON: one process per rank, one thread per track, queue depths as\n"
-            "counters, allreduce buckets on their own lane, and flow arrows from host ops to their kernels.",
+            "counters, allreduce buckets on their own lane, flow arrows from host ops to their kernels, and for\n"
+            "pipeline runs each stage's micro-batches and messages with an arrow from every send to its receive.",
             {});
   const auto& pos = args.positionals(2, 2);
   store::Reader reader(pos[0]);
   auto t0 = std::chrono::steady_clock::now();
   analysis::ChromeExportStats stats = analysis::export_chrome(reader, pos[1]);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: %lld events (%lld ranges, %lld kernels, %lld counter samples, %lld flows, %lld allreduce spans) in %.3f s\n",
+  std::printf("wrote %s: %lld events (%lld ranges, %lld kernels, %lld counter samples, %lld flows, %lld allreduce spans%s) in %.3f s\n",
               pos[1].c_str(), static_cast<long long>(stats.events), static_cast<long long>(stats.ranges),
               static_cast<long long>(stats.kernels), static_cast<long long>(stats.counters),
-              static_cast<long long>(stats.flows), static_cast<long long>(stats.allreduces), s);
+              static_cast<long long>(stats.flows), static_cast<long long>(stats.allreduces),
+              stats.p2p ? (", " + std::to_string(stats.p2p) + " pipeline spans").c_str() : "", s);
   return 0;
 }
 

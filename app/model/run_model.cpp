@@ -124,6 +124,11 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   if (run.config.contains("prefetch") && run.config["prefetch"].is_number_integer())
     model->queue_capacity = run.config["prefetch"].get<int>();
   auto t_open = clock::now();
+  try {
+    model->pipeline_plan = analysis::pipeline_plan(model->run);
+  } catch (const analysis::AnalysisError&) {
+    model->pipeline_plan.reset();
+  }
   model->open_seconds = std::chrono::duration<double>(t_open - t_start).count();
   check_cancel(progress, path);
   if (on_open) on_open(model);
@@ -151,6 +156,11 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
     model->split_model = analysis::build_split_model(run);
   } catch (const analysis::AnalysisError& e) {
     model->split_model_error = e.what();
+  }
+  try {
+    model->pipeline = analysis::analyze_pipeline(run);
+  } catch (const analysis::AnalysisError&) {
+    model->pipeline.reset();  // a malformed plan: the run shows without its pipeline figures
   }
   model->analysis_seconds = std::chrono::duration<double>(clock::now() - t_open).count();
   model->analysed.store(true, std::memory_order_release);

@@ -19,6 +19,7 @@
 #include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/op_stats.hpp"
+#include "profiler/analysis/pipeline.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/run_data.hpp"
 #include "profiler/analysis/split_model.hpp"
@@ -54,6 +55,8 @@ struct RunModel {
   analysis::StragglerAnalysis straggle;  // per step the last rank and every rank's wait for it
   std::optional<analysis::SplitModel> split_model;
   std::string split_model_error;  // why there is none
+  std::optional<analysis::PipelineAnalysis> pipeline;  // pipeline runs only
+  std::optional<analysis::PipelinePlanInfo> pipeline_plan;  // known as soon as the file is open
   std::vector<store::ComparisonRow> comparisons;
   double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
   double analysis_seconds = 0.0;  // the analyses after that

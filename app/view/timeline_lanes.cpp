@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <string>
+#include <tuple>
 
 #include "app/view/draw_util.hpp"
 
@@ -337,11 +339,127 @@ class AllreduceLane final : public Lane {
   int buckets_ = 0;
 };
 
+// Where each rank's pipeline lane was drawn this frame, so the lane of the later rank can draw the
+// arrows between the two (lanes draw in rank order; a folded rank has no entry for the frame).
+struct PipelineLaneYs {
+  int frame = -1;
+  std::map<int, float> y;  // rank -> top of its pipeline lane
+};
+
+// A pipeline stage's micro-batches: forward (F<m>) and backward (B<m>) boxes coloured by micro-batch
+// on the first row, the waits for activations and gradients on the second, and an arrow from every
+// send's post to its receive's completion (activations forward, gradients back).
+class PipelineLane final : public Lane {
+ public:
+  PipelineLane(const RunModel& m, int rank, std::shared_ptr<PipelineLaneYs> ys) : model_(m), rank_(rank), ys_(std::move(ys)) {
+    for (std::size_t i = 0; i < m.run.pipeline_spans.size(); ++i) {
+      const auto& p = m.run.pipeline_spans[i];
+      if (p.rank == rank) rows_.push_back(i);
+      if (p.rank == rank) stage_ = p.stage;
+    }
+  }
+  bool empty() const { return rows_.empty(); }
+  std::string label() const override { return "pipeline stage " + std::to_string(stage_); }
+  int rank() const override { return rank_; }
+  float height(float row_h) const override { return row_h * 2.0f + 6.0f; }
+  std::pair<std::int64_t, std::int64_t> time_range() const override {
+    std::int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (auto i : rows_) {
+      lo = std::min(lo, model_.run.pipeline_spans[i].post_ns);
+      hi = std::max(hi, model_.run.pipeline_spans[i].end_ns);
+    }
+    return {lo, hi};
+  }
+  void draw(LaneContext& ctx, float y) override {
+    const int frame = ImGui::GetFrameCount();
+    if (ys_->frame != frame) {
+      ys_->frame = frame;
+      ys_->y.clear();
+    }
+    ys_->y[rank_] = y;
+    const float rh = ctx.row_h;
+    auto px = [&](std::int64_t t) { return ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(t))); };
+    const store::PipelineSpanRow* hovered = nullptr;
+    for (auto i : rows_) {
+      const auto& p = model_.run.pipeline_spans[i];
+      const bool compute = p.kind == "forward" || p.kind == "backward";
+      const bool wait = p.kind == "recv_act" || p.kind == "recv_grad";
+      if (!compute && !wait) continue;
+      float xs = px(p.start_ns), xe = std::max(px(p.end_ns), xs + 1.0f);
+      if (xe < ctx.x0 - 2 || xs > ctx.x0 + ctx.view.width_px + 2) continue;
+      const float ry = y + 2.0f + (compute ? 0.0f : rh + 2.0f);
+      ImU32 c = series_color(p.micro);
+      if (compute && p.kind == "backward") c = scale_rgb(c, 0.7f);
+      if (wait) c = with_alpha(c, 90);
+      ctx.dl->AddRectFilled(ImVec2(xs, ry), ImVec2(xe, ry + rh - 2), c);
+      std::string text = compute ? (p.kind == "forward" ? "F" : "B") : (p.kind == "recv_act" ? "wait act " : "wait grad ");
+      text.append(std::to_string(p.micro));
+      clipped_text(ctx.dl, xs, xe, ry - 1, IM_COL32(20, 20, 20, 255), text);
+      if (ctx.mouse_in && ctx.mouse.y >= ry && ctx.mouse.y < ry + rh && ctx.mouse.x >= xs - 1 && ctx.mouse.x <= xe + 1) {
+        ctx.dl->AddRect(ImVec2(xs, ry), ImVec2(xe, ry + rh - 2), IM_COL32(255, 255, 255, 255));
+        hovered = &p;
+      }
+    }
+    // Arrows with the previous stage (drawn earlier this frame): its activations into this stage,
+    // this stage's gradients back to it.
+    auto prev = ys_->y.find(rank_ - 1);
+    if (prev != ys_->y.end()) {
+      std::map<std::tuple<int, int, std::string>, const store::PipelineSpanRow*> theirs;  // (step, micro, kind)
+      for (const auto& p : model_.run.pipeline_spans)
+        if (p.rank == rank_ - 1 && (p.kind == "send_act" || p.kind == "recv_grad")) theirs[{p.step, p.micro, p.kind}] = &p;
+      const float y_prev = prev->second + 2.0f + rh * 0.5f, y_here = y + 2.0f + rh * 0.5f;
+      for (auto i : rows_) {
+        const auto& p = model_.run.pipeline_spans[i];
+        const store::PipelineSpanRow* from = nullptr;
+        const store::PipelineSpanRow* to = nullptr;
+        if (p.kind == "recv_act") {
+          auto it = theirs.find({p.step, p.micro, std::string("send_act")});
+          if (it != theirs.end()) from = it->second, to = &p;
+        } else if (p.kind == "send_grad") {
+          auto it = theirs.find({p.step, p.micro, std::string("recv_grad")});
+          if (it != theirs.end()) from = &p, to = it->second;
+        }
+        if (!from) continue;
+        const bool act = p.kind == "recv_act";
+        const ImVec2 a(px(from->post_ns), act ? y_prev : y_here), b(px(std::max(to->end_ns, from->post_ns)), act ? y_here : y_prev);
+        if (std::max(a.x, b.x) < ctx.x0 || std::min(a.x, b.x) > ctx.x0 + ctx.view.width_px) continue;
+        const ImU32 c = with_alpha(series_color(p.micro), 200);
+        ctx.dl->AddLine(a, b, c, 1.5f);
+        const float dir = b.y > a.y ? 1.0f : -1.0f;
+        ctx.dl->AddTriangleFilled(b, ImVec2(b.x - 4, b.y - 7 * dir), ImVec2(b.x + 4, b.y - 7 * dir), c);
+      }
+    }
+    if (hovered) {
+      const auto& p = *hovered;
+      ImGui::BeginTooltip();
+      ImGui::TextColored(to_vec4(series_color(p.micro)), "%s, micro-batch %d, step %d (stage %d, rank %d)", p.kind.c_str(),
+                         p.micro, p.step, p.stage, p.rank);
+      ImGui::Text("duration   %s", fmt_ns(static_cast<double>(p.end_ns - p.start_ns)).c_str());
+      if (p.peer >= 0) {
+        ImGui::Text("from rank  %d, %s", p.peer, fmt_bytes(static_cast<double>(p.bytes)).c_str());
+        ImGui::Text("posted %s before the wait began", fmt_ns(static_cast<double>(p.start_ns - p.post_ns)).c_str());
+      }
+      ImGui::EndTooltip();
+    }
+  }
+
+ private:
+  const RunModel& model_;
+  int rank_;
+  int stage_ = 0;
+  std::shared_ptr<PipelineLaneYs> ys_;
+  std::vector<std::size_t> rows_;
+};
+
 }  // namespace
 
 std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
   std::vector<std::shared_ptr<Lane>> lanes;
+  auto pipeline_ys = std::make_shared<PipelineLaneYs>();
   for (int rank : m.run.rank_ids()) {
+    // A pipeline run: the stage's micro-batches first, above the op ranges they are made of.
+    auto pl = std::make_shared<PipelineLane>(m, rank, pipeline_ys);
+    if (!pl->empty()) lanes.push_back(pl);
     std::uint32_t main = m.run.main_track(rank);
     std::vector<const store::TrackRow*> threads, streams, queues;
     for (const auto& t : m.run.tracks) {

@@ -1,6 +1,6 @@
 // Timeline lanes: one small interface (label, time range, height, draw) with a subclass per lane kind,
 // as Tracy's timeline items: host ranges of a thread, device activity of a GPU stream, a data queue's
-// depth, and a rank's allreduce buckets.
+// depth, a rank's allreduce buckets, and a pipeline stage's micro-batches and messages.
 #pragma once
 
 #include <cstdint>

@@ -125,6 +125,51 @@ void warnings_box(const RunModel& m) {
   }
 }
 
+// Pipeline runs: each stage's bubble (waiting for activations or gradients) against GPipe's ideal
+// (S-1)/(M+S-1), as a bar per stage with the ideal marked, then the imbalance and what to try.
+void pipeline_box(const RunModel& m) {
+  const auto& p = *m.pipeline;
+  ImGui::Text("%d stages x %d replica(s), %d micro-batches of %d, %s, loss %s", p.plan.stages, p.plan.replicas,
+              p.plan.micro_batches, p.plan.micro_batch_size, p.plan.schedule.c_str(), p.plan.loss.c_str());
+  if (ImGui::BeginTable("##pipeline", 6, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
+    for (const char* h : {"stage", "units", "compute/step", "wait act", "wait grad", "bubble (tick: ideal)"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (const auto& st : p.stages) {
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", st.stage);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(st.stage < static_cast<int>(p.plan.stage_names.size())
+                                 ? p.plan.stage_names[static_cast<std::size_t>(st.stage)].c_str() : "");
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_ns(st.busy_ns).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_ns(st.wait_act_ns).c_str());
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(fmt_ns(st.wait_grad_ns).c_str());
+      ImGui::TableNextColumn();
+      // A bar of the bubble with a tick at the ideal.
+      const ImVec2 at = ImGui::GetCursorScreenPos();
+      const float w = 140.0f, h = ImGui::GetTextLineHeight();
+      ImDrawList* dl = ImGui::GetWindowDrawList();
+      dl->AddRectFilled(at, ImVec2(at.x + w, at.y + h), IM_COL32(45, 47, 55, 255));
+      const ImU32 c = st.bubble > p.ideal + 0.05 ? color::kWarn : color::kGood;
+      dl->AddRectFilled(at, ImVec2(at.x + w * static_cast<float>(std::clamp(st.bubble, 0.0, 1.0)), at.y + h), c);
+      const float xi = at.x + w * static_cast<float>(p.ideal);
+      dl->AddLine(ImVec2(xi, at.y - 1), ImVec2(xi, at.y + h + 1), color::kText, 2.0f);
+      ImGui::Dummy(ImVec2(w, h));
+      ImGui::SameLine();
+      ImGui::TextUnformatted(fmt_pct(st.bubble).c_str());
+    }
+    ImGui::EndTable();
+  }
+  ImGui::Text("mean bubble %s, ideal %s; stage imbalance %.2f (slowest stage's compute / mean)", fmt_pct(p.mean_bubble).c_str(),
+              fmt_pct(p.ideal).c_str(), p.imbalance);
+  if (!p.balanced_flag.empty()) ImGui::Text("balanced split: %s (predicted imbalance %.2f)", p.balanced_flag.c_str(), p.balanced_imbalance);
+  if (p.micro_for_10pct) ImGui::Text("bubble under 10%% from --micro-batches %d", *p.micro_for_10pct);
+  else ImGui::TextColored(to_vec4(color::kWarn), "bubble under 10%%: out of reach with this split (imbalance)");
+}
+
 struct Means {
   double step = 0, compute = 0, wait = 0, comm = 0, other = 0, images_per_s = 0;
   int n = 0;
@@ -322,6 +367,10 @@ void draw_overview(App& app) {
   if (!m.straggle.steps.empty()) {
     section("Waits for the slowest rank (steps across, ranks down; outlined: the step's last rank)");
     wait_heat_map(m, 140.0f);
+  }
+  if (m.pipeline) {
+    section("Pipeline bubble");
+    pipeline_box(m);
   }
   if (app.second) {
     section("Compared with a second run");

@@ -1,4 +1,5 @@
-// Timeline: per rank a group of lanes (host threads, GPU streams, data queues, allreduce buckets) over
+// Timeline: per rank a group of lanes (host threads, GPU streams, data queues, allreduce buckets; a
+// pipeline run's stage first, its micro-batches coloured and arrows for the messages) over
 // a shared time axis with step boundaries. Wheel zooms at the cursor, drag pans, shift+drag selects a
 // time range (statistics below), click selects an event (details below), find steps through an op's
 // occurrences. Each lane draws only what is visible, merging sub-pixel events. A second run (File > Open
@@ -281,6 +282,13 @@ float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const 
       std::string head = std::string(is_folded ? "+ " : "- ") + "rank " + std::to_string(current_rank);
       for (const auto& r : m.run.ranks)
         if (r.rank == current_rank) head += "   " + r.device + " @ " + r.host;
+      if (m.pipeline_plan && m.pipeline_plan->stages > 0) {  // rank = replica * stages + stage
+        const int stage = current_rank % m.pipeline_plan->stages;
+        head += "   pipeline stage " + std::to_string(stage);
+        if (stage < static_cast<int>(m.pipeline_plan->stage_names.size()))
+          head += " (" + m.pipeline_plan->stage_names[static_cast<std::size_t>(stage)] + ")";
+        if (m.pipeline_plan->replicas > 1) head += ", replica " + std::to_string(current_rank / m.pipeline_plan->stages);
+      }
       dl->AddText(ImVec2(f.p0.x + 6, y + 2), color::kText, head.c_str());
       if (f.hovered && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && f.mouse.y >= y && f.mouse.y < y + f.row_h && f.mouse.x < f.x0) {
         if (is_folded) std::erase(st.collapsed, key);

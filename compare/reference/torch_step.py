@@ -47,6 +47,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 import syncbn_replay  # noqa: E402
+import torch_pipeline  # noqa: E402
 import wbformat  # noqa: E402
 import imagefolder_input  # noqa: E402
 
@@ -311,7 +312,9 @@ def run_step(args):
     rank = args.rank
     step = choose_step(run, rank, args.step)
     settings = read_settings(run, step, rank)
-    world = settings["world_size"]
+    pipe = torch_pipeline.settings(run.config(), run.path, InputError)
+    # A pipeline's gradients are averaged over each stage's replicas only: world / stages of them.
+    world = settings["world_size"] // (pipe["stages"] if pipe else 1)
     ranks = replica_ranks(run, step, rank, world)
     dumps = {r: read_dump(run, step, r) for r in ranks}
     x, y = dumps[rank]["input"].array, dumps[rank]["label"].array
@@ -337,6 +340,8 @@ def run_step(args):
             raise InputError(f"{run.path}: the run trained with --sync-bn {sync_bn}, whose batch statistics span "
                              "several ranks: replaying it needs every rank's dump (wb-train --dump-ranks all)")
         sync_groups = syncbn_replay.groups_of(run, sync_bn, ranks)
+    if pipe:
+        torch_pipeline.check_batch(pipe, len(y), run.path, InputError)
     decay = decay_flags(run, model)
     # An image-folder run: torchvision preprocesses the same files, so the input row checks our preprocessing.
     tv_inputs = imagefolder_input.torchvision_batches(run.meta, run.path, ranks, step,
@@ -361,6 +366,8 @@ def run_step(args):
         caveats.append(f"step {step} follows {settings['steps_before']} recorded steps whose momentum buffers "
                        "are not in the dump; this step starts from zero momentum, so param_after and momentum "
                        "are not comparable")
+    if pipe:
+        progress(torch_pipeline.describe(pipe))
     for text in caveats:
         progress("NOTE: " + text)
     if args.fault:
@@ -426,11 +433,18 @@ def run_step(args):
             batch_of=batch_of, load_buffers=lambda r: load_state(model, dumps[r], kinds=("buffer",)), out=args.out,
             metadata=metadata, progress=progress, fault_hook=fault)
         return finish(args, dumper, loss, ddp, rank)
-    dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG)
+    if pipe:
+        metadata["wb.pipeline"] = json.dumps(pipe)
+    # A pipeline run's dump holds no activations (its micro-batches' are spread over the stages).
+    dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG,
+                               **({"modules": []} if pipe else {}))
     inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
-    loss = dumper.loss(criterion(model(inputs), labels))
-    loss.backward()
+    if pipe:
+        loss = dumper.loss(torch_pipeline.step(model, criterion, inputs, labels, pipe))
+    else:
+        loss = dumper.loss(criterion(model(inputs), labels))
+        loss.backward()
     if ddp:
         # The allreduce: a sum over the ranks in rank order, divided by the world size.
         grads[rank] = [p.grad.detach().clone() for p in params]

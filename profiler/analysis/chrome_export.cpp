@@ -2,13 +2,16 @@
 // escaped once per id); thread tracks go first so kernels can point flow arrows at their launching ranges.
 #include "profiler/analysis/chrome_export.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -103,6 +106,8 @@ std::string json_string(std::string_view s) {
 }
 
 constexpr std::int64_t kAllreduceTid = 2'000'000'000;  // a lane per rank for the bucket spans
+constexpr std::int64_t kPipelineTid = 2'000'000'001;   // a lane per rank for pipeline micro-batches
+constexpr std::int64_t kP2pTid = 2'000'000'002;        // and one for the messages between stages
 
 }  // namespace
 
@@ -313,6 +318,94 @@ ChromeExportStats export_chrome(store::Reader& reader, const std::filesystem::pa
     out.micros(a.start_ns - a.ready_ns);
     out.raw("}}");
     ++stats.allreduces;
+  }
+  // Pipeline runs: each micro-batch's forward (F<m>) and backward (B<m>) and each message on a lane
+  // per rank, and a flow arrow from every send's post to the matching receive's completion.
+  auto spans = reader.pipeline_spans();
+  std::vector<int> pipe_lanes;
+  std::map<std::tuple<int, int, int, int>, const store::PipelineSpanRow*> receives;  // (to, step, micro, grad?)
+  for (const auto& p : spans) {
+    if (p.kind == "recv_act" || p.kind == "recv_grad") receives[{p.rank, p.step, p.micro, p.kind == "recv_grad"}] = &p;
+  }
+  for (const auto& p : spans) {
+    if (std::find(pipe_lanes.begin(), pipe_lanes.end(), p.rank) == pipe_lanes.end()) {
+      pipe_lanes.push_back(p.rank);
+      for (const std::int64_t tid : {kPipelineTid, kP2pTid}) {
+        begin_event();
+        out.raw("{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":");
+        out.integer(p.rank);
+        out.raw(",\"tid\":");
+        out.integer(tid);
+        out.raw(",\"args\":{\"name\":\"pipeline stage ");
+        out.integer(p.stage);
+        out.raw(tid == kPipelineTid ? " micro-batches\"}}" : " messages\"}}");
+      }
+    }
+    const bool compute = p.kind == "forward" || p.kind == "backward";
+    const std::int64_t tid = compute ? kPipelineTid : kP2pTid;
+    begin_event();
+    out.raw("{\"name\":\"");
+    if (compute) {
+      out.raw(p.kind == "forward" ? "F" : "B");
+      out.integer(p.micro);
+    } else {
+      out.raw(p.kind);
+      out.raw(" ");
+      out.integer(p.micro);
+    }
+    out.raw(compute ? "\",\"cat\":\"pipeline\",\"ph\":\"X\",\"pid\":" : "\",\"cat\":\"p2p\",\"ph\":\"X\",\"pid\":");
+    out.integer(p.rank);
+    out.raw(",\"tid\":");
+    out.integer(tid);
+    // A send shows from its post to its completion; a receive from when the stage began waiting.
+    out.raw(",\"ts\":");
+    out.micros(p.start_ns - origin);
+    out.raw(",\"dur\":");
+    out.micros(p.end_ns - p.start_ns);
+    out.raw(",\"args\":{\"step\":");
+    out.integer(p.step);
+    out.raw(",\"stage\":");
+    out.integer(p.stage);
+    out.raw(",\"micro_batch\":");
+    out.integer(p.micro);
+    if (!compute) {
+      out.raw(",\"peer\":");
+      out.integer(p.peer);
+      out.raw(",\"bytes\":");
+      out.integer(p.bytes);
+      out.raw(",\"posted_us\":");
+      out.micros(p.post_ns - origin);
+    }
+    out.raw("}}");
+    ++stats.p2p;
+    if (p.kind != "send_act" && p.kind != "send_grad") continue;
+    auto it = receives.find({p.peer, p.step, p.micro, p.kind == "send_grad"});
+    if (it == receives.end()) continue;
+    const std::int64_t flow_id = ++stats.flows;
+    begin_event();
+    out.raw("{\"name\":\"");
+    out.raw(p.kind == "send_act" ? "activations" : "gradients");
+    out.raw("\",\"cat\":\"p2p\",\"ph\":\"s\",\"id\":");
+    out.integer(flow_id);
+    out.raw(",\"pid\":");
+    out.integer(p.rank);
+    out.raw(",\"tid\":");
+    out.integer(kP2pTid);
+    out.raw(",\"ts\":");
+    out.micros(p.post_ns - origin);
+    out.raw("}");
+    begin_event();
+    out.raw("{\"name\":\"");
+    out.raw(p.kind == "send_act" ? "activations" : "gradients");
+    out.raw("\",\"cat\":\"p2p\",\"ph\":\"f\",\"bp\":\"e\",\"id\":");
+    out.integer(flow_id);
+    out.raw(",\"pid\":");
+    out.integer(it->second->rank);
+    out.raw(",\"tid\":");
+    out.integer(kP2pTid);
+    out.raw(",\"ts\":");
+    out.micros(std::max(it->second->end_ns, p.post_ns) - origin);
+    out.raw("}");
   }
   out.raw("\n]}\n");
   out.close();

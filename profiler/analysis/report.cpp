@@ -2,15 +2,21 @@
 // file only decides what to show and flags what a user should look at first (run_warnings).
 #include "profiler/analysis/report.hpp"
 
+#include <optional>
+
+#include "profiler/analysis/pipeline.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/op_stats.hpp"
+#include "profiler/analysis/pipeline.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 #include "profiler/analysis/stragglers.hpp"
@@ -440,6 +446,60 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
       }
     }
   }
+  write_pipeline_section(run, out);
+}
+
+void write_pipeline_section(const RunData& run, std::ostream& out) {
+  std::optional<PipelineAnalysis> p;
+  try {
+    p = analyze_pipeline(run);
+  } catch (const AnalysisError& e) {
+    out << "\nPipeline\n  unavailable: " << e.what() << "\n";
+    return;
+  }
+  if (!p) return;
+  const PipelinePlanInfo& plan = p->plan;
+  out << "\nPipeline: " << plan.stages << " stages x " << plan.replicas << " replica(s), " << plan.micro_batches
+      << " micro-batches of " << plan.micro_batch_size << ", " << plan.schedule << ", loss " << plan.loss << "\n";
+  {
+    Table t({"stage", "units", "compute/step", "wait act", "wait grad", "wait allreduce", "bubble", "ideal"});
+    for (const auto& st : p->stages) {
+      t.add({std::to_string(st.stage),
+             st.stage < static_cast<int>(plan.stage_names.size()) ? plan.stage_names[static_cast<std::size_t>(st.stage)] : "",
+             format_ns(st.busy_ns), format_ns(st.wait_act_ns), format_ns(st.wait_grad_ns), format_ns(st.wait_allreduce_ns),
+             fmt("%.1f%%", 100.0 * st.bubble), fmt("%.1f%%", 100.0 * p->ideal)});
+    }
+    t.print(out);
+  }
+  out << "  steady steps from step " << p->steady_from_step << "; bubble = waiting for activations or gradients over "
+      << "the forward-backward phase; ideal (S-1)/(M+S-1) = " << fmt("%.1f%%", 100.0 * p->ideal) << " for "
+      << plan.stages << " equal stages\n";
+  out << "  mean bubble " << fmt("%.1f%%", 100.0 * p->mean_bubble) << "; stage imbalance (slowest stage's compute / mean) "
+      << fmt("%.2f", p->imbalance) << "\n";
+  out << "\nPipeline bubble per step\n";
+  {
+    Table t({"step", "rank", "stage", "phase", "compute", "wait act", "wait grad", "bubble"});
+    for (const auto& b : p->steps)
+      t.add({std::to_string(b.step), std::to_string(b.rank), std::to_string(b.stage), format_ns(static_cast<double>(b.phase_ns)),
+             format_ns(static_cast<double>(b.busy_ns)), format_ns(static_cast<double>(b.wait_act_ns)),
+             format_ns(static_cast<double>(b.wait_grad_ns)), fmt("%.1f%%", 100.0 * b.bubble)});
+    t.print(out);
+  }
+  if (!p->balanced_first_unit.empty()) {
+    out << "\nPipeline split suggestion (measured compute per unit and step, forward + backward)\n  ";
+    for (int u = 0; u < kPipelineUnits; ++u) {
+      out << pipeline_unit_name(u) << " " << format_ns(p->unit_ns[static_cast<std::size_t>(u)])
+          << (u + 1 < kPipelineUnits ? ", " : "\n");
+    }
+    out << "  balanced split: " << p->balanced_flag << " (predicted imbalance " << fmt("%.2f", p->balanced_imbalance)
+        << ", now " << fmt("%.2f", p->imbalance) << ")\n";
+  }
+  auto micro = [](const std::optional<int>& m) {
+    return m ? "--micro-batches " + std::to_string(*m) : std::string("none (imbalance alone leaves over 10%)");
+  };
+  out << "  bubble under 10%: " << micro(p->micro_for_10pct) << " with this split";
+  if (!p->balanced_first_unit.empty()) out << ", " << micro(p->micro_for_10pct_balanced) << " with the balanced split";
+  out << "; ideal equal stages need --micro-batches " << 9 * (plan.stages - 1) + 1 << "\n";
 }
 
 }  // namespace wb::analysis

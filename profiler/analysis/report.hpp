@@ -54,6 +54,10 @@ void write_stragglers(const RunData& run, std::ostream& out);
 // The `wb suggest-split` table alone.
 void write_split_suggestions(const RunData& run, std::ostream& out);
 
+// Pipeline runs: bubble ratio per stage and step against the ideal, imbalance, the balanced split and
+// the micro-batch count for a bubble under 10% (nothing for other runs).
+void write_pipeline_section(const RunData& run, std::ostream& out);
+
 // "1.234 ms", "56.7 us", "890 ns"
 std::string format_ns(double ns);
 

@@ -143,6 +143,8 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.allreduces = reader.allreduces();
   run.evaluations = reader.evaluations();
   run.params = reader.params();
+  run.pipeline_spans = reader.pipeline_spans();
+  run.pipeline_steps = reader.pipeline_steps();
   check_cancel();
   return run;
 }

@@ -46,7 +46,9 @@ void StepDump::add_buffers(model::ResNet50& model, std::string_view kind) {
 void StepDump::before_step(const model::ResNet50& model, std::span<const float> images,
                            std::span<const std::int32_t> labels) {
   const auto& cfg = model.config();
-  add_floats("input", "input", {cfg.batch_size, 3, cfg.image_size, cfg.image_size}, images.data(), images.size());
+  // The batch's own size: a pipeline's model is built for one micro-batch, the dump holds the step's batch.
+  const auto batch = static_cast<std::int64_t>(labels.size());
+  add_floats("input", "input", {batch, 3, cfg.image_size, cfg.image_size}, images.data(), images.size());
   add("label", "label", {static_cast<std::int64_t>(labels.size())}, labels.data(), labels.size_bytes(), "I32");
   add_params(model, model.params_to_host(), "param", false);
   add_buffers(const_cast<model::ResNet50&>(model), "buffer");

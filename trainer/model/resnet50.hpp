@@ -16,6 +16,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "trainer/backend/backend.hpp"
@@ -124,6 +125,39 @@ class ResNet50 {
   const ModelConfig& config() const { return config_; }
   backend::Backend& compute_backend() const { return backend_; }
 
+  // ---- pipeline stages --------------------------------------------------------------------------------
+  // The network as a chain of units a pipeline stage takes a run of: unit 0 is the head (conv1, bn1,
+  // relu, maxpool), units 1..16 the bottleneck blocks layer1.0 .. layer4.2, unit 17 the tail (avgpool,
+  // fc and the loss). A stage runs units [first, end).
+  static constexpr int kUnits = 18;
+  static std::string unit_name(int unit);  // "head", "layer1.0", ..., "layer4.2", "fc"
+  // Forward-ordered parameters [first, end) of units [first_unit, end_unit).
+  std::pair<int, int> unit_params(int first_unit, int end_unit) const;
+  // Running statistics (floats of running_stats()) and num_batches_tracked entries of those units.
+  std::pair<std::size_t, std::size_t> unit_stats(int first_unit, int end_unit) const;
+  std::pair<std::size_t, std::size_t> unit_batch_counters(int first_unit, int end_unit) const;
+
+  // Gradient scratch: backward writes each module's gradients into a second buffer and reports them
+  // with on_grads_ready as usual; whoever watches accumulates them into grad_buffer() (micro-batches).
+  // Call before set_activation_slots.
+  void use_gradient_scratch();
+  const backend::Tensor& gradient_scratch() const { return scratch_buf_; }
+  // Activation slots: n independent sets of activations sharing parameters, gradients and statistics,
+  // so that n micro-batches can be in flight between their forward and their backward. Slot 0 is the
+  // one forward() and backward() use.
+  void set_activation_slots(int n);
+  void use_slot(int slot);
+  int activation_slots() const;
+  // Forward of units [first, end) on the current slot. `x` is the images (f32 plain NCHW) when first is
+  // 0, else unit first-1's output (any layout the backend reads); `labels` (i32) is read when the tail
+  // runs. Returns the loss when the tail ran, else 0.
+  float forward_units(int first, int end, const backend::Tensor& x, const backend::Tensor& labels);
+  // The output of the current slot's last forward_units (not the tail's).
+  const backend::Tensor& units_output() const;
+  // Backward of the current slot's last forward_units: `dy` is the gradient of its output (unused when
+  // the tail ran). Returns the gradient of its input (undefined when it began at the head).
+  const backend::Tensor& backward_units(const backend::Tensor& dy);
+
  private:
   struct Conv;
   struct Bn;
@@ -176,6 +210,16 @@ class ResNet50 {
   backend::Tensor images_, labels_, logits_, loss_, probs_, dlogits_;
   backend::Tensor input_ref_, label_ref_;  // what the last forward ran on (handles, no copies)
   float last_loss_ = 0.0f;
+
+  // Pipeline stages: the other activation slots (swapped in by use_slot), the gradient scratch.
+  struct Slot;
+  void swap_slot(Slot& other);
+  const backend::Tensor& unit_input(int unit) const;
+  std::vector<Slot> slots_;
+  int slot_ = 0;
+  int units_first_ = 0, units_end_ = 0;  // the current slot's last forward_units
+  backend::Tensor units_dx_;             // the gradient of that forward's input (when it did not begin at 0)
+  backend::Tensor scratch_buf_;
 };
 
 }  // namespace wb::model

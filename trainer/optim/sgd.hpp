@@ -4,6 +4,7 @@
 // parameter groups of the seed guide.
 
 #include <cstdint>
+#include <span>
 
 #include "trainer/model/resnet50.hpp"
 
@@ -21,6 +22,8 @@ class Sgd {
   // One update with learning rate lr, wrapped in the observer's Phase::optimizer range. The first step
   // initialises the momentum buffer with the gradient, as torch does.
   void step(model::ResNet50& model, float lr);
+  // The same over some parameters only (a pipeline stage's): the others keep their values and momentum.
+  void step(model::ResNet50& model, float lr, std::span<const backend::ParamSegment> segments);
   std::int64_t steps() const { return steps_; }
   // After restoring a momentum buffer from a checkpoint, so the next step continues it.
   void set_steps(std::int64_t steps) { steps_ = steps; }
