@@ -44,7 +44,7 @@ FAULTS = {
     "mid_conv_transpose": "layer3.2.conv2 convolves with its weight's kh and kw swapped",
     "late_bn_eval": "layer4.2.bn1 normalises with its running statistics (left in eval mode)",
     "loss_convention": "label smoothing spreads s/C over every class (torch) instead of s/(C-1) over the others",
-    "grad_scale": "the gradient of layer3.0.conv1.weight is scaled by 1.01",
+    "grad_scale": "the gradient of layer4.2.bn3.weight is scaled by 1.01",
     "bn_momentum": "layer3.1.bn1 updates its running statistics with momentum 0.01 instead of 0.1",
     "wd_on_bn": "weight decay applies to the BatchNorm weights and biases too",
     "momentum_convention": "the momentum buffer is an average, buf = m buf + (1 - m) g, not buf = m buf + g",
@@ -317,8 +317,8 @@ def run(args):
     if msprobe:
         msprobe.gradients(model)
         if args.fault == "grad_scale":  # as the update sees it
-            g = model.get_parameter("layer3.0.conv1.weight").grad * 1.01
-            key = "Module.layer3.0.conv1.Conv2d.parameters_grad.0"
+            g = model.get_parameter("layer4.2.bn3.weight").grad * 1.01
+            key = "Module.layer4.2.bn3.BatchNorm2d.parameters_grad.0"
             msprobe.data[key]["weight"] = [msprobe.entry(g, f"{key}.weight.npy")]
         key = "Module.fc.Linear.backward.0"  # the gradient reaching fc's output; our dumps hold none
         msprobe.data[key] = {"input": [msprobe.entry(logits.grad, f"{key}.input.0.npy")], "output": []}
@@ -337,7 +337,7 @@ def run(args):
     with torch.no_grad():
         for name, p in model.named_parameters():
             g = p.grad
-            if args.fault == "grad_scale" and name == "layer3.0.conv1.weight":
+            if args.fault == "grad_scale" and name == "layer4.2.bn3.weight":
                 g = g * 1.01
             out[f"grad.{name}"] = g.numpy().copy()
             d = g + decay * p if name in decayed else g.clone()

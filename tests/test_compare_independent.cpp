@@ -51,7 +51,7 @@ const Fault kFaults[] = {
     {"mid_conv_transpose", "act.layer3.2.conv2", "act", "fail", false, ""},
     {"late_bn_eval", "act.layer4.2.bn1", "act", "fail", false, ""},
     {"loss_convention", "loss", "loss", "fail", false, "max abs"},
-    {"grad_scale", "grad.layer3.0.conv1.weight", "grad", "fail", false, "(systematic)"},
+    {"grad_scale", "grad.layer4.2.bn3.weight", "grad", "fail", false, "(systematic)"},
     {"bn_momentum", "buffer_after.layer3.1.bn1.", "buffer_after", "fail", false, ""},
     {"wd_on_bn", "param_after.", "param_after", "fail", true, ""},
     {"momentum_convention", "param_after.conv1.weight", "param_after", "fail", true, ""},
@@ -118,8 +118,10 @@ void check_fault(const Fault& f) {
            name.find("downsample.1.") != std::string::npos));
   }
   if (std::string(f.name) == "grad_scale") {
-    // A 1% scale hides in the gradient noise (rel-L2 ~1e-2) but not from the projection: the scale is
-    // 1/1.01 (A against the scaled reference) within the noise, and local.
+    // A 1% scale passes rel-L2 and cosine (the gradient noise here is 5e-3 rel-L2 at AVX-512 and at
+    // AVX2 kernels) but not the projection: the scale is 1/1.01 (A against the scaled reference)
+    // within the noise, and local. Where the noise is several times the scale (layer3's gradients
+    // under AVX2 kernels: 2.7e-2) the scale explains too little of rel-L2 to be called systematic.
     CHECK(d.at("local").get<bool>());
     for (const json& row : o.report.at("rows")) {
       if (row.at("name") != name) continue;

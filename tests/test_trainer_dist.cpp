@@ -300,7 +300,7 @@ TEST_CASE("2 ranks: --check-sync stops the run when the ranks' parameters differ
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("rank 0: --check-sync: parameters differ across ranks after step 0") != std::string::npos);
   CHECK(r.err.find("rank 1: --check-sync: parameters differ across ranks after step 0") != std::string::npos);
-  CHECK(r.out.find("step 2/3") == std::string::npos);
+  CHECK(r.out.find("step 1 [2/3]") == std::string::npos);
 }
 
 namespace {
@@ -372,12 +372,12 @@ TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 
   std::vector<pid_t> ranks;
   while (Clock::now() < setup_deadline) {
     ranks = children_named(launcher, "wb-train");
-    if (ranks.size() == 2 && wb::test::read_text(out).find("step 2/100000") != std::string::npos) break;
+    if (ranks.size() == 2 && wb::test::read_text(out).find("step 1 [2/100000]") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   CAPTURE(wb::test::read_text(out), wb::test::read_text(err));
   REQUIRE(ranks.size() == 2);
-  REQUIRE(wb::test::read_text(out).find("step 2/100000") != std::string::npos);
+  REQUIRE(wb::test::read_text(out).find("step 1 [2/100000]") != std::string::npos);
   pid_t victim = 0, survivor = 0;
   for (pid_t p : ranks) (rank_of(p) == 1 ? victim : survivor) = p;
   REQUIRE(victim != 0);

@@ -205,10 +205,12 @@ TEST_CASE("a child process's output is read line by line, '\\r' included", "[app
   CHECK(lines[2] == "step 2/6");
   CHECK(lines[3] == "err");
   REQUIRE_THROWS_AS(ChildProcess("/nonexistent/wb-train", {}), ChildError);
-  auto prog = parse_progress("[####     ] step 3/12  epoch 1  loss 2.7");
+  auto prog = parse_progress("[####     ] step 2 [3/12]  epoch 0  loss 2.7");
   REQUIRE(prog.has_value());
-  CHECK(prog->step == 3);
+  CHECK(prog->step == 2);
+  CHECK(prog->done == 3);
   CHECK(prog->steps == 12);
+  CHECK_FALSE(parse_progress("step 3/12  epoch 1").has_value());
   CHECK_FALSE(parse_progress("wb-train: 2 rank(s), step size").has_value());
 }
 

@@ -40,17 +40,20 @@ void Progress::step(int64_t step, float loss, int64_t step_ns, int64_t wait_ns) 
   const double ips = secs > 0 ? window_steps_ * images_per_step_ / secs : 0.0;
   const double wait_pct = window_ns_ > 0 ? 100.0 * window_wait_ns_ / window_ns_ : 0.0;
   const double eta = done > 0 ? elapsed_ns_ * 1e-9 / done * (total_ - done) : 0.0;
-  const int epoch = static_cast<int>(step / per_epoch_) + 1;
+  // Steps and epochs count from 0 everywhere a user sees them (--dump-step, the run file, wb report,
+  // torch.profiler's ProfilerStep#0, msprobe's step0); [done/total] counts the steps finished.
+  const int epoch = static_cast<int>(step / per_epoch_);
   if (tty_) {
     const int width = 24;
     const int fill = static_cast<int>(width * done / std::max<int64_t>(1, total_));
-    std::printf("\r[%.*s%*s] step %lld/%lld  epoch %d  loss %.4f  %.0f img/s  data-wait %.1f%%  ETA %.0fs   ", fill,
-                "########################", width - fill, "", static_cast<long long>(done),
-                static_cast<long long>(total_), epoch, loss_ema_, ips, wait_pct, eta);
+    std::printf("\r[%.*s%*s] step %lld [%lld/%lld]  epoch %d  loss %.4f  %.0f img/s  data-wait %.1f%%  ETA %.0fs   ",
+                fill, "########################", width - fill, "", static_cast<long long>(step),
+                static_cast<long long>(done), static_cast<long long>(total_), epoch, loss_ema_, ips, wait_pct, eta);
     printed_bar_ = true;
   } else {
-    std::printf("step %lld/%lld  epoch %d  loss %.4f  %.0f img/s  data-wait %.1f%%  ETA %.0fs\n",
-                static_cast<long long>(done), static_cast<long long>(total_), epoch, loss_ema_, ips, wait_pct, eta);
+    std::printf("step %lld [%lld/%lld]  epoch %d  loss %.4f  %.0f img/s  data-wait %.1f%%  ETA %.0fs\n",
+                static_cast<long long>(step), static_cast<long long>(done), static_cast<long long>(total_), epoch,
+                loss_ema_, ips, wait_pct, eta);
   }
   std::fflush(stdout);
   window_steps_ = window_ns_ = window_wait_ns_ = 0;

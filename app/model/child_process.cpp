@@ -152,13 +152,15 @@ TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, cons
 }
 
 std::optional<TrainProgress> parse_progress(std::string_view line) {
+  const char* end = line.data() + line.size();
   for (std::size_t pos = line.find("step "); pos != std::string_view::npos; pos = line.find("step ", pos + 1)) {
-    std::size_t i = pos + 5;
     TrainProgress p;
-    auto r1 = std::from_chars(line.data() + i, line.data() + line.size(), p.step);
-    if (r1.ec != std::errc() || r1.ptr >= line.data() + line.size() || *r1.ptr != '/') continue;
-    auto r2 = std::from_chars(r1.ptr + 1, line.data() + line.size(), p.steps);
-    if (r2.ec != std::errc() || p.steps <= 0) continue;
+    auto r1 = std::from_chars(line.data() + pos + 5, end, p.step);
+    if (r1.ec != std::errc() || end - r1.ptr < 2 || r1.ptr[0] != ' ' || r1.ptr[1] != '[') continue;
+    auto r2 = std::from_chars(r1.ptr + 2, end, p.done);
+    if (r2.ec != std::errc() || r2.ptr >= end || *r2.ptr != '/') continue;
+    auto r3 = std::from_chars(r2.ptr + 1, end, p.steps);
+    if (r3.ec != std::errc() || r3.ptr >= end || *r3.ptr != ']' || p.steps <= 0) continue;
     return p;
   }
   return std::nullopt;

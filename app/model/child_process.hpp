@@ -72,10 +72,12 @@ struct TrainLaunch {
 TrainLaunch make_train_launch(const nlohmann::json& config, int world_size, const std::vector<int>& split,
                               const std::filesystem::path& dir, std::string_view stem);
 
-// "step 3/6" in a wb-train progress line; nullopt when the line has none.
+// "step 2 [3/6]" in a wb-train progress line (step 2, counted from 0, is the third of six); nullopt
+// when the line has none.
 struct TrainProgress {
-  int step = 0;
-  int steps = 0;
+  int step = 0;   // the step just finished, from 0
+  int done = 0;   // steps finished
+  int steps = 0;  // steps in the run
 };
 std::optional<TrainProgress> parse_progress(std::string_view line);
 

@@ -208,7 +208,7 @@ void rerun_panel(App& app) {
   if (st.job && st.job->running()) {
     std::string line = st.job->last_line();
     float frac = 0.0f;
-    if (auto p = parse_progress(line)) frac = static_cast<float>(p->step) / static_cast<float>(p->steps);
+    if (auto p = parse_progress(line)) frac = static_cast<float>(p->done) / static_cast<float>(p->steps);
     ImGui::ProgressBar(frac, ImVec2(300, 0), "wb-train running");
     ImGui::SameLine();
     ImGui::TextUnformatted(line.size() > 120 ? line.substr(0, 120).c_str() : line.c_str());
