@@ -6,11 +6,22 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <limits>
+#include <string_view>
 
 #include "store/db.hpp"
 
 namespace wb::store {
 namespace {
+
+// A REAL column that the Writer may have given the text 'nan' (SQLite cannot store a NaN REAL).
+double real_or_nan(sqlite3_stmt* h, int col) {
+  if (sqlite3_column_type(h, col) == SQLITE_TEXT) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(h, col));
+    if (text != nullptr && std::string_view(text) == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  return sqlite3_column_double(h, col);
+}
 
 constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
 constexpr const char* kKernelColumns =
@@ -256,7 +267,7 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
   return collect<StepRow>(st, [](sqlite3_stmt* h) {
     return StepRow{sqlite3_column_int(h, 0),    sqlite3_column_int(h, 1),    sqlite3_column_int64(h, 2),
                    sqlite3_column_int64(h, 3),  sqlite3_column_int64(h, 4),  sqlite3_column_int64(h, 5),
-                   sqlite3_column_double(h, 6), sqlite3_column_double(h, 7), sqlite3_column_int64(h, 8)};
+                   real_or_nan(h, 6),           real_or_nan(h, 7),           sqlite3_column_int64(h, 8)};
   });
 }
 

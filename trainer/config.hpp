@@ -76,6 +76,12 @@ struct TrainConfig {
   std::filesystem::path save;
   std::filesystem::path resume;  // --steps/--epochs stay the schedule's total: training goes on from the saved step
   bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
+  // A NaN or Inf loss on any rank: "stop" ends the run after that step (exit 1), "skip" drops that
+  // step's update (parameters, momentum and batch-norm statistics stay as before it) and goes on.
+  std::string on_nonfinite = "stop";
+  bool check_finite = false;  // check every activation, so a non-finite loss names the first bad tensor
+  // Testing aid (not in --help): a NaN in rank 0's input batch of this step (-1: none; CPU batches).
+  int64_t poison_step = -1;
   // Testing and diagnosis aid (not in --help): "R/N" makes a single process train on the data shard that
   // rank R of an N-rank job would get, so its gradients can be set beside one rank of a distributed run.
   std::string shard;
