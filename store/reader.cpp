@@ -158,9 +158,24 @@ std::vector<TrackRow> Reader::tracks() {
 
 const std::vector<std::string>& Reader::strings() {
   if (!strings_) {
-    std::vector<std::string> out(static_cast<std::size_t>(db_->query_int64("SELECT coalesce(max(id), 0) + 1 FROM string")));
+    // Writers number strings 1..N; a damaged file may hold any id, which must not index or size memory.
+    const std::int64_t count = db_->query_int64("SELECT count(*) FROM string");
+    const std::int64_t max_id = db_->query_int64("SELECT coalesce(max(id), 0) FROM string");
+    const std::int64_t min_id = db_->query_int64("SELECT coalesce(min(id), 1) FROM string");
+    if (min_id < 1 || max_id > 2 * count + 1024)
+      throw StoreError(path().string() + ": damaged string table (ids " + std::to_string(min_id) + ".." +
+                       std::to_string(max_id) + " for " + std::to_string(count) + " strings)");
+    std::vector<std::string> out(static_cast<std::size_t>(max_id + 1));
     auto& st = db_->prepare("SELECT id, text FROM string");
-    while (st.step()) out[static_cast<std::size_t>(st.column_int64(0))] = st.column_text(1);
+    while (st.step()) {
+      const std::int64_t id = st.column_int64(0);
+      if (id < 1 || id > max_id) {  // a non-integer id reads as 0
+        const std::string text = st.column_text(0);
+        st.reset();
+        throw StoreError(path().string() + ": damaged string table (id '" + text + "')");
+      }
+      out[static_cast<std::size_t>(id)] = st.column_text(1);
+    }
     st.reset();
     strings_ = std::move(out);
   }

@@ -8,6 +8,7 @@
 #include <charconv>
 #include <limits>
 
+#include "store/one_line.hpp"
 #include "store/tensor_file_detail.hpp"
 
 namespace wb::store {
@@ -71,30 +72,6 @@ std::int64_t HostTensor::numel() const {
   for (std::int64_t d : shape) n *= d;
   return n;
 }
-
-namespace {
-
-// Messages quote text from the file (a header, an entry's or a tensor's name): control characters in it
-// are escaped, so the message stays one line however the file is damaged.
-std::string one_line(const std::string& text) {
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  out.reserve(text.size());
-  for (unsigned char c : text) {
-    if (c >= 0x20 && c != 0x7f) {
-      out += static_cast<char>(c);
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
-
-}  // namespace
 
 TensorFileError::TensorFileError(const std::filesystem::path& file, const std::string& what)
     : std::runtime_error(one_line(file.string() + ": " + what)), file_(file) {}

@@ -259,7 +259,6 @@ Writer::~Writer() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (opts_.handle_signals) remove_handlers();
   try {
     if (opts_.build_indexes) create_indexes(*db_);
   } catch (const StoreError& e) {
@@ -274,6 +273,9 @@ Writer::~Writer() {
   }
   db_.reset();
   if (lock_fd_ >= 0) ::close(lock_fd_);
+  // Last: building the indexes and folding the WAL back write too, and must meet a file size limit as
+  // a failed write (SIGXFSZ ignored), not as the end of the process.
+  if (opts_.handle_signals) remove_handlers();
 }
 
 std::uint32_t Writer::intern(std::string_view text) {

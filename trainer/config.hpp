@@ -13,13 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "allreduce/split_points.hpp"
+#include "store/one_line.hpp"
 
 namespace wb::trainer {
 
 // Bad flags, bad JSON, bad values: the message is one line naming the flag or file.
 class ConfigError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& what) : std::runtime_error(store::one_line(what)) {}
 };
 
 struct TrainConfig {

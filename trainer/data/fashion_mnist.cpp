@@ -54,12 +54,14 @@ class GzFile {
 
   // Reads exactly `n` bytes into `out`, growing it as the data arrive: a header that claims more than
   // the file holds fails at the file's end, without first allocating all it claims.
+  // The buffer doubles (from 64 KiB, in steps of at most 256 MiB), so it never holds more than about
+  // twice what the file had.
   void read_all(std::vector<uint8_t>& out, size_t n, const std::string& what) {
-    constexpr size_t kChunk = size_t{16} << 20;
+    constexpr size_t kFirst = size_t{64} << 10, kMaxStep = size_t{256} << 20;
     out.clear();
     size_t done = 0;
     while (done < n) {
-      out.resize(done + std::min(n - done, kChunk));
+      out.resize(done + std::min(n - done, std::clamp(done, kFirst, kMaxStep)));
       const unsigned want = static_cast<unsigned>(out.size() - done);
       const int got = gzread(file_, out.data() + done, want);
       if (got < 0) {
