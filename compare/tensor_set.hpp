@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "store/one_line.hpp"
 #include "store/tensor_file.hpp"
 
 namespace wb::compare {
@@ -21,7 +22,7 @@ namespace wb::compare {
 // file or flag and what was expected.
 class CompareError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit CompareError(const std::string& what) : std::runtime_error(store::one_line(what)) {}
 };
 
 // In the walk order of a training step (first divergence): inputs, initial state, forward, loss,

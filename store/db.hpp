@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "store/one_line.hpp"
+
 struct sqlite3;
 struct sqlite3_stmt;
 
@@ -22,7 +24,7 @@ namespace wb::store {
 // Every store failure. The message always starts with the file it concerns.
 class StoreError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit StoreError(const std::string& what) : std::runtime_error(one_line(what)) {}
 };
 
 // The schema version this build writes; PRAGMA user_version and meta.schema_version both hold it.

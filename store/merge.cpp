@@ -4,7 +4,10 @@
 // (CUPTI's ids are 32-bit and per process, so ranks would collide otherwise).
 #include "store/merge.hpp"
 
+#include <sqlite3.h>
+
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <map>
 #include <regex>
@@ -51,11 +54,28 @@ std::int64_t meta_int(const RankFile& f, const std::string& key, std::int64_t fa
   }
 }
 
-std::string quoted(const std::filesystem::path& p) {
-  std::string s = p.string();
+std::string quoted(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += (c == '\'') ? std::string("''") : std::string(1, c);
   return out + "'";
+}
+
+// The rank file as ATTACH names it: read-only (a URI with mode=ro) where SQLite takes URIs, so the
+// merge can never write to a rank file, not even a WAL checkpoint.
+std::string attach_name(const std::filesystem::path& p) {
+  if (!sqlite3_compileoption_used("SQLITE_USE_URI")) return quoted(p.string());
+  std::string uri = "file:";
+  static const char* kHex = "0123456789ABCDEF";
+  for (unsigned char c : std::filesystem::absolute(p).string()) {
+    if (std::isalnum(c) || c == '/' || c == '.' || c == '-' || c == '_' || c == '~') {
+      uri += static_cast<char>(c);
+    } else {
+      uri += '%';
+      uri += kHex[c >> 4];
+      uri += kHex[c & 15];
+    }
+  }
+  return quoted(uri + "?mode=ro");
 }
 
 // Linear clock-drift correction of one rank's stored times. A rank stores local time + the offset to
@@ -104,41 +124,58 @@ std::filesystem::path default_merge_output(const std::filesystem::path& run_dir)
   return out;
 }
 
-MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::path out, bool overwrite) {
+MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::path out, bool overwrite, bool partial) {
   if (!std::filesystem::is_directory(run_dir))
     throw StoreError(run_dir.string() + ": not a directory (expected a run directory holding rank-<r>.sqlite files)");
 
-  // Find and validate the rank files.
+  // Find and validate the rank files. Every bad one is named; with `partial` they are left out.
   static const std::regex kRankName(R"(rank-(\d+)\.sqlite)");
-  std::vector<RankFile> files;
+  std::vector<RankFile> found;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir)) {
     std::smatch m;
     std::string name = entry.path().filename().string();
-    if (entry.is_regular_file() && std::regex_match(name, m, kRankName))
-      files.push_back(RankFile{std::stoi(m[1].str()), entry.path(), {}});
+    if (entry.is_regular_file() && std::regex_match(name, m, kRankName) && m[1].length() <= 6)
+      found.push_back(RankFile{std::stoi(m[1].str()), entry.path(), {}});
   }
-  if (files.empty()) throw StoreError(run_dir.string() + ": no rank-<r>.sqlite files to merge");
-  std::sort(files.begin(), files.end(), [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
-  for (auto& f : files) {
-    Db db = open_run(f.path, OpenMode::read_only);
-    f.meta = read_meta(db);
-    auto recorded = meta_int(f, "rank", f.rank);
-    if (recorded != f.rank)
-      throw StoreError(f.path.string() + ": holds rank " + std::to_string(recorded) + ", but its name says rank " +
-                       std::to_string(f.rank));
+  if (found.empty()) throw StoreError(run_dir.string() + ": no rank-<r>.sqlite files to merge");
+  std::sort(found.begin(), found.end(), [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
+  std::vector<RankFile> files;
+  std::vector<std::string> skipped;  // "rank-<r>.sqlite: why"
+  for (auto& f : found) {
+    try {
+      Db db = open_run(f.path, OpenMode::read_only);
+      f.meta = read_meta(db);
+      auto recorded = meta_int(f, "rank", f.rank);
+      if (recorded != f.rank)
+        throw StoreError(f.path.string() + ": holds rank " + std::to_string(recorded) + ", but its name says rank " +
+                         std::to_string(f.rank));
+      files.push_back(std::move(f));
+    } catch (const StoreError& e) {
+      skipped.push_back(e.what());
+    }
   }
-  int world_size = std::max(files.front().rank == 0 ? static_cast<int>(meta_int(files.front(), "world_size", 1)) : 1,
-                            files.back().rank + 1);
+  int world_size = found.back().rank + 1;
+  if (!files.empty() && files.front().rank == 0)
+    world_size = std::max(world_size, static_cast<int>(std::clamp<std::int64_t>(meta_int(files.front(), "world_size", 1), 1, 1 << 20)));
   std::string missing;
   for (int r = 0, i = 0; r < world_size; ++r) {
-    if (i < static_cast<int>(files.size()) && files[static_cast<std::size_t>(i)].rank == r) {
+    if (i < static_cast<int>(found.size()) && found[static_cast<std::size_t>(i)].rank == r) {
       ++i;
       continue;
     }
     missing += (missing.empty() ? "" : ", ") + ("rank-" + std::to_string(r) + ".sqlite");
+    if (partial) skipped.push_back((run_dir / ("rank-" + std::to_string(r) + ".sqlite")).string() + ": missing");
   }
-  if (!missing.empty())
-    throw StoreError(run_dir.string() + ": missing rank files for world_size " + std::to_string(world_size) + ": " + missing);
+  if (!missing.empty() && !partial)
+    throw StoreError(run_dir.string() + ": missing rank files for world_size " + std::to_string(world_size) + ": " +
+                     missing + " (wb merge --partial merges the others)");
+  if (!skipped.empty() && !partial) {
+    std::string list;
+    for (const auto& s : skipped) list += (list.empty() ? "" : "; ") + s;
+    throw StoreError(list + (skipped.size() > 1 ? " (" + std::to_string(skipped.size()) + " rank files cannot be merged;" : " (")
+                     + " wb merge --partial merges the others)");
+  }
+  if (files.empty()) throw StoreError(run_dir.string() + ": no rank file can be merged");
 
   if (out.empty()) out = default_merge_output(run_dir);
   if (std::filesystem::exists(out) && !overwrite)
@@ -155,9 +192,10 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     db.exec("PRAGMA page_size = 16384; PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF; PRAGMA cache_size = -131072");
     apply_schema(db, /*indexes=*/false);  // bulk inserts first, indexes once at the end
 
+    std::vector<std::string> merged_ranks;
     for (const RankFile& f : files) {
-      db.exec("ATTACH DATABASE " + quoted(f.path) + " AS src");
-      {
+      db.exec("ATTACH DATABASE " + attach_name(f.path) + " AS src");
+      try {
         Transaction tx(db);
         std::string track_offset = std::to_string(db.query_int64("SELECT coalesce(max(id), 0) FROM main.track"));
         std::string r = std::to_string(f.rank);
@@ -213,11 +251,23 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
           db.exec("INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta WHERE key GLOB '*.rank[0-9]*';");
         }
         tx.commit();
+      } catch (const StoreError& e) {
+        // A rank file that opened but fails while being read (damaged pages past the header): the
+        // transaction rolled back, so nothing of it is in the merged file.
+        db.exec("DROP TABLE IF EXISTS temp.smap");
+        db.exec("DETACH DATABASE src");
+        const std::string why = f.path.string() + ": cannot be merged (" + e.what() + ")";
+        if (!partial) throw StoreError(why + "; wb merge --partial merges the others");
+        skipped.push_back(why);
+        continue;
       }
       db.exec("DETACH DATABASE src");
+      merged_ranks.push_back(std::to_string(f.rank));
       complete = complete && f.meta.count("complete") > 0 && f.meta.at("complete") == "1";
       dropped += meta_int(f, "dropped_events", 0);
     }
+    if (merged_ranks.empty()) throw StoreError(run_dir.string() + ": no rank file can be merged");
+    complete = complete && skipped.empty();
 
     create_indexes(db);
     Transaction tx(db);
@@ -225,13 +275,18 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     set.bind(1, "world_size").bind(2, std::to_string(world_size)).run();
     set.bind(1, "complete").bind(2, complete ? "1" : "0").run();
     set.bind(1, "dropped_events").bind(2, std::to_string(dropped)).run();
+    if (!skipped.empty()) {
+      std::string list;
+      for (const auto& s : skipped) list += (list.empty() ? "" : "\n") + s;
+      set.bind(1, "skipped_ranks").bind(2, list).run();
+    }
     tx.commit();
   } catch (...) {
     std::filesystem::remove(tmp);
     throw;
   }
   std::filesystem::rename(tmp, out);
-  return MergeResult{out, world_size, complete};
+  return MergeResult{out, world_size, complete, skipped};
 }
 
 }  // namespace wb::store

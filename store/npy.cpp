@@ -271,6 +271,13 @@ HostTensor decode_npy(ByteSource& src, const std::filesystem::path& file, const 
     throw TensorFileError(file, where + "unsupported npy format version " + std::to_string(major) + "." +
                                     std::to_string(minor) + " (expected 1.0, 2.0 or 3.0)");
   }
+  // numpy's own headers are a few hundred bytes (it refuses to read over 10000 by default); a length
+  // field past 1 MiB is damage, not a header, and must not decide an allocation.
+  constexpr std::uint64_t kMaxHeaderLen = std::uint64_t{1} << 20;
+  if (header_len > kMaxHeaderLen) {
+    throw TensorFileError(file, where + "npy header length " + std::to_string(header_len) + " is over the " +
+                                    std::to_string(kMaxHeaderLen) + " bytes any npy header needs");
+  }
   if (header_len > src.remaining()) {
     throw TensorFileError(file, where + "truncated: npy header length " + std::to_string(header_len) +
                                     " exceeds the " + std::to_string(src.remaining()) + " bytes that remain");
@@ -289,8 +296,15 @@ HostTensor decode_npy(ByteSource& src, const std::filesystem::path& file, const 
     throw TensorFileError(file, where + "truncated: header promises " + std::to_string(nbytes) +
                                     " data bytes but only " + std::to_string(src.remaining()) + " remain");
   }
-  t.data.resize(nbytes);
-  src.read(t.data.data(), nbytes);
+  // Read in doubling steps: inside an npz the remaining size is what the archive claims, and a
+  // damaged claim must fail where the data end, not first allocate all it promised.
+  std::uint64_t done = 0;
+  while (done < nbytes) {
+    const std::uint64_t step = std::min(nbytes - done, std::clamp<std::uint64_t>(done, 1 << 16, std::uint64_t{1} << 28));
+    t.data.resize(static_cast<std::size_t>(done + step));
+    src.read(t.data.data() + done, step);
+    done += step;
+  }
   if (rd.big_endian) byteswap_elements(t.data, dtype_size(t.dtype));
   if (h.fortran_order) fortran_to_c(t);
   return t;

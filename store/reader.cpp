@@ -6,11 +6,22 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <limits>
+#include <string_view>
 
 #include "store/db.hpp"
 
 namespace wb::store {
 namespace {
+
+// A REAL column that the Writer may have given the text 'nan' (SQLite cannot store a NaN REAL).
+double real_or_nan(sqlite3_stmt* h, int col) {
+  if (sqlite3_column_type(h, col) == SQLITE_TEXT) {
+    const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(h, col));
+    if (text != nullptr && std::string_view(text) == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  return sqlite3_column_double(h, col);
+}
 
 constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
 constexpr const char* kKernelColumns =
@@ -147,9 +158,24 @@ std::vector<TrackRow> Reader::tracks() {
 
 const std::vector<std::string>& Reader::strings() {
   if (!strings_) {
-    std::vector<std::string> out(static_cast<std::size_t>(db_->query_int64("SELECT coalesce(max(id), 0) + 1 FROM string")));
+    // Writers number strings 1..N; a damaged file may hold any id, which must not index or size memory.
+    const std::int64_t count = db_->query_int64("SELECT count(*) FROM string");
+    const std::int64_t max_id = db_->query_int64("SELECT coalesce(max(id), 0) FROM string");
+    const std::int64_t min_id = db_->query_int64("SELECT coalesce(min(id), 1) FROM string");
+    if (min_id < 1 || max_id > 2 * count + 1024)
+      throw StoreError(path().string() + ": damaged string table (ids " + std::to_string(min_id) + ".." +
+                       std::to_string(max_id) + " for " + std::to_string(count) + " strings)");
+    std::vector<std::string> out(static_cast<std::size_t>(max_id + 1));
     auto& st = db_->prepare("SELECT id, text FROM string");
-    while (st.step()) out[static_cast<std::size_t>(st.column_int64(0))] = st.column_text(1);
+    while (st.step()) {
+      const std::int64_t id = st.column_int64(0);
+      if (id < 1 || id > max_id) {  // a non-integer id reads as 0
+        const std::string text = st.column_text(0);
+        st.reset();
+        throw StoreError(path().string() + ": damaged string table (id '" + text + "')");
+      }
+      out[static_cast<std::size_t>(id)] = st.column_text(1);
+    }
     st.reset();
     strings_ = std::move(out);
   }
@@ -256,7 +282,7 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
   return collect<StepRow>(st, [](sqlite3_stmt* h) {
     return StepRow{sqlite3_column_int(h, 0),    sqlite3_column_int(h, 1),    sqlite3_column_int64(h, 2),
                    sqlite3_column_int64(h, 3),  sqlite3_column_int64(h, 4),  sqlite3_column_int64(h, 5),
-                   sqlite3_column_double(h, 6), sqlite3_column_double(h, 7), sqlite3_column_int64(h, 8)};
+                   real_or_nan(h, 6),           real_or_nan(h, 7),           sqlite3_column_int64(h, 8)};
   });
 }
 

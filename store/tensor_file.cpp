@@ -8,6 +8,7 @@
 #include <charconv>
 #include <limits>
 
+#include "store/one_line.hpp"
 #include "store/tensor_file_detail.hpp"
 
 namespace wb::store {
@@ -73,7 +74,7 @@ std::int64_t HostTensor::numel() const {
 }
 
 TensorFileError::TensorFileError(const std::filesystem::path& file, const std::string& what)
-    : std::runtime_error(file.string() + ": " + what), file_(file) {}
+    : std::runtime_error(one_line(file.string() + ": " + what)), file_(file) {}
 
 namespace detail {
 

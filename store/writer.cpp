@@ -7,7 +7,12 @@
 #include "store/writer.hpp"
 
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 
 #include <algorithm>
 #include <csignal>
@@ -31,6 +36,7 @@ std::atomic<bool> g_stop{false};
 std::mutex g_handlers_mutex;
 int g_handler_users = 0;
 struct sigaction g_old_int {};
+struct sigaction g_old_xfsz {};
 struct sigaction g_old_term {};
 
 double thread_cpu_s() {
@@ -66,6 +72,12 @@ void install_handlers() {
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, &g_old_int);
   sigaction(SIGTERM, &sa, &g_old_term);
+  // A file size limit (ulimit -f) is met like a full disk: the write fails (EFBIG) and the failed batch
+  // is counted, instead of the signal's default action ending the whole training job.
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGXFSZ, &ignore, &g_old_xfsz);
 }
 
 void remove_handlers() {
@@ -73,6 +85,7 @@ void remove_handlers() {
   if (--g_handler_users > 0) return;
   sigaction(SIGINT, &g_old_int, nullptr);
   sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGXFSZ, &g_old_xfsz, nullptr);
 }
 
 std::string utc_now_iso() {
@@ -88,6 +101,32 @@ std::string host_name() {
   char buf[256] = {};
   if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
   return buf;
+}
+
+// Why the run file at `path` cannot be replaced, or "" when nobody else is using it. A live Writer holds
+// an flock on its file for its whole life (another wb-train recording into it); any other program with
+// the file open for writing or in a transaction (the sqlite3 shell, a script) holds an SQLite lock that
+// an exclusive transaction cannot get.
+std::string in_use_by_another(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const bool busy = ::flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    ::close(fd);
+    if (busy) return "another process is recording into it";
+  }
+  sqlite3* db = nullptr;
+  std::string why;
+  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+    sqlite3_busy_timeout(db, 250);
+    const int rc = sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) {
+      sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    } else if ((rc & 0xff) == SQLITE_BUSY || (rc & 0xff) == SQLITE_LOCKED) {
+      why = "another process holds a lock on it (" + std::string(sqlite3_errmsg(db)) + ")";
+    }
+  }
+  sqlite3_close(db);
+  return why;
 }
 
 void remove_run_file(const std::filesystem::path& path) {
@@ -164,6 +203,8 @@ Writer::Writer(WriterOptions opts) : opts_(std::move(opts)), pending_(std::make_
   if (std::filesystem::exists(opts_.path)) {
     if (!opts_.overwrite)
       throw StoreError(opts_.path.string() + ": already exists (refusing to overwrite a run file)");
+    if (std::string why = in_use_by_another(opts_.path); !why.empty())
+      throw StoreError(opts_.path.string() + ": in use, " + why + "; stop it or record into another file");
     remove_run_file(opts_.path);
   }
   if (opts_.path.has_parent_path()) {
@@ -171,6 +212,14 @@ Writer::Writer(WriterOptions opts) : opts_(std::move(opts)), pending_(std::make_
     std::filesystem::create_directories(opts_.path.parent_path(), ec);
   }
   db_ = std::make_unique<Db>(opts_.path, OpenMode::create);
+  // Held until the writer closes: another Writer on the same path refuses to start (in_use_by_another).
+  lock_fd_ = ::open(opts_.path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd_ >= 0 && ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    db_.reset();
+    throw StoreError(opts_.path.string() + ": in use, another process is recording into it; stop it or record into another file");
+  }
   // Larger pages and cache make the batched inserts cheaper. WAL keeps every committed batch safe against
   // a process kill: the kernel has the pages once write() returns. synchronous = OFF skips the fsyncs at
   // checkpoints, which guard only against power loss (a profile need not survive one) and used to stall
@@ -216,7 +265,6 @@ Writer::~Writer() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (opts_.handle_signals) remove_handlers();
   try {
     if (opts_.build_indexes) create_indexes(*db_);
   } catch (const StoreError& e) {
@@ -229,6 +277,11 @@ Writer::~Writer() {
   } catch (const StoreError&) {
     // The data is committed in the WAL either way; SQLite replays it on the next open.
   }
+  db_.reset();
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+  // Last: building the indexes and folding the WAL back write too, and must meet a file size limit as
+  // a failed write (SIGXFSZ ignored), not as the end of the process.
+  if (opts_.handle_signals) remove_handlers();
 }
 
 std::uint32_t Writer::intern(std::string_view text) {
@@ -481,9 +534,19 @@ bool Writer::commit(Pending& batch) {
       auto& st = db.prepare(
           "INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const StepRow& s : batch.steps)
+      // SQLite stores a NaN REAL as NULL, which the NOT NULL columns refuse (and a diverged step's row
+      // would take its whole batch down with it): a NaN is stored as the text 'nan', which Reader reads
+      // back as NaN. Infinities are REALs like any other.
+      auto bind_real = [&](Statement& stmt, int i, double v) -> Statement& {
+        return std::isnan(v) ? stmt.bind(i, std::string_view("nan")) : stmt.bind(i, v);
+      };
+      for (const StepRow& s : batch.steps) {
         st.bind(1, s.rank).bind(2, s.step).bind(3, s.start_ns).bind(4, s.end_ns).bind(5, s.data_wait_ns)
-            .bind(6, s.comm_exposed_ns).bind(7, s.loss).bind(8, s.lr).bind(9, s.images).run();
+            .bind(6, s.comm_exposed_ns).bind(9, s.images);
+        bind_real(st, 7, s.loss);
+        bind_real(st, 8, s.lr);
+        st.run();
+      }
     }
     if (!batch.pipeline_spans.empty()) {
       auto& st = db.prepare(

@@ -62,7 +62,9 @@ struct WriterStats {
 // the rows of every failed batch are counted as dropped, and meta.complete stays 0.
 class Writer {
  public:
-  explicit Writer(WriterOptions opts);  // throws StoreError if the file exists (unless overwrite)
+  // Throws StoreError if the file exists (unless overwrite), or when another process is using it
+  // (another Writer recording into it, or a lock held on it): "PATH: in use, ...".
+  explicit Writer(WriterOptions opts);
   // Flushes, builds the indexes (unless opts.build_indexes is false) and closes; meta.complete is left
   // as it is. A killed writer leaves a file without indexes: readers still get every row (by scanning),
   // and open_run(read_write) or wb merge add the indexes.
@@ -126,6 +128,7 @@ class Writer {
 
   WriterOptions opts_;
   std::unique_ptr<Db> db_;
+  int lock_fd_ = -1;  // an flock held on the file while this writer lives (in_use_by_another)
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;       // producers/flush -> background thread

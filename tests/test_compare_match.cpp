@@ -201,7 +201,7 @@ TEST_CASE("order+shape matching recovers stripped names", "[compare]") {
     for (const auto& [ak, bk] : pairs) {
       if (truth.at(ak) == bk) continue;
       const auto it = std::find_if(r.ambiguities.begin(), r.ambiguities.end(),
-                                   [&](const Ambiguity& x) { return x.in_a && x.key == ak; });
+                                   [&, key = ak](const Ambiguity& x) { return x.in_a && x.key == key; });
       REQUIRE(it != r.ambiguities.end());
       CHECK(std::find(it->candidates.begin(), it->candidates.end(), truth.at(ak)) != it->candidates.end());
     }

@@ -1,6 +1,7 @@
 // The host batch source: the data pipeline's batches, read by the model straight from host memory.
 #include "trainer/batch_source.hpp"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -13,13 +14,27 @@ class HostBatch final : public Batch {
  public:
   data::BatchRef ref;
 
-  float forward(model::ResNet50& model) override { return model.forward(ref->images, ref->labels); }
+  float forward(model::ResNet50& model) override {
+    if (!poisoned_) return model.forward(ref->images, ref->labels);
+    poisoned_ = false;
+    std::vector<float> images = ref->images;
+    images.at(0) = std::numeric_limits<float>::quiet_NaN();
+    return model.forward(images, ref->labels);
+  }
+  bool poison() override {
+    poisoned_ = true;
+    return true;
+  }
   void to_host(std::vector<float>& images, std::vector<std::int32_t>& labels) override {
     images = ref->images;
     labels = ref->labels;
+    if (poisoned_) images.at(0) = std::numeric_limits<float>::quiet_NaN();  // what forward will read
   }
   // The pipeline's slot goes back as soon as forward has read it.
   void forward_done() override { ref.release(); }
+
+ private:
+  bool poisoned_ = false;
 };
 
 class HostBatchSource final : public BatchSource {

@@ -43,6 +43,9 @@ class Batch {
   // After the update: every kernel that reads the batch has been queued (conv1's weight gradient
   // reads the images), so its memory may be refilled once they have run.
   virtual void step_done() {}
+  // Testing aid (--poison-step): the next forward reads a NaN in place of the batch's first pixel.
+  // False when this kind of batch cannot be poisoned.
+  virtual bool poison() { return false; }
 };
 
 class BatchSource {

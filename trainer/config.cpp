@@ -27,7 +27,9 @@ struct Option {
 };
 
 // Accepted but left out of --help: testing and diagnosis aids (documented in config.hpp).
-bool is_hidden(std::string_view key) { return key == "shard" || key == "profile_buffer_events"; }
+bool is_hidden(std::string_view key) {
+  return key == "shard" || key == "profile_buffer_events" || key == "poison_step";
+}
 
 const Option kOptions[] = {
     {"config_file", &TrainConfig::config_file, "F.json: read settings from a JSON file (flags override it)"},
@@ -82,6 +84,9 @@ const Option kOptions[] = {
     {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
     {"sync_bn", &TrainConfig::sync_bn, "off|local|global: SyncBatchNorm, batch statistics over this host's ranks or all ranks (default off)"},
     {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
+    {"on_nonfinite", &TrainConfig::on_nonfinite, "stop|skip: a NaN/Inf loss stops the run (default), or skips that step's update"},
+    {"check_finite", &TrainConfig::check_finite, "check every activation for NaN/Inf, so a non-finite loss names the first tensor it appeared in"},
+    {"poison_step", &TrainConfig::poison_step, "N: put a NaN into rank 0's input batch of step N (testing aid)"},
     {"shard", &TrainConfig::shard, "R/N: one process trains on rank R's data shard of an N-rank job"},
     {"profile_buffer_events", &TrainConfig::profile_buffer_events, "N: cap the profiler's event buffers at N events"},
     {"pipeline_stages", &TrainConfig::pipeline_stages, "S: pipeline-parallel stages (world = S x data-parallel replicas; default 1)"},
@@ -393,6 +398,9 @@ void validate(const TrainConfig& c) {
   need(c.sync_bn == "off" || c.device != "cuda",
        "--sync-bn " + c.sync_bn +
            ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
+  need(c.on_nonfinite == "stop" || c.on_nonfinite == "skip",
+       "--on-nonfinite: expected stop or skip, got '" + c.on_nonfinite + "'");
+  need(c.poison_step >= -1, "--poison-step: expected a step number counted from 0 (or -1 for none)");
   need(!c.allreduce_split || c.bucket_mb == 0, "--allreduce-split and --bucket-mb: give one, not both");
   validate_pipeline_flags(c);
   need(c.sync_bn == "off" || c.pipeline_stages <= 1,

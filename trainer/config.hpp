@@ -13,13 +13,14 @@
 #include <nlohmann/json.hpp>
 
 #include "allreduce/split_points.hpp"
+#include "store/one_line.hpp"
 
 namespace wb::trainer {
 
 // Bad flags, bad JSON, bad values: the message is one line naming the flag or file.
 class ConfigError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ConfigError(const std::string& what) : std::runtime_error(store::one_line(what)) {}
 };
 
 struct TrainConfig {
@@ -84,6 +85,12 @@ struct TrainConfig {
   // batch norm over that group's batches.
   std::string sync_bn = "off";
   bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
+  // A NaN or Inf loss on any rank: "stop" ends the run after that step (exit 1), "skip" drops that
+  // step's update (parameters, momentum and batch-norm statistics stay as before it) and goes on.
+  std::string on_nonfinite = "stop";
+  bool check_finite = false;  // check every activation, so a non-finite loss names the first bad tensor
+  // Testing aid (not in --help): a NaN in rank 0's input batch of this step (-1: none; CPU batches).
+  int64_t poison_step = -1;
   // Testing and diagnosis aid (not in --help): "R/N" makes a single process train on the data shard that
   // rank R of an N-rank job would get, so its gradients can be set beside one rank of a distributed run.
   std::string shard;

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 namespace wb::trainer {
@@ -55,6 +56,16 @@ void StepObserver::on_module_end(int module_id, model::Phase phase) {
 
 void StepObserver::on_output(std::string_view dump_name, const backend::Tensor& output) {
   if (dump_) dump_->activation(backend_, dump_name, output);
+  if (check_finite_ && first_nonfinite_.empty()) {
+    host_.resize(static_cast<std::size_t>(output.numel()));
+    backend_.to_host(output, host_);
+    for (float v : host_) {
+      if (!std::isfinite(v)) {
+        first_nonfinite_ = "act." + std::string(dump_name);
+        break;
+      }
+    }
+  }
 }
 
 void StepObserver::on_grads_ready(int first_param, int last_param_exclusive) {

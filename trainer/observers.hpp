@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -38,10 +39,15 @@ class StepObserver final : public model::ModelObserver {
     slow_module_ = module_id;
     slow_us_ = us;
   }
+  // --check-finite: every output is copied to the host and checked for NaN/Inf; the first one of a
+  // step is kept (its dump name, "act.<module>") until reset_nonfinite().
+  void set_check_finite(bool on) { check_finite_ = on; }
+  void reset_nonfinite() { first_nonfinite_.clear(); }
+  const std::string& first_nonfinite() const { return first_nonfinite_; }
 
   void on_module_begin(int module_id, model::Phase phase) override;
   void on_module_end(int module_id, model::Phase phase) override;
-  bool wants_outputs() const override { return dump_ != nullptr; }
+  bool wants_outputs() const override { return dump_ != nullptr || check_finite_; }
   void on_output(std::string_view dump_name, const backend::Tensor& output) override;
   void on_grads_ready(int first_param, int last_param_exclusive) override;
 
@@ -56,6 +62,9 @@ class StepObserver final : public model::ModelObserver {
   dump::StepDump* dump_ = nullptr;
   int slow_module_ = -1;
   std::int64_t slow_us_ = 0;
+  bool check_finite_ = false;
+  std::string first_nonfinite_;
+  std::vector<float> host_;  // scratch for the finiteness check
 };
 
 class DataObserver final : public data::Observer {

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -29,6 +30,8 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "profiler/record/clock_sync.hpp"
 #include "profiler/record/recorder.hpp"
@@ -410,6 +413,70 @@ void record_step(Job& job, const store::StepRow& row) {
   job.rec.writer->add(r);
 }
 
+// Batch-norm running statistics before a step, so --on-nonfinite skip can undo what a poisoned
+// forward did to them.
+struct SavedStatistics {
+  std::vector<float> running;
+  std::vector<std::int64_t> tracked;
+  void take(model::ResNet50& model) {
+    running = model.running_stats_to_host();
+    tracked.assign(model.num_batches_tracked().begin(), model.num_batches_tracked().end());
+  }
+  void restore(model::ResNet50& model) {
+    model.running_stats_from_host(running);
+    std::copy(tracked.begin(), tracked.end(), model.num_batches_tracked().begin());
+  }
+};
+
+// Whether `mine` holds on any rank (one tiny allreduce on the host communicator).
+bool any_rank(parallel::Communicator& comm, bool mine) {
+  float flag = mine ? 1.0f : 0.0f;
+  if (comm.size() > 1) comm.allreduce(&flag, 1, parallel::ReduceOp::sum);
+  return flag > 0.0f;
+}
+
+// A non-finite loss: one line naming the step, the loss and where it first appeared, and a record in
+// the run file (meta.nonfinite: a JSON array with an entry per rank and step).
+void report_nonfinite(Job& job, std::int64_t step, float loss, nlohmann::json& log) {
+  const int rank = job.place.rank;
+  const bool skip = job.cfg.on_nonfinite == "skip";
+  const std::string& tensor = job.observer.first_nonfinite();
+  const bool mine = !std::isfinite(loss) || !tensor.empty();
+  const std::string loss_text = std::isnan(loss) ? "nan" : !std::isfinite(loss) ? (loss > 0 ? "inf" : "-inf")
+                                                                                 : std::to_string(loss);
+  std::ostringstream msg;
+  if (mine) {
+    msg << "wb-train: rank " << rank << ": " << (std::isfinite(loss) ? "non-finite values" : "loss is " + loss_text)
+        << " at step " << step;
+    if (!tensor.empty()) {
+      msg << "; first non-finite tensor: " << tensor;
+      if (std::isfinite(loss)) msg << " (the loss, " << loss_text << ", stayed finite)";
+    } else if (job.cfg.check_finite) {
+      msg << "; every activation was finite: it appeared in the loss";
+    } else {
+      msg << "; rerun with --check-finite (or --dump-step " << step << ") to find the first non-finite tensor";
+    }
+  } else if (rank == 0) {
+    msg << "wb-train: step " << step << ": another rank met non-finite values";
+  }
+  if (mine || rank == 0) {
+    msg << (skip ? "; the step's update is skipped (--on-nonfinite skip)\n"
+                 : "; stopping (--on-nonfinite stop; lower --lr, or skip such steps with --on-nonfinite skip)\n");
+    std::cerr << msg.str() << std::flush;  // one write, so the ranks' lines do not interleave
+  }
+  nlohmann::json entry = {{"step", step}, {"rank", rank}, {"action", skip ? "skip" : "stop"}};
+  entry["loss"] = std::isfinite(loss) ? nlohmann::json(loss) : nlohmann::json(loss_text);
+  if (!tensor.empty()) {
+    entry["first_tensor"] = tensor;
+  } else if (mine && job.cfg.check_finite) {
+    entry["first_tensor"] = "loss";
+  } else {
+    entry["first_tensor"] = nullptr;  // unknown without --check-finite, or another rank's
+  }
+  log.push_back(entry);
+  job.rec.writer->set_meta("nonfinite", log.dump());
+}
+
 struct TrainResult {
   int exit_code = 0;
   std::int64_t steps_done = 0;
@@ -428,6 +495,10 @@ TrainResult train(Job& job) {
                     cfg.batch_size * (world / cfg.pipeline_stages), cfg.log_every);
   int64_t last_trace_flush = profiler::now_ns();
   TrainResult result;
+  const bool skip_nonfinite = cfg.on_nonfinite == "skip";
+  SavedStatistics saved;
+  nlohmann::json nonfinite_log = nlohmann::json::array();
+  job.observer.set_check_finite(cfg.check_finite);
   int64_t step = job.learner.start_step;
   for (; step < job.input.total_steps; ++step) {
     if (store::Writer::stop_requested()) {
@@ -439,16 +510,30 @@ TrainResult train(Job& job) {
     const double lr = job.learner.schedule->lr_at(step);
     store::StepRow row{rank, static_cast<int32_t>(step), profiler::now_ns(), 0, 0, 0, 0.0, lr, cfg.batch_size};
     float loss = 0.0f;
+    bool nonfinite = false;
     {
       profiler::Range step_range(step_name, store::Category::step);
       Batch& batch = batches.pop(step);                                     // wait for data
       row.data_wait_ns = batches.take_wait_ns();
       if (step == cfg.dump_step) job.schedule.before_dump(step);
+      if (step == cfg.poison_step && rank == 0 && !batch.poison())
+        throw ConfigError("--poison-step: this run's batches cannot be poisoned (a testing aid for CPU runs)");
       std::unique_ptr<dump::StepDump> dump = start_dump(job, step, batch);
       job.observer.set_dump(dump.get());
+      job.observer.reset_nonfinite();
+      if (skip_nonfinite) saved.take(model);
       loss = job.schedule.forward_backward(batch, step, row.comm_exposed_ns);   // forward, loss, backward, gradients
       job.observer.set_dump(nullptr);
-      job.learner.sgd->step(model, static_cast<float>(lr), job.schedule.own_segments(model));  // update
+      // Every rank takes the same decision: a non-finite loss anywhere has poisoned the averaged gradients.
+      // With --check-finite a non-finite activation counts too, even where a later op hid it (the CPU
+      // backend's ReLU turns a NaN into 0, where PyTorch's keeps it).
+      nonfinite = any_rank(*job.place.comms.host,
+                           !std::isfinite(loss) || !job.observer.first_nonfinite().empty());
+      if (!nonfinite) {
+        job.learner.sgd->step(model, static_cast<float>(lr), job.schedule.own_segments(model));  // update
+      } else if (skip_nonfinite) {
+        saved.restore(model);  // the forward's batch-norm statistics go too
+      }
       batch.step_done();
       if (step == cfg.dump_step) job.schedule.after_dump(step);
       if (dump) dump->after_step(model, loss);
@@ -456,10 +541,9 @@ TrainResult train(Job& job) {
     row.end_ns = profiler::now_ns();
     row.loss = loss;
     if (cfg.check_sync && world > 1 && !parameters_agree(job, step)) result.exit_code = 1;
-    if (!std::isfinite(loss)) {
-      std::cerr << "wb-train: rank " << rank << ": loss is " << loss << " at step " << step
-                << " (diverged: lower --lr?)\n";
-      result.exit_code = 1;
+    if (nonfinite) {
+      report_nonfinite(job, step, loss, nonfinite_log);
+      if (!skip_nonfinite) result.exit_code = 1;
     }
     record_step(job, row);
     progress.step(step, loss, row.end_ns - row.start_ns, row.data_wait_ns);

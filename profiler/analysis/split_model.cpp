@@ -191,7 +191,9 @@ SplitModel build_split_model(const RunData& run) {
   double compute_end_sum = 0.0, step_sum = 0.0, exposed_sum = 0.0;
   int used = 0;
   for (const auto& [key, rows] : by_step) {
-    auto [rank, step] = key;
+    // Plain variables, not a structured binding: lambdas capture them (clang 14 cannot capture bindings).
+    const auto rank = std::get<0>(key);
+    const auto step = std::get<1>(key);
     const auto& ranges = run.ranges_of(run.main_track(rank));
     const store::StepRow* srow = nullptr;
     for (const auto& s : run.steps)

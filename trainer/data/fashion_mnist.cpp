@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <string>
+#include <vector>
 
 #include "trainer/data/dataset.hpp"
 
@@ -49,6 +50,33 @@ class GzFile {
       }
       done += static_cast<size_t>(got);
     }
+  }
+
+  // Reads exactly `n` bytes into `out`, growing it as the data arrive: a header that claims more than
+  // the file holds fails at the file's end, without first allocating all it claims.
+  // The buffer doubles (from 64 KiB, in steps of at most 256 MiB), so it never holds more than about
+  // twice what the file had.
+  void read_all(std::vector<uint8_t>& out, size_t n, const std::string& what) {
+    constexpr size_t kFirst = size_t{64} << 10, kMaxStep = size_t{256} << 20;
+    out.clear();
+    size_t done = 0;
+    while (done < n) {
+      out.resize(done + std::min(n - done, std::clamp(done, kFirst, kMaxStep)));
+      const unsigned want = static_cast<unsigned>(out.size() - done);
+      const int got = gzread(file_, out.data() + done, want);
+      if (got < 0) {
+        int err = 0;
+        const char* msg = gzerror(file_, &err);
+        throw DataError(path_.string() + ": corrupt or truncated while reading " + what + " (" +
+                        (msg != nullptr ? msg : "zlib error") + ")");
+      }
+      if (got == 0) {
+        throw DataError(path_.string() + ": truncated: " + what + " needs " + std::to_string(n) +
+                        " bytes, file ends after " + std::to_string(done));
+      }
+      done += static_cast<size_t>(got);
+    }
+    out.resize(n);
   }
 
   uint32_t read_be32(const std::string& what) {
@@ -97,9 +125,8 @@ IdxImages read_idx_images(const std::filesystem::path& file) {
   out.count = in.read_dim("image count", kMaxCount);
   out.rows = static_cast<int>(in.read_dim("row count", kMaxSide));
   out.cols = static_cast<int>(in.read_dim("column count", kMaxSide));
-  out.pixels.resize(static_cast<size_t>(out.count * out.rows * out.cols));
-  in.read(out.pixels.data(), out.pixels.size(),
-          std::to_string(out.count) + " images of " + std::to_string(out.rows) + "x" + std::to_string(out.cols));
+  in.read_all(out.pixels, static_cast<size_t>(out.count * out.rows * out.cols),
+              std::to_string(out.count) + " images of " + std::to_string(out.rows) + "x" + std::to_string(out.cols));
   return out;
 }
 
@@ -107,8 +134,8 @@ std::vector<int32_t> read_idx_labels(const std::filesystem::path& file) {
   GzFile in(file);
   in.expect_magic(kLabelsMagic, "idx1 unsigned-byte labels");
   const int64_t count = in.read_dim("label count", kMaxCount);
-  std::vector<uint8_t> raw(static_cast<size_t>(count));
-  in.read(raw.data(), raw.size(), std::to_string(count) + " labels");
+  std::vector<uint8_t> raw;
+  in.read_all(raw, static_cast<size_t>(count), std::to_string(count) + " labels");
   std::vector<int32_t> labels(raw.size());
   for (size_t i = 0; i < raw.size(); ++i) {
     if (raw[i] > 9) {
