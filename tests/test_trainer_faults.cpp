@@ -66,7 +66,8 @@ TEST_CASE("wb-train: the disk fills while recording: training goes on, one repor
   CAPTURE(r.exit_code, r.err, r.out);
   // Training went on to the end; the failure is reported once, and what was lost is counted.
   CHECK(r.exit_code == 0);
-  CHECK(r.out.find("step " + std::to_string(kSteps) + "/" + std::to_string(kSteps)) != std::string::npos);
+  const std::string all_steps = std::to_string(kSteps);
+  CHECK(r.out.find(std::string("[").append(all_steps).append("/").append(all_steps).append("]")) != std::string::npos);
   CHECK(occurrences(r.err, "recording to " + run.string() + " failed") == 1);
   CHECK(r.err.find("events were dropped") != std::string::npos);
   CHECK(r.out.find("(incomplete)") != std::string::npos);

@@ -362,7 +362,7 @@ TEST_CASE("pipeline: SIGKILL of stage 1's rank ends the job within 60 s, naming 
   std::vector<pid_t> ranks;
   while (Clock::now() < setup_deadline) {
     ranks = children_named(launcher, "wb-train");
-    if (ranks.size() == 2 && wb::test::read_text(out).find("step 2/100000") != std::string::npos) break;
+    if (ranks.size() == 2 && wb::test::read_text(out).find("[2/100000]") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   CAPTURE(wb::test::read_text(out), wb::test::read_text(err));
