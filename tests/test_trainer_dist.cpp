@@ -303,50 +303,6 @@ TEST_CASE("2 ranks: --check-sync stops the run when the ranks' parameters differ
   CHECK(r.out.find("step 1 [2/3]") == std::string::npos);
 }
 
-namespace {
-
-// Direct children of `parent` whose command name is `comm`.
-std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = wb::test::read_text_if_present(e.path() / "stat");
-    const auto open = stat.find('(');
-    const auto close = stat.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close + 4 >= stat.size()) continue;
-    const std::string command = stat.substr(open + 1, close - open - 1);
-    const char state = stat[close + 2];
-    const long ppid = std::strtol(stat.c_str() + close + 4, nullptr, 10);
-    if (ppid == parent && command == comm && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
-  }
-  return out;
-}
-
-// The rank a launched process was given (OMPI_COMM_WORLD_RANK in its environment), -1 if unknown.
-int rank_of(pid_t pid) {
-  const std::string env = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/environ");
-  const std::string key = "OMPI_COMM_WORLD_RANK=";
-  std::size_t at = 0;
-  while (at < env.size()) {
-    const std::size_t end = env.find('\0', at);
-    const std::string var = env.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    if (var.rfind(key, 0) == 0) return std::stoi(var.substr(key.size()));
-    if (end == std::string::npos) break;
-    at = end + 1;
-  }
-  return -1;
-}
-
-// True while the process exists and is not a zombie.
-bool alive(pid_t pid) {
-  const std::string stat = wb::test::read_text_if_present("/proc/" + std::to_string(pid) + "/stat");
-  const auto close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
-}
-
-}  // namespace
-
 TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 0's file incomplete",
           "[trainer][mpi]") {
   TempDir dir;
@@ -371,7 +327,7 @@ TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 
   const auto setup_deadline = Clock::now() + std::chrono::seconds(300);
   std::vector<pid_t> ranks;
   while (Clock::now() < setup_deadline) {
-    ranks = children_named(launcher, "wb-train");
+    ranks = wb::test::children_named(launcher, "wb-train");
     if (ranks.size() == 2 && wb::test::read_text(out).find("step 1 [2/100000]") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -379,10 +335,10 @@ TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 
   REQUIRE(ranks.size() == 2);
   REQUIRE(wb::test::read_text(out).find("step 1 [2/100000]") != std::string::npos);
   pid_t victim = 0, survivor = 0;
-  for (pid_t p : ranks) (rank_of(p) == 1 ? victim : survivor) = p;
+  for (pid_t p : ranks) (wb::test::rank_of(p) == 1 ? victim : survivor) = p;
   REQUIRE(victim != 0);
   REQUIRE(survivor != 0);
-  REQUIRE(rank_of(survivor) == 0);
+  REQUIRE(wb::test::rank_of(survivor) == 0);
 
   REQUIRE(kill(victim, SIGKILL) == 0);
   const auto killed_at = Clock::now();
@@ -390,11 +346,11 @@ TEST_CASE("2 ranks: SIGKILL of rank 1 stops the job within 60 s and leaves rank 
   bool launcher_done = false;
   while (Clock::now() - killed_at < std::chrono::seconds(60)) {
     if (!launcher_done && waitpid(launcher, &status, WNOHANG) == launcher) launcher_done = true;
-    if (launcher_done && !alive(survivor)) break;
+    if (launcher_done && !wb::test::alive(survivor)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const double seconds = std::chrono::duration<double>(Clock::now() - killed_at).count();
-  const bool survivor_gone = !alive(survivor);
+  const bool survivor_gone = !wb::test::alive(survivor);
   if (!launcher_done) {  // leave nothing behind before failing
     kill(launcher, SIGKILL);
     waitpid(launcher, &status, 0);

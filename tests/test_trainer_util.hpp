@@ -3,10 +3,13 @@
 // tests/support.
 #pragma once
 
+#include <sys/types.h>
+
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -96,6 +99,47 @@ inline CheckpointDiff diff_checkpoints(const std::map<std::string, store::HostTe
     }
   }
   return d;
+}
+
+// Processes a test launched (a wb-train job under mpirun), read from /proc.
+// Direct children of `parent` whose command name is `comm`.
+inline std::vector<pid_t> children_named(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = read_text_if_present(e.path() / "stat");
+    const auto open = stat.find('(');
+    const auto close = stat.rfind(')');
+    if (open == std::string::npos || close == std::string::npos || close + 4 >= stat.size()) continue;
+    const std::string command = stat.substr(open + 1, close - open - 1);
+    const char state = stat[close + 2];
+    const long ppid = std::strtol(stat.c_str() + close + 4, nullptr, 10);
+    if (ppid == parent && command == comm && state != 'Z') out.push_back(static_cast<pid_t>(std::stol(name)));
+  }
+  return out;
+}
+
+// The rank a launched process was given (OMPI_COMM_WORLD_RANK in its environment), -1 if unknown.
+inline int rank_of(pid_t pid) {
+  const std::string env = read_text_if_present("/proc/" + std::to_string(pid) + "/environ");
+  const std::string key = "OMPI_COMM_WORLD_RANK=";
+  std::size_t at = 0;
+  while (at < env.size()) {
+    const std::size_t end = env.find('\0', at);
+    const std::string var = env.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (var.rfind(key, 0) == 0) return std::stoi(var.substr(key.size()));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  return -1;
+}
+
+// True while the process exists and is not a zombie.
+inline bool alive(pid_t pid) {
+  const std::string stat = read_text_if_present("/proc/" + std::to_string(pid) + "/stat");
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 }  // namespace wb::test
