@@ -6,6 +6,8 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "profiler/analysis/layer_diff.hpp"
+
 namespace wb::ingest {
 
 Names::Names(std::vector<std::string>& strings) : strings_(strings) {
@@ -78,22 +80,6 @@ constexpr std::string_view kEvalPrefix = "autograd::engine::evaluate_function: "
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 bool contains(std::string_view s, std::string_view p) { return s.find(p) != std::string_view::npos; }
 
-// A module path as torchvision names them: identifiers and indices joined by dots ("layer2.0.conv2",
-// "fc"), starting with a lower-case letter; PyTorch's own ranges all have "::", "#", ":" or upper case.
-bool is_module_name(std::string_view s) {
-  if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
-  bool dot = true;
-  for (char c : s) {
-    if (c == '.') {
-      if (dot) return false;
-      dot = true;
-      continue;
-    }
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
-    dot = false;
-  }
-  return !dot;
-}
 
 Kind kind_of_module(std::string_view name) {
   if (name.size() >= 12 && name.substr(name.size() - 12) == "downsample.0") return Kind::conv;
@@ -201,7 +187,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
   for (const auto& t : threads)
     for (const auto& n : t.nodes)
       if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && n.category == Category::forward &&
-          is_module_name(names.text(n.name)))
+          analysis::is_layer_name(names.text(n.name)))
         by_module = true;
 
   std::map<std::int32_t, std::vector<Unit>> forward_units;  // per step, in execution order
@@ -220,7 +206,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
       if (n.category != Category::forward) continue;
       const std::string& text = names.text(n.name);
       if (by_module) {
-        if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && is_module_name(text)) {
+        if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && analysis::is_layer_name(text)) {
           n.layer = n.name;
           Kind k = kind_of_module(text);
           if (k != Kind::none) {

@@ -30,7 +30,7 @@ const char* op_type_name(OpType t) {
   return "?";
 }
 
-bool is_layer_name(const std::string& s) {
+bool is_layer_name(std::string_view s) {
   if (s.empty() || !(s[0] >= 'a' && s[0] <= 'z')) return false;
   bool dot = true;
   for (char c : s) {

@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,7 @@ const char* op_type_name(OpType t);
 // The type of a layer by its name ("layer1.0.downsample.0" conv, "layer1.0" block, "loss", ...).
 OpType op_type_of_layer(const std::string& name);
 // True for module paths ("layer2.0.conv2"): lower-case start, identifiers and indices joined by dots.
-bool is_layer_name(const std::string& name);
+bool is_layer_name(std::string_view name);
 
 struct LayerTime {
   std::string name;
