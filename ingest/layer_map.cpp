@@ -24,11 +24,24 @@ std::uint32_t Names::id(const std::string& text) {
 }
 
 void build_tree(std::vector<Node>& nodes) {
-  std::sort(nodes.begin(), nodes.end(), [](const Node& a, const Node& b) {
+  // Outer ranges first at equal starts. Traces list a thread's ranges mostly in time order (a step's
+  // range comes after its contents, the layer mapping appends its ranges at the end), so the nodes that
+  // break the order are taken out, sorted alone and merged back: linear time on an almost sorted thread.
+  auto before = [](const Node& a, const Node& b) {
     if (a.start != b.start) return a.start < b.start;
     if (a.end != b.end) return a.end > b.end;
     return a.added && !b.added;
-  });
+  };
+  if (!std::is_sorted(nodes.begin(), nodes.end(), before)) {
+    std::vector<Node> in_order, late;
+    in_order.reserve(nodes.size());
+    for (const Node& n : nodes) {
+      if (in_order.empty() || !before(n, in_order.back())) in_order.push_back(n);
+      else late.push_back(n);
+    }
+    std::sort(late.begin(), late.end(), before);
+    std::merge(in_order.begin(), in_order.end(), late.begin(), late.end(), nodes.begin(), before);
+  }
   constexpr std::int64_t kRounding = 1000;  // 1 us
   std::vector<std::int32_t> stack;
   for (std::size_t i = 0; i < nodes.size(); ++i) {

@@ -191,6 +191,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   wo.handle_signals = false;
   wo.overwrite = true;
   wo.build_indexes = build_indexes;  // merge builds the merged file's
+  wo.bulk_load = true;                // a scratch file, renamed or merged once complete
   wo.max_pending_rows = std::numeric_limits<std::size_t>::max() / 2;
   store::Writer w(wo);
 

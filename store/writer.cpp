@@ -225,14 +225,14 @@ Writer::Writer(WriterOptions opts) : opts_(std::move(opts)), pending_(std::make_
   // checkpoints, which guard only against power loss (a profile need not survive one) and used to stall
   // the writer thread for about a tenth of its time.
   db_->exec("PRAGMA page_size = 16384");
-  db_->exec("PRAGMA journal_mode = WAL");
+  db_->exec(opts_.bulk_load ? "PRAGMA journal_mode = OFF" : "PRAGMA journal_mode = WAL");
   db_->exec("PRAGMA synchronous = OFF");
   db_->exec("PRAGMA cache_size = -65536");
   db_->exec("PRAGMA wal_autocheckpoint = 4000");
   // This writer is its file's only writer: a lock means another process holds the file, so a commit
   // gives up after a second (the batch is counted as dropped) rather than stalling the queue.
   sqlite3_busy_timeout(db_->handle(), 1000);
-  apply_schema(*db_, /*indexes=*/false);
+  apply_schema(*db_, /*indexes=*/opts_.bulk_load && opts_.build_indexes);
 
   {
     Transaction tx(*db_);
@@ -266,7 +266,7 @@ Writer::~Writer() {
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   try {
-    if (opts_.build_indexes) create_indexes(*db_);
+    if (opts_.build_indexes && !opts_.bulk_load) create_indexes(*db_);
   } catch (const StoreError& e) {
     std::fprintf(stderr, "wb: %s: could not build indexes (queries will scan): %s\n", opts_.path.c_str(), e.what());
   }

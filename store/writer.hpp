@@ -42,6 +42,10 @@ struct WriterOptions {
   // roughly double the cost of every insert); a per-rank file that wb merge will combine can skip them,
   // since merge builds the merged file's indexes itself.
   bool build_indexes = true;
+  // Bulk load of a file that is renamed into place only once complete (wb import): no journal, and the
+  // indexes exist from the start, which is cheaper than building them at the end when rows arrive in
+  // index order (each track's ranges by start time) as an import writes them.
+  bool bulk_load = false;
 };
 
 // What the background thread has done so far, for overhead reports and benchmarks.
