@@ -123,10 +123,12 @@ TEST_CASE("decode and every recipe match torchvision + PIL on real photographs",
   std::vector<Ours> ours;
   for (int64_t i = 0; i < d.size(); ++i) {
     const std::string& rel = d.files[static_cast<size_t>(i)];
-    ImageSampleLoader decode_only({});
+    std::vector<uint8_t> bytes;
+    read_file_bytes(dir.path() / rel, bytes);
+    RgbImage whole;
+    ImageDecoder().decode(bytes.data(), bytes.size(), rel, whole);
     std::vector<float> out(3 * s * s);
-    decode_only.load(dir.path() / rel, rel, 1, 0, i, out.data());
-    ours.push_back({decode_only.last_decoded().pixels, {}, -1});
+    ours.push_back({whole.pixels, {}, -1});
     params += "decode " + rel + " 0 0 0 0 0\n";
     for (int r = 0; r < 3; ++r) {
       ImageTransformConfig cfg;
@@ -178,6 +180,79 @@ TEST_CASE("decode and every recipe match torchvision + PIL on real photographs",
     REQUIRE(static_cast<double>(t.exact) >= 0.999 * static_cast<double>(t.pixels));
     REQUIRE(t.floats_exact == t.floats);
   }
+}
+
+TEST_CASE("a JPEG decoded around a region has the full decode's pixels there; damage outside it is still an error",
+          "[trainer][data][imagefolder]") {
+  TempDir dir;
+  make_folder(dir.path(), "--parity");
+  Dataset d;
+  scan_image_folder(dir.path(), d);
+  ImageDecoder decoder;
+  std::vector<uint8_t> bytes;
+  RgbImage whole, part;
+  long long values = 0, jpegs = 0, cropped = 0;
+  uint32_t rng = 12345;
+  auto next = [&](int n) {
+    rng = rng * 1664525u + 1013904223u;
+    return static_cast<int>((rng >> 8) % static_cast<uint32_t>(n));
+  };
+  for (const std::string& rel : d.files) {
+    read_file_bytes(dir.path() / rel, bytes);
+    if (sniff_image_format(bytes.data(), bytes.size()) != ImageFormat::kJpeg) continue;
+    ++jpegs;
+    decoder.decode(bytes.data(), bytes.size(), rel, whole);
+    const int w = whole.width, h = whole.height;
+    // Regions of every kind: inside, at each edge, one pixel, and the whole image.
+    std::vector<SourceRect> regions{{0, 0, w, h}, {w / 2, h / 2, w / 2 + 1, h / 2 + 1}, {0, 0, w / 3 + 1, h / 4 + 1},
+                                    {w - w / 3 - 1, h - h / 4 - 1, w, h}};
+    for (int k = 0; k < 6; ++k) {
+      const int x0 = next(w), y0 = next(h);
+      regions.push_back({x0, y0, x0 + 1 + next(w - x0), y0 + 1 + next(h - y0)});
+    }
+    for (const SourceRect& r : regions) {
+      CAPTURE(rel, w, h, r.x0, r.y0, r.x1, r.y1);
+      part.pixels.assign(whole.pixels.size(), 0);  // what the region decode leaves alone stays 0
+      bool asked = false;
+      decoder.decode(bytes.data(), bytes.size(), rel, part, [&](int ww, int hh) {
+        REQUIRE(ww == w);
+        REQUIRE(hh == h);
+        asked = true;
+        return r;
+      });
+      REQUIRE(part.width == w);
+      REQUIRE(part.height == h);
+      long long mismatched = 0, untouched = 0;
+      for (int y = r.y0; y < r.y1; ++y)
+        for (int x = r.x0; x < r.x1; ++x)
+          for (int c = 0; c < 3; ++c) {
+            const std::size_t i = (static_cast<std::size_t>(y) * w + x) * 3 + c;
+            mismatched += part.pixels[i] != whole.pixels[i];
+            ++values;
+          }
+      for (std::size_t i = 0; i < part.pixels.size(); ++i) untouched += part.pixels[i] == 0 && whole.pixels[i] != 0;
+      REQUIRE(mismatched == 0);
+      if (asked && untouched > 0) ++cropped;
+    }
+  }
+  std::printf("region decode: %lld JPEGs, %lld region values equal to the full decode, %lld regions decoded in part\n",
+              jpegs, values, cropped);
+  REQUIRE(jpegs >= 5);
+  REQUIRE(cropped >= jpegs);  // the partial path ran (greyscale and CMYK files are decoded whole)
+
+  // A file cut short below the region: the region's rows decode, but the damage is still found.
+  for (const std::string& rel : d.files) {
+    read_file_bytes(dir.path() / rel, bytes);
+    if (sniff_image_format(bytes.data(), bytes.size()) != ImageFormat::kJpeg) continue;
+    decoder.decode(bytes.data(), bytes.size(), rel, whole);
+    if (whole.height < 200) continue;
+    bytes.resize(bytes.size() * 2 / 3);
+    REQUIRE_THROWS_WITH(decoder.decode(bytes.data(), bytes.size(), rel, part,
+                                       [](int ww, int) { return SourceRect{0, 0, ww / 2, 8}; }),
+                        Catch::Contains(rel + ": corrupt or truncated JPEG"));
+    return;
+  }
+  FAIL("no JPEG of 200 rows or more in the parity folder");
 }
 
 TEST_CASE("bad image files are one line naming the file; --skip-bad-images counts them", "[trainer][data][imagefolder]") {

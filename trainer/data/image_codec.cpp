@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csetjmp>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+
+// jpeglib.h needs FILE and size_t declared first.
+#include <jpeglib.h>
 
 namespace wb::data {
 
@@ -44,9 +48,10 @@ ImageDecoder::~ImageDecoder() {
   if (tj_ != nullptr) tjDestroy(tj_);
 }
 
-void ImageDecoder::decode(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out) {
+void ImageDecoder::decode(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+                          const RegionOfInterest& roi) {
   switch (sniff_image_format(data, size)) {
-    case ImageFormat::kJpeg: return decode_jpeg(data, size, name, out);
+    case ImageFormat::kJpeg: return decode_jpeg(data, size, name, out, roi);
     case ImageFormat::kPng: return decode_png(data, size, name, out);
     case ImageFormat::kOther:
       throw DataError(name + ": a BMP/PPM/TIFF/WebP image; wb-train decodes JPEG and PNG only (convert it, or "
@@ -64,9 +69,76 @@ inline int muldiv255(int a, int b) {
   return ((t >> 8) + t) >> 8;
 }
 
+// libjpeg's errors, and its warnings (as TJFLAG_STOPONWARNING does), end the decode through longjmp back
+// to decode_jpeg_region, with the message kept.
+struct JpegErrors {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+extern "C" void jpeg_stop(j_common_ptr cinfo) {
+  auto* e = reinterpret_cast<JpegErrors*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, e->message);
+  std::longjmp(e->jump, 1);
+}
+
+extern "C" void jpeg_message(j_common_ptr cinfo, int level) {
+  if (level < 0) jpeg_stop(cinfo);  // a warning: corrupt data, premature end of file
+}
+
+// Pixels decoded beyond the region on each side, so that the region's pixels equal the full decode's.
+constexpr int kRegionMargin = 16;
+
 }  // namespace
 
-void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out) {
+// Only the local C structs live in this frame across setjmp, so the longjmp skips no destructor.
+bool ImageDecoder::decode_jpeg_region(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+                                      const SourceRect& r) {
+  jpeg_decompress_struct cinfo{};
+  JpegErrors err{};
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_stop;
+  err.mgr.emit_message = jpeg_message;
+  if (setjmp(err.jump) != 0) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(name + ": corrupt or truncated JPEG (libjpeg-turbo: " + err.message + ")");
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+  jpeg_read_header(&cinfo, TRUE);
+  if (cinfo.num_components != 3 || (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_RGB) ||
+      static_cast<int>(cinfo.image_width) != out.width || static_cast<int>(cinfo.image_height) != out.height) {
+    jpeg_destroy_decompress(&cinfo);
+    return false;
+  }
+  // What PIL's decoder (and tjDecompress2) use: accurate integer DCT, fancy upsampling.
+  cinfo.out_color_space = JCS_RGB;
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.do_fancy_upsampling = TRUE;
+  jpeg_start_decompress(&cinfo);
+  const int w = out.width, h = out.height;
+  JDIMENSION x = static_cast<JDIMENSION>(std::clamp(r.x0 - kRegionMargin, 0, w));
+  JDIMENSION cw = static_cast<JDIMENSION>(std::clamp(r.x1 + kRegionMargin, 0, w)) - x;
+  if (cw == 0) cw = 1;
+  if (cw < static_cast<JDIMENSION>(w)) jpeg_crop_scanline(&cinfo, &x, &cw);  // widened to whole iMCUs
+  const auto y0 = static_cast<JDIMENSION>(std::clamp(r.y0 - kRegionMargin, 0, h));
+  const auto y1 = static_cast<JDIMENSION>(std::clamp(r.y1 + kRegionMargin, 0, h));
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
+  const std::size_t stride = static_cast<std::size_t>(w) * 3;
+  while (cinfo.output_scanline < y1) {
+    JSAMPROW row = out.pixels.data() + static_cast<std::size_t>(cinfo.output_scanline) * stride + std::size_t{x} * 3;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  // The rest is entropy-decoded and dropped: a damaged or truncated tail is still an error.
+  if (cinfo.output_scanline < cinfo.output_height) jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return true;
+}
+
+void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+                               const RegionOfInterest& roi) {
   auto* h = static_cast<tjhandle>(tj_);
   int w = 0, ht = 0, subsamp = 0, colorspace = 0;
   if (tjDecompressHeader3(h, data, static_cast<unsigned long>(size), &w, &ht, &subsamp, &colorspace) != 0) {
@@ -98,6 +170,12 @@ void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std:
       }
     }
   } else {
+    if (roi) {
+      const SourceRect r = roi(w, ht);
+      const bool part = r.x0 > kRegionMargin || r.y0 > kRegionMargin || r.x1 < w - kRegionMargin ||
+                        r.y1 < ht - kRegionMargin;
+      if (part && decode_jpeg_region(data, size, name, out, r)) return;
+    }
     check(tjDecompress2(h, data, static_cast<unsigned long>(size), out.pixels.data(), w, 0, ht, TJPF_RGB, flags));
   }
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,26 @@ ImageFormat sniff_image_format(const uint8_t* data, std::size_t size);
 // Reads a whole file into `out` (reused). Throws DataError naming the file when it cannot be read.
 void read_file_bytes(const std::filesystem::path& file, std::vector<uint8_t>& out);
 
+// The part of an image a transform reads: columns [x0, x1), rows [y0, y1).
+struct SourceRect {
+  int x0 = 0;
+  int y0 = 0;
+  int x1 = 0;
+  int y1 = 0;
+};
+// Called once per image with its size, before the pixels are decoded: which part will be read.
+using RegionOfInterest = std::function<SourceRect(int width, int height)>;
+
 // Reusable decoder state (one per worker thread). decode() throws DataError "FILE: ..." for a corrupt,
 // truncated or unsupported image; `name` is what the message names.
+//
+// With a region of interest, a colour JPEG is decoded only around that region: libjpeg-turbo's
+// jpeg_crop_scanline and jpeg_skip_scanlines skip the inverse DCT, upsampling and colour conversion of
+// the rest, with a margin of one 16-pixel MCU so that the pixels inside the region are those of the
+// full decode (the upsampler treats a crop's edge as an image edge, which changes the pixels next to
+// it: without a margin the tests see differences, with 2 pixels already none). The skipped rows are still entropy-decoded, so a truncated or damaged file is an error as
+// with a full decode. Pixels outside the region (and its margin) are left as they were. Grey and CMYK
+// JPEGs and PNGs are decoded whole.
 class ImageDecoder {
  public:
   ImageDecoder();
@@ -43,10 +62,14 @@ class ImageDecoder {
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
-  void decode(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
+  void decode(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+              const RegionOfInterest& roi = {});
 
  private:
-  void decode_jpeg(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
+  void decode_jpeg(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+                   const RegionOfInterest& roi);
+  bool decode_jpeg_region(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out,
+                          const SourceRect& r);
   void decode_png(const uint8_t* data, std::size_t size, const std::string& name, RgbImage& out);
   void* tj_ = nullptr;            // tjhandle
   std::vector<uint8_t> scratch_;  // CMYK / grey / 16-bit staging

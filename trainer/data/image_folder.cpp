@@ -252,7 +252,18 @@ ImageAug ImageSampleLoader::load(const fs::path& file, const std::string& name, 
   };
   read_file_bytes(file, bytes_);
   mark(kRead);
-  decoder_.decode(bytes_.data(), bytes_.size(), name, image_);
+  // The decoder learns from the geometry which part of the image the crop and resize read, and decodes
+  // a JPEG only there (with the pixels of a full decode).
+  const auto region = [&](int width, int height) {
+    const ImageAug g = draw_image_aug(config_, width, height, seed, epoch, sample);
+    if (config_.recipe == ImageRecipe::kTorchvisionTrain) return SourceRect{g.left, g.top, g.left + g.width, g.top + g.height};
+    const PixelWindow w = pil_resize_source_window(width, height, g.resize_w, g.resize_h, {g.left, g.top, g.width, g.height},
+                                                   scratch_);
+    if (g.flip && config_.recipe == ImageRecipe::kSeedTrain)  // the window of the flipped image, mirrored
+      return SourceRect{width - (w.x + w.width), w.y, width - w.x, w.y + w.height};
+    return SourceRect{w.x, w.y, w.x + w.width, w.y + w.height};
+  };
+  decoder_.decode(bytes_.data(), bytes_.size(), name, image_, region);
   mark(kDecode);
   const ImageAug a = draw_image_aug(config_, image_.width, image_.height, seed, epoch, sample);
   const int s = config_.image_size;

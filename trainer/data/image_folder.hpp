@@ -84,7 +84,6 @@ class ImageSampleLoader {
   // The uint8 HWC pixels of the last load() before normalisation (S x S x 3): what the parity tests
   // compare with torchvision's PIL output.
   const std::vector<uint8_t>& last_pixels() const { return cropped_; }
-  const RgbImage& last_decoded() const { return image_; }
 
  private:
   ImageTransformConfig config_;

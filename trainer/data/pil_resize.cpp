@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "trainer/data/error.hpp"
 
@@ -152,14 +154,45 @@ PilAxis pil_bilinear_axis(int in_size, int out_size) {
   return a;
 }
 
-void pil_resize_bilinear(const uint8_t* src, int src_stride, int in_w, int in_h, int out_w, int out_h,
-                         const PixelWindow& win, uint8_t* dst, PilResizeScratch& s) {
+namespace {
+
+void check_window(const PixelWindow& win, int out_w, int out_h) {
   if (win.width < 1 || win.height < 1 || win.x < 0 || win.y < 0 || win.x + win.width > out_w ||
       win.y + win.height > out_h) {
     throw DataError("resize: window " + std::to_string(win.width) + "x" + std::to_string(win.height) + " at (" +
                     std::to_string(win.x) + ", " + std::to_string(win.y) + ") is outside the " +
                     std::to_string(out_w) + "x" + std::to_string(out_h) + " output");
   }
+}
+
+// The input range [first, end) one axis' outputs [o, o + n) read.
+std::pair<int, int> taps_of(const PilAxis& a, int o, int n) {
+  const auto last = static_cast<std::size_t>(o + n - 1);
+  return {a.first[static_cast<std::size_t>(o)], a.first[last] + a.count[last]};
+}
+
+}  // namespace
+
+PixelWindow pil_resize_source_window(int in_w, int in_h, int out_w, int out_h, const PixelWindow& win,
+                                     PilResizeScratch& s) {
+  check_window(win, out_w, out_h);
+  PixelWindow src = win;
+  if (out_w != in_w) {
+    const auto [first, end] = taps_of(cached_axis(s.horizontal, s.h_in, s.h_out, in_w, out_w), win.x, win.width);
+    src.x = first;
+    src.width = end - first;
+  }
+  if (out_h != in_h) {
+    const auto [first, end] = taps_of(cached_axis(s.vertical, s.v_in, s.v_out, in_h, out_h), win.y, win.height);
+    src.y = first;
+    src.height = end - first;
+  }
+  return src;
+}
+
+void pil_resize_bilinear(const uint8_t* src, int src_stride, int in_w, int in_h, int out_w, int out_h,
+                         const PixelWindow& win, uint8_t* dst, PilResizeScratch& s) {
+  check_window(win, out_w, out_h);
   constexpr int c = 3;
   const bool need_h = out_w != in_w;
   const bool need_v = out_h != in_h;
@@ -171,9 +204,7 @@ void pil_resize_bilinear(const uint8_t* src, int src_stride, int in_w, int in_h,
   const PilAxis* v = nullptr;
   if (need_v) {
     v = &cached_axis(s.vertical, s.v_in, s.v_out, in_h, out_h);
-    row_first = v->first[static_cast<std::size_t>(win.y)];
-    const auto last = static_cast<std::size_t>(win.y + win.height - 1);
-    row_end = v->first[last] + v->count[last];
+    std::tie(row_first, row_end) = taps_of(*v, win.y, win.height);
   }
 
   // Horizontal pass over rows [row_first, row_end), window columns only, into temp (or straight to dst

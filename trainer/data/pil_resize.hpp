@@ -49,6 +49,11 @@ struct PilResizeScratch {
   bool scalar_only = false;
 };
 
+// The input pixels pil_resize_bilinear reads to compute the output window `win` (the taps of its first
+// and last rows and columns), as a window of the input.
+PixelWindow pil_resize_source_window(int in_w, int in_h, int out_w, int out_h, const PixelWindow& win,
+                                     PilResizeScratch& scratch);
+
 // Resizes the (in_h, in_w, 3) image at `src` (rows `src_stride` bytes apart, so a crop of a larger
 // image can be passed without a copy) to (out_h, out_w) and writes the window `win` of the result to
 // `dst` as (win.height, win.width, 3), packed.
