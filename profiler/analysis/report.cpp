@@ -314,6 +314,26 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     out << "\n";
   }
 
+  if (auto it = run.meta.find("capture"); it != run.meta.end()) {
+    // Triggered capture: events exist for the windows' steps only; the step table is whole.
+    std::set<std::int32_t> kept;
+    for (const auto& w : run.capture_windows)
+      for (std::int32_t k = w.first_step; k <= w.last_step; ++k) kept.insert(k);
+    std::set<std::int32_t> steps;
+    for (const auto& s : run.steps) steps.insert(s.step);
+    out << "Triggered capture (" << it->second << "): events of " << kept.size() << " of " << steps.size()
+        << " steps, in " << run.capture_windows.size() << " window(s); the figures below that come from events "
+        << "(ops, kernels, queues, allreduce) cover those steps only\n";
+    if (!run.capture_windows.empty()) {
+      Table t({"rank", "steps", "trigger", "at step", "detail"});
+      for (const auto& w : run.capture_windows)
+        t.add({std::to_string(w.rank), std::to_string(w.first_step) + "-" + std::to_string(w.last_step), w.trigger,
+               std::to_string(w.trigger_step), w.detail});
+      t.print(out);
+    }
+    out << "\n";
+  }
+
   auto warnings = run_warnings(run);
   out << "Warnings (" << warnings.size() << ")\n";
   if (warnings.empty()) out << "  none\n";
