@@ -17,6 +17,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -186,6 +187,11 @@ TEST_CASE("wb-train --capture slow:K keeps the slowed step and its neighbours, a
   REQUIRE(rep.exit_code == 0);
   CHECK(rep.out.find("Triggered capture (slow:5 (window 2)): events of 5 of 24 steps, in 1 window(s)") != std::string::npos);
   CHECK(rep.out.find("10-14") != std::string::npos);
+  // The profiler's cost counts events per captured step, not per step of the whole run.
+  char per_step[64];
+  std::snprintf(per_step, sizeof per_step, "x %.0f events per step",
+                static_cast<double>(db.query_int64("SELECT count(*) FROM range") + db.query_int64("SELECT count(*) FROM counter")) / 5.0);
+  CHECK(rep.out.find(per_step) != std::string::npos);
 }
 
 TEST_CASE("wb-train --capture steps:A-B keeps steps A to B; a window beyond the run keeps nothing", "[trainer][capture]") {

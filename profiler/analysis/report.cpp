@@ -188,8 +188,20 @@ ProfilerCost profiler_cost(const RunData& run) {
   double events = 0, step_ns = 0;
   for (const auto& [track, rows] : run.ranges) events += static_cast<double>(rows.size());
   for (const auto& [track, rows] : run.counters) events += static_cast<double>(rows.size());
-  for (const auto& s : run.steps) step_ns += static_cast<double>(s.end_ns - s.start_ns);
-  const double rank_steps = static_cast<double>(run.steps.size());
+  // A triggered capture recorded events for its windows' steps only: the cost is per captured step.
+  const bool captured = run.meta.count("capture") > 0;
+  auto in_window = [&](const store::StepRow& s) {
+    return std::any_of(run.capture_windows.begin(), run.capture_windows.end(), [&](const store::CaptureWindowRow& w) {
+      return w.rank == s.rank && s.step >= w.first_step && s.step <= w.last_step;
+    });
+  };
+  double rank_steps = 0;
+  for (const auto& s : run.steps) {
+    if (captured && !in_window(s)) continue;
+    step_ns += static_cast<double>(s.end_ns - s.start_ns);
+    ++rank_steps;
+  }
+  if (rank_steps == 0) return c;  // a capture that kept no step recorded no event to cost
   c.events_per_step = events / rank_steps;
   c.ns_per_step = c.ns_per_event * c.events_per_step;
   c.mean_step_ns = step_ns / rank_steps;
