@@ -66,7 +66,7 @@ TEST_CASE("capture slow:K: windows around slow steps, merged when they overlap, 
       cap.hold(std::span<const store::KernelRow>(&k, 1));
       const unsigned t = cap.triggers(s, dur);
       CHECK(((t & profiler::kTriggerSlow) != 0) == (slow.count(s) && s >= 5));
-      cap.end_step(s, t, start, start + dur);
+      cap.end_step(s, t, start + dur);
       // Rows that reach the capture late: step s-1 (still held) and step s-3 (decided already).
       if (s >= 3) {
         const store::RangeRow late[] = {range(s - 1, (s - 1) * kStepGap + 5 * kMs), range(s - 3, (s - 3) * kStepGap + 6 * kMs)};
@@ -127,7 +127,7 @@ TEST_CASE("capture steps:A-B and signal windows are cut at the run's end", "[pro
       for (int s = 0; s < 10; ++s) {
         const store::RangeRow r = range(s, s * kStepGap);
         cap.hold(std::span<const store::RangeRow>(&r, 1));
-        cap.end_step(s, cap.triggers(s, 10 * kMs), s * kStepGap, s * kStepGap + 10 * kMs);
+        cap.end_step(s, cap.triggers(s, 10 * kMs), s * kStepGap + 10 * kMs);
       }
       cap.finish();
     }

@@ -454,7 +454,7 @@ void end_capture_step(Job& job, const store::StepRow& row) {
   if (comm.size() > 1) comm.allreduce(flags, 2, parallel::ReduceOp::sum);
   const unsigned all = (flags[0] > 0.0f ? profiler::kTriggerSlow : 0u) | (flags[1] > 0.0f ? profiler::kTriggerSignal : 0u);
   const profiler::ClockMap clock = job.rec.recorder->clock();
-  capture.end_step(row.step, all, clock.to_rank0(row.start_ns), clock.to_rank0(row.end_ns));
+  capture.end_step(row.step, all, clock.to_rank0(row.end_ns));
 }
 
 // A non-finite loss: one line naming the step, the loss and where it first appeared, and a record in

@@ -217,8 +217,7 @@ void Capture::open_window(std::int64_t first, std::int64_t last, const char* tri
   windows_.push_back(w);
 }
 
-void Capture::end_step(std::int64_t step, unsigned triggers, std::int64_t start_ns, std::int64_t end_ns) {
-  (void)start_ns;
+void Capture::end_step(std::int64_t step, unsigned triggers, std::int64_t end_ns) {
   std::lock_guard lk(mutex_);
   if (first_step_ < 0) first_step_ = step;
   last_step_ = step;

@@ -68,9 +68,9 @@ class Capture {
   // This rank's triggers at the end of `step`, which took duration_ns (steps in increasing order). Slow:
   // against the median of up to the last 100 steps before it, once 5 steps are behind it.
   unsigned triggers(std::int64_t step, std::int64_t duration_ns);
-  // The job's triggers of `step` (this rank's ORed with the others') and the step's span on rank 0's
+  // The job's triggers of `step` (this rank's ORed with the others') and the step's end on rank 0's
   // clock: opens or extends windows, writes the events of decided steps in a window, frees the others.
-  void end_step(std::int64_t step, unsigned triggers, std::int64_t start_ns, std::int64_t end_ns);
+  void end_step(std::int64_t step, unsigned triggers, std::int64_t end_ns);
   // After the last step (and after the recorder's last drain): windows are cut at the last step, what
   // they hold is written, with a capture_window row each. Idempotent.
   void finish();
