@@ -235,6 +235,9 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
                   t("end_ns") + ", x.busy_ns, x.wait_act_ns, x.wait_grad_ns, x.wait_allreduce_ns FROM src.pipeline_step x "
                   "ORDER BY x.rowid");
         }
+        // Every rank's captured windows (each rank file holds its own rows).
+        if (has_table(db, "src", "capture_window"))
+          db.exec("INSERT INTO main.capture_window SELECT * FROM src.capture_window ORDER BY rowid;");
         db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
                 "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
                 "DROP TABLE temp.smap;");

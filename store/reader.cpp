@@ -295,6 +295,20 @@ std::vector<EvaluationRow> Reader::evaluations() {
   });
 }
 
+std::vector<CaptureWindowRow> Reader::capture_windows() {
+  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'capture_window'") == 0) return {};
+  auto& st = db_->prepare(
+      "SELECT rank, first_step, last_step, trigger, trigger_step, detail FROM capture_window ORDER BY rank, first_step");
+  return collect<CaptureWindowRow>(st, [](sqlite3_stmt* h) {
+    auto text = [h](int i) {
+      const unsigned char* t = sqlite3_column_text(h, i);
+      return t != nullptr ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+    };
+    return CaptureWindowRow{sqlite3_column_int(h, 0), sqlite3_column_int(h, 1), sqlite3_column_int(h, 2), text(3),
+                            sqlite3_column_int(h, 4), text(5)};
+  });
+}
+
 std::vector<PipelineSpanRow> Reader::pipeline_spans() {
   if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'pipeline_span'") == 0) return {};
   auto& st = db_->prepare(

@@ -74,6 +74,8 @@ class Reader {
   std::vector<ComparisonRow> comparisons();
   // Evaluations in the order they were recorded; none for files that predate the evaluation table.
   std::vector<EvaluationRow> evaluations();
+  // Triggered capture's windows by rank and first step; none for a full recording or an older file.
+  std::vector<CaptureWindowRow> capture_windows();
   std::vector<ComparisonEntryRow> comparison_rows(std::int64_t comparison_id);
 
   // The connection, for queries this class does not offer.

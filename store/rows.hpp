@@ -95,6 +95,18 @@ struct EvaluationRow {
   bool operator==(const EvaluationRow&) const = default;
 };
 
+// A window of steps whose events a triggered capture kept (wb-train --capture; schema.sql,
+// capture_window): steps first_step..last_step (inclusive) of one rank, and what triggered it.
+struct CaptureWindowRow {
+  std::int32_t rank = 0;
+  std::int32_t first_step = 0;
+  std::int32_t last_step = 0;
+  std::string trigger;            // slow, signal or steps
+  std::int32_t trigger_step = 0;  // the step that triggered it (steps: the window's first step)
+  std::string detail;             // e.g. "412.0 ms, 9.8x the running median (42.1 ms)"
+  bool operator==(const CaptureWindowRow&) const = default;
+};
+
 // Pipeline parallelism: one micro-batch's forward or backward on one stage, or one message between
 // stages (schema.sql, pipeline_span).
 struct PipelineSpanRow {

@@ -203,3 +203,16 @@ CREATE TABLE pipeline_step (
   wait_grad_ns      INTEGER NOT NULL,  -- waiting for the next stage's gradients
   wait_allreduce_ns INTEGER NOT NULL   -- waiting for the stage's gradient allreduce over its replicas
 );
+
+-- Triggered capture (wb-train --capture slow:K|signal|steps:A-B): the windows of steps whose events
+-- (range, kernel, counter and allreduce rows) were kept. The step table holds every step whatever was
+-- captured; events of steps outside every window, and of no step (step -1), are not in the file.
+-- Empty for a full recording, and absent from files written before triggered capture (readers check).
+CREATE TABLE capture_window (
+  rank         INTEGER NOT NULL,
+  first_step   INTEGER NOT NULL,  -- the window's first step
+  last_step    INTEGER NOT NULL,  -- its last step (inclusive)
+  trigger      TEXT NOT NULL,     -- slow (a step over K x the running median), signal (SIGUSR1), steps (steps:A-B)
+  trigger_step INTEGER NOT NULL,  -- the step that triggered it: the slow step, the step SIGUSR1 arrived in, A
+  detail       TEXT NOT NULL      -- in words: the slow step's time against the median, other triggers merged in
+);

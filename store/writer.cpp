@@ -174,12 +174,13 @@ struct Writer::Pending {
   std::vector<ParamRow> params;
   std::vector<TensorRow> tensors;
   std::vector<EvaluationRow> evaluations;
+  std::vector<CaptureWindowRow> capture_windows;
   std::vector<PipelineSpanRow> pipeline_spans;
   std::vector<PipelineStepRow> pipeline_steps;
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
-           tensors.size() + evaluations.size() + pipeline_spans.size() + pipeline_steps.size();
+           tensors.size() + evaluations.size() + capture_windows.size() + pipeline_spans.size() + pipeline_steps.size();
   }
   bool empty() const {
     return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
@@ -194,6 +195,7 @@ struct Writer::Pending {
     params.clear();
     tensors.clear();
     evaluations.clear();
+    capture_windows.clear();
     pipeline_spans.clear();
     pipeline_steps.clear();
   }
@@ -349,6 +351,11 @@ WB_WRITER_ADD(PipelineStepRow, pipeline_steps)
 void Writer::add(const EvaluationRow& row) {
   std::lock_guard lk(mutex_);
   if (admit(1)) pending_->evaluations.push_back(row);
+}
+
+void Writer::add(const CaptureWindowRow& row) {
+  std::lock_guard lk(mutex_);
+  if (admit(1)) pending_->capture_windows.push_back(row);
 }
 
 void Writer::add(ParamRow row) {
@@ -583,6 +590,13 @@ bool Writer::commit(Pending& batch) {
       auto& st = db.prepare("INSERT INTO evaluation(step, top1, top5, images, seconds) VALUES (?, ?, ?, ?, ?)");
       for (const EvaluationRow& e : batch.evaluations)
         st.bind(1, e.step).bind(2, e.top1).bind(3, e.top5).bind(4, e.images).bind(5, e.seconds).run();
+    }
+    if (!batch.capture_windows.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO capture_window(rank, first_step, last_step, trigger, trigger_step, detail) VALUES (?, ?, ?, ?, ?, ?)");
+      for (const CaptureWindowRow& c : batch.capture_windows)
+        st.bind(1, c.rank).bind(2, c.first_step).bind(3, c.last_step).bind(4, c.trigger).bind(5, c.trigger_step)
+            .bind(6, c.detail).run();
     }
     if (dropped_now != dropped_written_) {
       auto dropped_text = std::to_string(dropped_now);

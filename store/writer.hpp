@@ -96,6 +96,7 @@ class Writer {
   void add(const StepRow& row);
   void add(std::span<const StepRow> rows);
   void add(const EvaluationRow& row);
+  void add(const CaptureWindowRow& row);
   void add(const PipelineSpanRow& row);
   void add(std::span<const PipelineSpanRow> rows);
   void add(const PipelineStepRow& row);

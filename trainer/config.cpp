@@ -10,6 +10,8 @@
 #include <sstream>
 #include <variant>
 
+#include "profiler/record/capture.hpp"
+#include "profiler/record/recorder.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/pipeline_plan.hpp"
 
@@ -42,6 +44,7 @@ const Option kOptions[] = {
     {"prefetch", &TrainConfig::prefetch, "N: capacity of the ready-batch queue (default 4)"},
     {"data_delay_us", &TrainConfig::data_delay_us, "US: artificial per-sample delay in the workers (starvation experiments)"},
     {"slow_rank", &TrainConfig::slow_rank, "R:MODULE:US: rank R sleeps US us at the end of MODULE's forward each step (straggler experiments)"},
+    {"slow_step", &TrainConfig::slow_step, "S:US: every rank sleeps US us at the end of step S (a planted slow step, for --capture)"},
     {"synthetic_samples", &TrainConfig::synthetic_samples, "N: size of the synthetic data set (default 2048)"},
     {"num_classes", &TrainConfig::num_classes, "N: classes (default 10)"},
     {"image_size", &TrainConfig::image_size, "N: input size, 32..224 (default 32)"},
@@ -74,6 +77,8 @@ const Option kOptions[] = {
     {"nvtx", &TrainConfig::nvtx, "also emit NVTX ranges named like our ops, for Nsight Systems (cuda, with profiling)"},
     {"run", &TrainConfig::run, "OUT.sqlite: the run file to write (default runs/<time>.sqlite)"},
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
+    {"capture", &TrainConfig::capture, "slow:K|signal|steps:A-B: keep only some steps' events (the step table stays whole): steps over K x the running median with --capture-window steps each side; the next window after a SIGUSR1; steps A..B (default: every step)"},
+    {"capture_window", &TrainConfig::capture_window, "N: steps kept each side of a slow step, or after a SIGUSR1 (default 5)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
     {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
@@ -321,6 +326,17 @@ Shard parse_shard(const std::string& text) {
   return s;
 }
 
+SlowStep parse_slow_step(const std::string& text) {
+  const std::string what = "--slow-step '" + text + "'";
+  const auto a = text.find(':');
+  if (a == std::string::npos) throw ConfigError(what + ": expected S:US (step, microseconds), e.g. 40:500000");
+  SlowStep s;
+  s.step = parse_number<std::int64_t>(text.substr(0, a), what + ": step");
+  s.us = parse_number<std::int64_t>(text.substr(a + 1), what + ": microseconds");
+  if (s.step < 0 || s.us <= 0) throw ConfigError(what + ": expected a step >= 0 (counted from 0) and a positive delay");
+  return s;
+}
+
 SlowRank parse_slow_rank(const std::string& text) {
   const std::string what = "--slow-rank '" + text + "'";
   const auto a = text.find(':');
@@ -362,6 +378,16 @@ void validate(const TrainConfig& c) {
   need(c.crop_padding >= 0 && c.crop_padding <= 64, "--crop-padding: expected 0..64, got " + std::to_string(c.crop_padding));
   need(c.data_delay_us >= 0, "--data-delay-us: expected a non-negative number");
   if (!c.slow_rank.empty()) parse_slow_rank(c.slow_rank);
+  if (!c.slow_step.empty()) parse_slow_step(c.slow_step);
+  if (!c.capture.empty() || c.capture_window != 5) {
+    try {
+      profiler::parse_capture(c.capture.empty() ? "signal" : c.capture, c.capture_window);
+    } catch (const profiler::ProfilerError& e) {
+      throw ConfigError(e.what());
+    }
+    need(!c.capture.empty(), "--capture-window: only with --capture slow:K or signal");
+    need(c.profile, "--capture " + c.capture + ": the capture keeps the profiler's events (drop --no-profile)");
+  }
   need(c.synthetic_samples >= 1, "--synthetic-samples: expected a positive number");
   need(c.lr > 0, "--lr: expected a positive learning rate");
   need(c.lr_schedule == "constant" || c.lr_schedule == "step" || c.lr_schedule == "cosine",

@@ -36,6 +36,7 @@ struct TrainConfig {
   bool random_flip = true;  // training augmentation: RandomHorizontalFlip(0.5)
   int64_t data_delay_us = 0;  // artificial per-sample delay in the workers (starvation experiments)
   std::string slow_rank;      // "R:MODULE:US": rank R sleeps US us in MODULE's forward each step (straggler experiments)
+  std::string slow_step;      // "S:US": every rank sleeps US us at the end of step S (triggered-capture experiments)
   int64_t synthetic_samples = 2048;
   // model
   int num_classes = 10;
@@ -70,6 +71,10 @@ struct TrainConfig {
   bool nvtx = false;               // cuda: NVTX ranges named like our ops, for Nsight Systems
   std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
   bool profile = true;
+  // Triggered capture (profiler/record/capture.hpp): "" records every step's events; slow:K, signal or
+  // steps:A-B keep only the windows they trigger (the step table stays whole). capture_window: N.
+  std::string capture;
+  int64_t capture_window = 5;
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
   // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:
@@ -131,6 +136,15 @@ struct SlowRank {
 // Throws ConfigError naming the flag unless the text is R:MODULE:US with R >= 0 and US > 0 (the module
 // name is checked against the model where it is used).
 SlowRank parse_slow_rank(const std::string& text);
+
+// --slow-step "S:US": every rank sleeps US microseconds at the end of step S, a planted slow step for
+// triggered capture to find.
+struct SlowStep {
+  std::int64_t step = -1;
+  std::int64_t us = 0;
+};
+// Throws ConfigError naming the flag unless the text is S:US with S >= 0 and US > 0.
+SlowStep parse_slow_step(const std::string& text);
 
 // Applies a JSON object (keys as in to_json) onto cfg; unknown keys are errors naming the file.
 void apply_json(TrainConfig& cfg, const nlohmann::json& j, const std::string& origin);

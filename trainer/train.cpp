@@ -30,9 +30,11 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "profiler/record/capture.hpp"
 #include "profiler/record/clock_sync.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/merge.hpp"
@@ -87,6 +89,7 @@ struct Recording {
   std::unique_ptr<store::Writer> writer;
   store::RankRow rank_row;
   profiler::ClockSync clock_start;
+  std::unique_ptr<profiler::Capture> capture;    // --capture: outlives the recorder, which feeds it
   std::unique_ptr<profiler::Recorder> recorder;  // null with --no-profile
   std::unique_ptr<GpuTrace> gpu_trace;           // null on the CPU, or when CUPTI refused
 };
@@ -157,6 +160,12 @@ Recording open_recording(const TrainConfig& cfg, Placement& place) {
     ro.clock = profiler::ClockMap(r.clock_start);
     ro = cap_recorder_pool(ro, cfg.profile_buffer_events);
     r.recorder = std::make_unique<profiler::Recorder>(w, ro);
+    if (!cfg.capture.empty()) {
+      const profiler::CaptureConfig cc = profiler::parse_capture(cfg.capture, cfg.capture_window);
+      r.capture = std::make_unique<profiler::Capture>(w, cc, place.rank);
+      r.recorder->set_capture(r.capture.get());
+      w.set_meta("capture", profiler::describe(cc));
+    }
     profiler::set_thread_name("main");
     // Started before the backend, so that its first kernels are traced too.
     if (device.cuda) r.gpu_trace = start_gpu_trace(*r.recorder, w, cfg.nvtx, place.rank);
@@ -435,6 +444,19 @@ bool any_rank(parallel::Communicator& comm, bool mine) {
   return flag > 0.0f;
 }
 
+// Triggered capture: this rank's triggers of the step ORed with every other rank's (one tiny allreduce),
+// so every rank file keeps the same windows; then the capture decides what the step's events become.
+void end_capture_step(Job& job, const store::StepRow& row) {
+  profiler::Capture& capture = *job.rec.capture;
+  const unsigned mine = capture.triggers(row.step, row.end_ns - row.start_ns);
+  float flags[2] = {(mine & profiler::kTriggerSlow) ? 1.0f : 0.0f, (mine & profiler::kTriggerSignal) ? 1.0f : 0.0f};
+  parallel::Communicator& comm = *job.place.comms.host;
+  if (comm.size() > 1) comm.allreduce(flags, 2, parallel::ReduceOp::sum);
+  const unsigned all = (flags[0] > 0.0f ? profiler::kTriggerSlow : 0u) | (flags[1] > 0.0f ? profiler::kTriggerSignal : 0u);
+  const profiler::ClockMap clock = job.rec.recorder->clock();
+  capture.end_step(row.step, all, clock.to_rank0(row.end_ns));
+}
+
 // A non-finite loss: one line naming the step, the loss and where it first appeared, and a record in
 // the run file (meta.nonfinite: a JSON array with an entry per rank and step).
 void report_nonfinite(Job& job, std::int64_t step, float loss, nlohmann::json& log) {
@@ -499,6 +521,7 @@ TrainResult train(Job& job) {
   SavedStatistics saved;
   nlohmann::json nonfinite_log = nlohmann::json::array();
   job.observer.set_check_finite(cfg.check_finite);
+  const SlowStep slow_step = cfg.slow_step.empty() ? SlowStep{} : parse_slow_step(cfg.slow_step);
   int64_t step = job.learner.start_step;
   for (; step < job.input.total_steps; ++step) {
     if (store::Writer::stop_requested()) {
@@ -537,9 +560,11 @@ TrainResult train(Job& job) {
       batch.step_done();
       if (step == cfg.dump_step) job.schedule.after_dump(step);
       if (dump) dump->after_step(model, loss);
+      if (step == slow_step.step) std::this_thread::sleep_for(std::chrono::microseconds(slow_step.us));  // --slow-step
     }
     row.end_ns = profiler::now_ns();
     row.loss = loss;
+    if (job.rec.capture) end_capture_step(job, row);
     if (cfg.check_sync && world > 1 && !parameters_agree(job, step)) result.exit_code = 1;
     if (nonfinite) {
       report_nonfinite(job, step, loss, nonfinite_log);
@@ -609,6 +634,14 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
     std::snprintf(ns, sizeof ns, "%.2f", profiler::measure_ns_per_event());
     writer.set_meta("profiler_ns_per_event", ns);
     rec.recorder->stop();
+    if (rec.capture) {
+      rec.capture->finish();  // after the recorder's last drain: the windows are cut at the last step
+      if (rank == 0) {
+        std::cout << "wb-train: --capture " << cfg.capture << ": kept the events of " << rec.capture->steps_kept()
+                  << " of " << result.steps_done - learner.start_step << " steps in " << rec.capture->windows().size()
+                  << " window(s); the step table holds every step\n";
+      }
+    }
     rec.rank_row.dropped_events = static_cast<int64_t>(rec.recorder->dropped() + writer.dropped());
   }
   writer.set_rank(rec.rank_row);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <tuple>
 
 namespace wb::app_model {
 
@@ -259,6 +260,24 @@ std::optional<std::int64_t> step_start(std::span<const store::StepRow> steps, in
   for (const auto& s : steps)
     if (s.step == step) start = start ? std::min(*start, s.start_ns) : s.start_ns;
   return start;
+}
+
+std::optional<std::pair<double, double>> window_span(std::span<const store::StepRow> steps,
+                                                     const store::CaptureWindowRow& window) {
+  auto span_of = [&](bool same_rank) {
+    std::optional<std::int64_t> t0, t1;
+    for (const auto& s : steps) {
+      if (same_rank && s.rank != window.rank) continue;
+      if (s.step == window.first_step) t0 = t0 ? std::min(*t0, s.start_ns) : s.start_ns;
+      if (s.step == window.last_step) t1 = t1 ? std::max(*t1, s.end_ns) : s.end_ns;
+    }
+    return std::make_pair(t0, t1);
+  };
+  auto [t0, t1] = span_of(true);
+  if (!t0 || !t1) std::tie(t0, t1) = span_of(false);
+  if (!t0 || !t1 || *t1 <= *t0) return std::nullopt;
+  const double pad = 0.02 * static_cast<double>(*t1 - *t0);
+  return std::make_pair(static_cast<double>(*t0) - pad, static_cast<double>(*t1) + pad);
 }
 
 std::optional<int> first_steady_step(std::span<const store::StepRow> steps) {

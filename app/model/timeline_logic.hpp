@@ -113,6 +113,11 @@ class SelectionStats {
 // recorded step (step 0 pays for allocation and kernel selection), or the only step there is.
 std::optional<std::int64_t> step_start(std::span<const store::StepRow> steps, int step);
 std::optional<int> first_steady_step(std::span<const store::StepRow> steps);
+// The time a triggered capture's window covers: from its first step's start to its last step's end on
+// its rank (every rank's steps when the rank has none), with a 2% margin each side; none when the step
+// table has neither step.
+std::optional<std::pair<double, double>> window_span(std::span<const store::StepRow> steps,
+                                                     const store::CaptureWindowRow& window);
 // The shift that maps a time of the first run onto the second run's clock (t2 = t1 + offset): the
 // difference of the two runs' starts of `step` when both recorded it, else of their extents' starts.
 struct Alignment {

@@ -197,6 +197,9 @@ class App {
   OpsState ops;
   TunerState tuner;
   PrecisionState precision;
+  // Where the Overview drew each captured window's row last frame (its centre, screen pixels), so
+  // scripted input can click one.
+  std::vector<std::pair<float, float>> capture_rows;
   ViewId current = ViewId::overview;
   bool force_tab = true;  // select `current` in the tab bar on the next frame
 

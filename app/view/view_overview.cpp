@@ -351,6 +351,45 @@ void wait_heat_map(const RunModel& m, float height) {
   }
 }
 
+// Triggered capture (wb-train --capture): each window of steps whose events the run kept, and what
+// triggered it; clicking one shows its steps in the Timeline.
+void capture_box(App& app, const RunModel& m) {
+  const auto& windows = m.run.capture_windows;
+  if (windows.empty()) {
+    ImGui::TextColored(to_vec4(color::kDim), "No window was triggered: the file holds the step table only.");
+    return;
+  }
+  if (ImGui::BeginTable("##capture", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
+    for (const char* h : {"steps", "rank", "trigger", "detail"}) ImGui::TableSetupColumn(h);
+    ImGui::TableHeadersRow();
+    for (std::size_t i = 0; i < windows.size(); ++i) {
+      const auto& w = windows[i];
+      ImGui::TableNextRow();
+      ImGui::TableNextColumn();
+      ImGui::PushID(static_cast<int>(i));
+      const std::string label = std::to_string(w.first_step) + "-" + std::to_string(w.last_step);
+      const bool clicked = ImGui::Selectable(label.c_str(), false, ImGuiSelectableFlags_SpanAllColumns);
+      const ImVec2 at = ImGui::GetItemRectMin(), size = ImGui::GetItemRectSize();
+      app.capture_rows.emplace_back(at.x + size.x * 0.5f, at.y + size.y * 0.5f);
+      if (clicked) {
+        if (auto span = app_model::window_span(m.run.steps, w)) {
+          app.timeline.zoom_to = *span;
+          app.show_view(ViewId::timeline);
+        }
+      }
+      if (ImGui::IsItemHovered()) ImGui::SetTooltip("show steps %s in the Timeline", label.c_str());
+      ImGui::PopID();
+      ImGui::TableNextColumn();
+      ImGui::Text("%d", w.rank);
+      ImGui::TableNextColumn();
+      ImGui::Text("%s at step %d", w.trigger.c_str(), w.trigger_step);
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(w.detail.c_str());
+    }
+    ImGui::EndTable();
+  }
+}
+
 }  // namespace
 
 void draw_overview(App& app) {
@@ -364,6 +403,11 @@ void draw_overview(App& app) {
   ranks_table(m);
   section("Warnings");
   warnings_box(m);
+  app.capture_rows.clear();
+  if (auto it = m.run.meta.find("capture"); it != m.run.meta.end()) {
+    section(("Captured windows (--capture " + it->second + "; click: show in the Timeline)").c_str());
+    capture_box(app, m);
+  }
   if (!m.straggle.steps.empty()) {
     section("Waits for the slowest rank (steps across, ranks down; outlined: the step's last rank)");
     wait_heat_map(m, 140.0f);

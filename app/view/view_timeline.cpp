@@ -400,6 +400,11 @@ void draw_timeline(App& app) {
     st.view = fit_view(static_cast<double>(m.t_min_ns), static_cast<double>(m.t_max_ns), width);
     st.fitted = true;
   }
+  if (st.zoom_to) {  // another view asked for this window (the Overview's captured windows)
+    st.view.t0_ns = st.zoom_to->first;
+    st.view.t1_ns = st.zoom_to->second;
+    st.zoom_to.reset();
+  }
   st.view.width_px = width;
   const double full = static_cast<double>(std::max<std::int64_t>(m.t_max_ns - m.t_min_ns, 1000));
 

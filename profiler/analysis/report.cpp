@@ -188,8 +188,20 @@ ProfilerCost profiler_cost(const RunData& run) {
   double events = 0, step_ns = 0;
   for (const auto& [track, rows] : run.ranges) events += static_cast<double>(rows.size());
   for (const auto& [track, rows] : run.counters) events += static_cast<double>(rows.size());
-  for (const auto& s : run.steps) step_ns += static_cast<double>(s.end_ns - s.start_ns);
-  const double rank_steps = static_cast<double>(run.steps.size());
+  // A triggered capture recorded events for its windows' steps only: the cost is per captured step.
+  const bool captured = run.meta.count("capture") > 0;
+  auto in_window = [&](const store::StepRow& s) {
+    return std::any_of(run.capture_windows.begin(), run.capture_windows.end(), [&](const store::CaptureWindowRow& w) {
+      return w.rank == s.rank && s.step >= w.first_step && s.step <= w.last_step;
+    });
+  };
+  double rank_steps = 0;
+  for (const auto& s : run.steps) {
+    if (captured && !in_window(s)) continue;
+    step_ns += static_cast<double>(s.end_ns - s.start_ns);
+    ++rank_steps;
+  }
+  if (rank_steps == 0) return c;  // a capture that kept no step recorded no event to cost
   c.events_per_step = events / rank_steps;
   c.ns_per_step = c.ns_per_event * c.events_per_step;
   c.mean_step_ns = step_ns / rank_steps;
@@ -311,6 +323,26 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
       t.add({std::to_string(e.step), fmt("%.2f%%", e.top1), fmt("%.2f%%", e.top5), std::to_string(e.images),
              fmt("%.1f s", e.seconds)});
     t.print(out);
+    out << "\n";
+  }
+
+  if (auto it = run.meta.find("capture"); it != run.meta.end()) {
+    // Triggered capture: events exist for the windows' steps only; the step table is whole.
+    std::set<std::int32_t> kept;
+    for (const auto& w : run.capture_windows)
+      for (std::int32_t k = w.first_step; k <= w.last_step; ++k) kept.insert(k);
+    std::set<std::int32_t> steps;
+    for (const auto& s : run.steps) steps.insert(s.step);
+    out << "Triggered capture (" << it->second << "): events of " << kept.size() << " of " << steps.size()
+        << " steps, in " << run.capture_windows.size() << " window(s); the figures below that come from events "
+        << "(ops, kernels, queues, allreduce) cover those steps only\n";
+    if (!run.capture_windows.empty()) {
+      Table t({"rank", "steps", "trigger", "at step", "detail"});
+      for (const auto& w : run.capture_windows)
+        t.add({std::to_string(w.rank), std::to_string(w.first_step) + "-" + std::to_string(w.last_step), w.trigger,
+               std::to_string(w.trigger_step), w.detail});
+      t.print(out);
+    }
     out << "\n";
   }
 

@@ -142,6 +142,7 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.steps = reader.steps();
   run.allreduces = reader.allreduces();
   run.evaluations = reader.evaluations();
+  run.capture_windows = reader.capture_windows();
   run.params = reader.params();
   run.pipeline_spans = reader.pipeline_spans();
   run.pipeline_steps = reader.pipeline_steps();

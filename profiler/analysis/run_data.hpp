@@ -43,6 +43,7 @@ struct RunData {
   std::vector<store::AllreduceRow> allreduces;
   std::vector<store::ParamRow> params;
   std::vector<store::EvaluationRow> evaluations;  // wb-train --eval results
+  std::vector<store::CaptureWindowRow> capture_windows;  // wb-train --capture: the steps whose events were kept
   std::vector<store::PipelineSpanRow> pipeline_spans;  // pipeline runs only
   std::vector<store::PipelineStepRow> pipeline_steps;
   std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;    // stream tracks, by start

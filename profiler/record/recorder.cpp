@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "profiler/record/capture.hpp"
 #include "store/writer.hpp"
 
 namespace wb::profiler {
@@ -99,6 +100,8 @@ struct Recorder::Impl {
 
   std::vector<store::RangeRow> range_rows;      // flusher scratch, reused
   std::vector<store::CounterRow> counter_rows;
+  std::vector<std::int32_t> counter_steps;  // each counter row's step, for a capture
+  std::atomic<Capture*> capture{nullptr};
 
   void grow_pool(std::uint32_t n) {
     n = std::min(n, opts.max_chunks - total_chunks);
@@ -196,6 +199,7 @@ struct Recorder::Impl {
         }
         case detail::kCounter:
           counter_rows.push_back(store::CounterRow{r.name, map.to_rank0(r.start), std::bit_cast<double>(r.end)});
+          counter_steps.push_back(r.step);
           break;
         default:
           break;
@@ -246,8 +250,13 @@ struct Recorder::Impl {
     }
 
     try {
-      if (!range_rows.empty()) writer.add(std::span<const store::RangeRow>(range_rows));
-      if (!counter_rows.empty()) writer.add(std::span<const store::CounterRow>(counter_rows));
+      if (Capture* cap = capture.load(std::memory_order_acquire)) {
+        cap->hold(std::span<const store::RangeRow>(range_rows));
+        cap->hold(std::span<const store::CounterRow>(counter_rows), counter_steps);
+      } else {
+        if (!range_rows.empty()) writer.add(std::span<const store::RangeRow>(range_rows));
+        if (!counter_rows.empty()) writer.add(std::span<const store::CounterRow>(counter_rows));
+      }
       if (newly_dropped > 0) {
         dropped.fetch_add(newly_dropped, std::memory_order_relaxed);
         writer.count_dropped(newly_dropped);
@@ -257,6 +266,7 @@ struct Recorder::Impl {
     }
     range_rows.clear();
     counter_rows.clear();
+    counter_steps.clear();
 
     // Keep a reserve of a few chunks per thread so producers find one without allocating.
     std::uint32_t reserve = std::max<std::uint32_t>(4, static_cast<std::uint32_t>(live.size()) * 2);
@@ -536,7 +546,8 @@ void Recorder::add(store::AllreduceRow row) {
   row.ready_ns = map.to_rank0(row.ready_ns);
   row.start_ns = map.to_rank0(row.start_ns);
   row.end_ns = map.to_rank0(row.end_ns);
-  writer_.add(row);
+  if (Capture* cap = impl_->capture.load(std::memory_order_acquire)) cap->hold(row);
+  else writer_.add(row);
 }
 
 void Recorder::add(store::StepRow row) {
@@ -553,8 +564,11 @@ void Recorder::add(std::span<const store::KernelRow> rows) {
     k.start_ns = map.to_rank0(k.start_ns);
     k.end_ns = map.to_rank0(k.end_ns);
   }
-  writer_.add(std::span<const store::KernelRow>(mapped));
+  if (Capture* cap = impl_->capture.load(std::memory_order_acquire)) cap->hold(std::span<const store::KernelRow>(mapped));
+  else writer_.add(std::span<const store::KernelRow>(mapped));
 }
+
+void Recorder::set_capture(Capture* capture) { impl_->capture.store(capture, std::memory_order_release); }
 
 void Recorder::set_range_hooks(const RangeHooks* hooks) { detail::g_hooks.store(hooks, std::memory_order_release); }
 

@@ -33,6 +33,8 @@ class Writer;
 
 namespace wb::profiler {
 
+class Capture;
+
 using NameId = std::uint32_t;
 using store::Category;
 
@@ -68,7 +70,7 @@ namespace detail {
 enum RecordKind : std::uint8_t { kRangeTicks = 0, kRangeNs = 1, kCounter = 2 };
 
 // One event in a thread's chunk. For a counter, name holds the track id, start the time and end the
-// value's bits.
+// value's bits (its step places it for a triggered capture).
 struct Record {
   std::int64_t start;
   std::int64_t end;
@@ -200,7 +202,8 @@ inline void counter(CounterTrack track, double value, std::int64_t t_ns) noexcep
   if (!detail::g_active.load(std::memory_order_relaxed)) return;
   detail::ThreadState* s = detail::state();
   if (s == nullptr) return;
-  detail::push(s, detail::Record{t_ns, std::bit_cast<std::int64_t>(value), track.id, 0, 0, 0, 0, detail::kCounter, 0});
+  detail::push(s, detail::Record{t_ns, std::bit_cast<std::int64_t>(value), track.id, 0,
+                                 detail::g_step.load(std::memory_order_relaxed), 0, 0, detail::kCounter, 0});
 }
 inline void counter(CounterTrack track, double value) noexcept { counter(track, value, now_ns()); }
 
@@ -265,6 +268,10 @@ class Recorder {
   void add(std::span<const store::KernelRow> rows);  // device activity, already on the host clock
 
   void set_range_hooks(const RangeHooks* hooks);
+  // Triggered capture (capture.hpp): event rows (ranges, counters, kernels, allreduce spans) go to
+  // `capture`, which holds them until their step is decided; step rows still go straight to the Writer.
+  // nullptr (the default) writes everything. Set before the first event; `capture` outlives the recorder.
+  void set_capture(Capture* capture);
 
   // Writes everything published so far to the Writer and waits for the Writer to commit it.
   void flush();
