@@ -249,6 +249,7 @@ struct PipelineStep::Impl {
     } else {
       be.copy(model.units_output(), send_act[i]);
     }
+    be.synchronize();  // a GPU's queue: the span is the device's time (a no-op on the CPU)
     const std::int64_t t1 = profiler::now_ns();
     add_span("forward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
@@ -271,6 +272,7 @@ struct PipelineStep::Impl {
     const Tensor& dx = model.backward_units(dy);
     ++backwards_run;
     if (!first) be.copy(dx, send_grad[i]);
+    be.synchronize();
     const std::int64_t t1 = profiler::now_ns();
     add_span("backward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
