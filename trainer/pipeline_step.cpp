@@ -51,6 +51,28 @@ std::vector<Work> schedule_of(const PipelinePlan& plan, int stage) {
   return w;
 }
 
+}  // namespace
+
+std::vector<std::vector<StageMessage>> message_points(const PipelinePlan& plan, int stage) {
+  const bool first = stage == 0, last = stage == plan.stages - 1;
+  std::vector<std::vector<StageMessage>> points;
+  std::vector<StageMessage> pending;  // the sends of the item before
+  for (const Work& w : schedule_of(plan, stage)) {
+    std::vector<StageMessage> point = std::move(pending);
+    pending.clear();
+    const bool fwd = w.op == Op::forward;
+    if (fwd && !first) point.push_back({false, true, w.micro, stage - 1});
+    if (!fwd && !last) point.push_back({false, false, w.micro, stage + 1});
+    points.push_back(std::move(point));
+    if (fwd && !last) pending.push_back({true, true, w.micro, stage + 1});
+    if (!fwd && !first) pending.push_back({true, false, w.micro, stage - 1});
+  }
+  points.push_back(std::move(pending));
+  return points;
+}
+
+namespace {
+
 std::int64_t numel(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;
@@ -119,14 +141,7 @@ struct PipelineStep::Impl {
     bool done = false;
   };
   std::vector<Sent> sends;
-  // Sends computed and not yet posted: they go out at the start of the next work item, together with
-  // its receive (one NCCL group; see pipeline_comm.hpp), or at the end of the step.
-  struct Outgoing {
-    parallel::Message msg;
-    const char* kind;
-    int micro;
-  };
-  std::vector<Outgoing> outgoing;
+  std::vector<std::vector<StageMessage>> points;  // message_points(plan, stage)
   std::vector<float> losses;
 
   // Step dumps: replica 0's stages keep every output of the dumped step's forwards, the micro-batches'
@@ -188,30 +203,45 @@ struct PipelineStep::Impl {
     return {false, recv_grad[static_cast<std::size_t>(m)].data_as<float>(), out_count, seat.next_rank, tag_grad(m)};
   }
 
-  // Posts the sends waiting and, when `r` is given and not yet posted, that receive, as one group.
-  void post(Posted* r, const parallel::Message& recv, const char* recv_kind, int micro) {
+  // Posts the messages of point `k` of the step as one group (a receive already posted is left out).
+  void post(std::size_t k) {
     if (!comm) return;
     std::vector<parallel::Message> msgs;
-    for (const Outgoing& o : outgoing) msgs.push_back(o.msg);
-    const bool with_recv = r != nullptr && !r->t;
-    if (with_recv) msgs.push_back(recv);
+    struct Record {
+      Posted* recv;  // null: a send
+      const char* kind;
+      int micro;
+    };
+    std::vector<Record> records;
+    for (const StageMessage& sm : points[k]) {
+      const auto i = static_cast<std::size_t>(sm.micro);
+      const int peer = seat.replica * plan.stages + sm.peer_stage;
+      if (sm.send) {
+        Tensor& buf = sm.activation ? send_act[i] : send_grad[i];
+        msgs.push_back({true, buf.data_as<float>(), sm.activation ? out_count : in_count, peer,
+                        sm.activation ? tag_act(sm.micro) : tag_grad(sm.micro)});
+        records.push_back({nullptr, sm.activation ? "send_act" : "send_grad", sm.micro});
+      } else {
+        Posted& r = sm.activation ? recv_act_p[i] : recv_grad_p[i];
+        if (r.t) continue;  // posted at the step's start
+        msgs.push_back(sm.activation ? recv_act_msg(sm.micro) : recv_grad_msg(sm.micro));
+        records.push_back({&r, sm.activation ? "recv_act" : "recv_grad", sm.micro});
+      }
+    }
     if (msgs.empty()) return;
     const std::int64_t t = profiler::now_ns();
     auto transfers = comm->post(msgs);
-    for (std::size_t i = 0; i < outgoing.size(); ++i) {
-      const Outgoing& o = outgoing[i];
-      Sent s;
-      s.t = std::move(transfers[i]);
-      s.span = add_span(o.kind, o.micro, o.msg.peer, static_cast<std::int64_t>(o.msg.count * sizeof(float)), t, t, t);
-      sends.push_back(std::move(s));
-    }
-    outgoing.clear();
-    if (with_recv) {
-      r->t = std::move(transfers.back());
-      r->span = add_span(recv_kind, micro, recv.peer, static_cast<std::int64_t>(recv.count * sizeof(float)), t, t, t);
+    for (std::size_t j = 0; j < msgs.size(); ++j) {
+      const auto bytes = static_cast<std::int64_t>(msgs[j].count * sizeof(float));
+      const std::size_t span = add_span(records[j].kind, records[j].micro, msgs[j].peer, bytes, t, t, t);
+      if (records[j].recv) {
+        records[j].recv->t = std::move(transfers[j]);
+        records[j].recv->span = span;
+      } else {
+        sends.push_back({std::move(transfers[j]), span});
+      }
     }
   }
-  void flush_sends() { post(nullptr, {}, nullptr, -1); }
 
   // Waits for a posted receive, recording the wait; returns the time waited.
   std::int64_t wait_recv(parallel::Transfer& t, std::size_t span) {
@@ -230,10 +260,8 @@ struct PipelineStep::Impl {
     model.use_slot(k);
     const std::size_t img = static_cast<std::size_t>(mb) * 3 * static_cast<std::size_t>(cfg.image_size * cfg.image_size);
     if (first) {
-      flush_sends();
       be.from_host(images[ks], std::span<const float>(host_images.data() + i * img, img));
     } else {
-      post(&recv_act_p[i], recv_act_msg(m), "recv_act", m);
       summary.wait_act_ns += wait_recv(*recv_act_p[i].t, recv_act_p[i].span);
       be.copy(recv_act[i], act_in[ks]);
     }
@@ -253,18 +281,12 @@ struct PipelineStep::Impl {
     const std::int64_t t1 = profiler::now_ns();
     add_span("forward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
-    if (!last) {
-      outgoing.push_back({{true, send_act[i].data_as<float>(), out_count, seat.next_rank, tag_act(m)}, "send_act", m});
-    }
   }
 
   void backward(int m) {
     const auto i = static_cast<std::size_t>(m);
     model.use_slot(m % slots);
-    if (last) {
-      flush_sends();
-    } else {
-      post(&recv_grad_p[i], recv_grad_msg(m), "recv_grad", m);
+    if (!last) {
       summary.wait_grad_ns += wait_recv(*recv_grad_p[i].t, recv_grad_p[i].span);
       be.copy(recv_grad[i], dy);
     }
@@ -276,9 +298,6 @@ struct PipelineStep::Impl {
     const std::int64_t t1 = profiler::now_ns();
     add_span("backward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
-    if (!first) {
-      outgoing.push_back({{true, send_grad[i].data_as<float>(), in_count, seat.prev_rank, tag_grad(m)}, "send_grad", m});
-    }
   }
 
   // MPI: every receive of the step is posted at its start, so messages land while the stage computes.
@@ -286,8 +305,18 @@ struct PipelineStep::Impl {
     if (!comm->early_receives()) return;
     for (int m = 0; m < plan.micro_batches; ++m) {
       const auto i = static_cast<std::size_t>(m);
-      if (!first) post(&recv_act_p[i], recv_act_msg(m), "recv_act", m);
-      if (!last) post(&recv_grad_p[i], recv_grad_msg(m), "recv_grad", m);
+      std::vector<parallel::Message> msgs;
+      if (!first) msgs.push_back(recv_act_msg(m));
+      if (!last) msgs.push_back(recv_grad_msg(m));
+      const std::int64_t t = profiler::now_ns();
+      auto transfers = comm->post(msgs);
+      for (std::size_t j = 0; j < msgs.size(); ++j) {
+        const bool act = !first && j == 0;
+        Posted& r = act ? recv_act_p[i] : recv_grad_p[i];
+        r.t = std::move(transfers[j]);
+        r.span = add_span(act ? "recv_act" : "recv_grad", m, msgs[j].peer,
+                          static_cast<std::int64_t>(msgs[j].count * sizeof(float)), t, t, t);
+      }
     }
   }
 
@@ -462,6 +491,7 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   d.slots = plan.one_f_one_b ? std::min(M, S - seat_.stage) : M;
   d.grad_scale = plan.loss_mean ? 1.0f / static_cast<float>(M) : 1.0f;
   d.work = schedule_of(plan, seat_.stage);
+  d.points = message_points(plan, seat_.stage);
 
   model.use_gradient_scratch();
   model.set_activation_slots(d.slots);
@@ -548,7 +578,6 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   d.step = static_cast<std::int32_t>(step);
   d.spans.clear();
   d.sends.clear();
-  d.outgoing.clear();
   for (auto& p : d.recv_act_p) p.t.reset();
   for (auto& p : d.recv_grad_p) p.t.reset();
   d.summary = store::PipelineStepRow{d.rank, d.step, seat_.stage, seat_.replica, profiler::now_ns(), 0, 0, 0, 0, 0};
@@ -557,7 +586,9 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   batch.to_host(d.host_images, d.host_labels);
   batch.forward_done();
   if (d.comm) d.post_receives();
-  for (const Work& w : d.work) {
+  for (std::size_t k = 0; k < d.work.size(); ++k) {
+    const Work& w = d.work[k];
+    d.post(k);
     if (w.op == Op::forward) {
       d.forward(w.micro);
     } else {
@@ -565,7 +596,7 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
     }
     if (d.comm) d.poll_sends();
   }
-  d.flush_sends();
+  d.post(d.work.size());
   if (d.sync) {
     const std::int64_t c0 = profiler::now_ns();
     d.sync->wait_all();
