@@ -284,6 +284,13 @@ TEST_CASE("cuda relu, add, max-pool and global average pool match the CPU backen
   }
 }
 
+TEST_CASE("cuda accumulate scales and adds into a view, leaving the rest of the buffer", "[cuda][backend]") {
+  auto gpu = make_gpu(kVariants[0]);
+  const double worst = wb::test::check_accumulate(*gpu);
+  CAPTURE(worst);
+  CHECK(worst <= 1e-6);
+}
+
 TEST_CASE("cuda linear and softmax cross-entropy match the CPU backend", "[cuda][backend]") {
   auto cpu = wb::backend::make_cpu_backend({2});
   for (const Variant& v : kVariants) {

@@ -219,6 +219,14 @@ TEST_CASE("relu, pooling and linear gradients match finite differences of the fo
   }
 }
 
+TEST_CASE("accumulate scales and adds into a view, leaving the rest of the buffer", "[trainer][backend]") {
+  auto be = wb::backend::make_cpu_backend({2});
+  const double worst = wb::test::check_accumulate(*be);
+  CAPTURE(worst);
+  CHECK(worst <= 1e-6);  // two float roundings of values around 1
+  wb::test::require_no_overrun(*be);
+}
+
 TEST_CASE("elementwise, pooling and linear ops reject bad shapes", "[trainer][backend]") {
   auto be = wb::backend::make_cpu_backend({1});
   Tensor a = be->empty({2, 3, 4, 4}, wb::backend::DType::f32), b = be->empty({2, 3, 4, 5}, wb::backend::DType::f32);

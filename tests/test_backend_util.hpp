@@ -74,6 +74,33 @@ inline std::vector<float> to_vec(backend::Backend& be, const backend::Tensor& t)
   return v;
 }
 
+// Backend::accumulate on views inside larger buffers (as the pipeline sums micro-batch gradients):
+// dst = k1 * src1, then dst += k2 * src2, against the same in double on the host; the floats around
+// the view must not move. Returns the largest relative error.
+inline double check_accumulate(backend::Backend& be) {
+  const std::size_t total = 1000, offset = 123, n = 700;
+  const auto src1 = random_normal(total, 11), src2 = random_normal(total, 12), before = random_normal(total, 13);
+  backend::Tensor a = be.empty(backend::Shape{static_cast<std::int64_t>(total)}, backend::DType::f32);
+  backend::Tensor b = be.empty(backend::Shape{static_cast<std::int64_t>(total)}, backend::DType::f32);
+  backend::Tensor dst = be.empty(backend::Shape{static_cast<std::int64_t>(total)}, backend::DType::f32);
+  be.from_host(a, src1);
+  be.from_host(b, src2);
+  be.from_host(dst, before);
+  const backend::Shape vs{static_cast<std::int64_t>(n)};
+  be.accumulate(be.view(a, offset, vs), 0.25f, be.view(dst, offset, vs), true);
+  be.accumulate(be.view(b, offset, vs), -1.5f, be.view(dst, offset, vs), false);
+  const auto got = to_vec(be, dst);
+  double worst = 0.0;
+  for (std::size_t i = 0; i < total; ++i) {
+    const bool in = i >= offset && i < offset + n;
+    const double want = in ? 0.25 * src1[i] + -1.5 * src2[i] : before[i];
+    worst = std::max(worst, std::abs(got[i] - want) / std::max(1.0, std::abs(want)));
+  }
+  // Bad arguments: a destination of another size.
+  CHECK_THROWS_AS(be.accumulate(be.view(a, 0, vs), 1.0f, be.view(dst, 0, backend::Shape{10}), true), backend::BackendError);
+  return worst;
+}
+
 inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
   double s = 0.0;
   for (std::size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * static_cast<double>(b[i]);

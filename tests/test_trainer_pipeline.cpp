@@ -4,13 +4,19 @@
 //   (b) one step of 2 stages x 4 micro-batches on 2 ranks (gpipe and 1f1b) equals one single-process
 //       step over the same mini-batch with the same micro-batches (--micro-batches 4): loss, every
 //       gradient, parameter, momentum and running statistic after the step, within 1e-6 rel-L2;
-//   (c) the dump holds full tensors under the usual keys, and compare/reference/torch_step.py (PyTorch
-//       running the micro-batches one at a time) reproduces it: `wb compare` passes, and fails on a
-//       planted fault;
+//   (c) the dump holds full tensors under the usual keys, the same key set as a single process's,
+//       activations included (each over the whole mini-batch, its micro-batches' joined in order, equal
+//       to the single process's within 1e-6 rel-L2), and compare/reference/torch_step.py (PyTorch
+//       running the micro-batches one at a time) reproduces it: `wb compare` passes on every row, the
+//       174 activations included, and fails on a planted fault in a gradient and in an activation;
 //   (d) the run file records every micro-batch's forward and backward, every send and receive with
 //       the activation's bytes, per step each stage's busy and idle time; `wb report` prints the
 //       bubble per stage against the ideal (S-1)/(M+S-1), and `wb export chrome` the messages as flows;
-//   (e) SIGKILL of stage 1's rank ends the job within 60 s with a message naming it (mpirun's).
+//   (e) SIGKILL of stage 1's rank ends the job within 60 s with a message naming it (mpirun's);
+//   (f) the stages' message points (what PipelineStep posts, in order, as one group each) run to the
+//       end under NCCL's rules for every S <= 5, M <= 9 and both schedules, where posting each send on
+//       its own deadlocks 1F1B;
+//   (g) [cuda] the same 2-stage step on the GPU (NCCL send/recv) equals the single-process GPU step.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -18,10 +24,12 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +37,9 @@
 #include "store/reader.hpp"
 #include "store/tensor_file.hpp"
 #include "test_trainer_util.hpp"
+#include "trainer/backend/backend.hpp"
+#include "trainer/pipeline_plan.hpp"
+#include "trainer/pipeline_step.hpp"
 
 extern char** environ;
 
@@ -85,6 +96,13 @@ double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return n > 0 ? std::sqrt(d / n) : std::sqrt(d);
 }
 
+// Every (kind, name) of a run's step-0 dump.
+std::set<std::pair<std::string, std::string>> dump_keys(wb::store::Reader& r) {
+  std::set<std::pair<std::string, std::string>> keys;
+  for (const auto& info : r.tensors("run")) keys.insert({info.kind, info.name});
+  return keys;
+}
+
 // The largest rel-L2 between two runs' step-0 dumps over the tensors of `kind`; counts them.
 double worst_rel_l2(wb::store::Reader& a, wb::store::Reader& b, const std::string& kind, int& count) {
   double worst = 0;
@@ -100,7 +118,122 @@ double worst_rel_l2(wb::store::Reader& a, wb::store::Reader& b, const std::strin
 }
 
 
+using wb::trainer::StageMessage;
+
+// NCCL's rules, played out on the stages of one replica: each rank runs its groups one after the
+// other, in the order posted; a message completes once the peer's running group holds its counterpart;
+// a group completes once all its messages have; the host posts a stage's groups in order and, after
+// posting one that holds a receive, waits for it (the stage needs that data to go on). Each directed
+// pair's sends and receives must also come in the same micro-batch order, as NCCL matches them by
+// order. `separate_sends`: each point's sends posted as a group of their own before its receive.
+// Returns "" when every group of every stage completes, else what went wrong.
+std::string play_nccl(const wb::trainer::PipelinePlan& plan, bool separate_sends) {
+  const int S = plan.stages;
+  std::vector<std::vector<std::vector<StageMessage>>> groups(static_cast<std::size_t>(S));
+  for (int s = 0; s < S; ++s) {
+    for (const auto& point : wb::trainer::message_points(plan, s)) {
+      std::vector<StageMessage> sends, all;
+      for (const StageMessage& m : point) (m.send ? sends : all).push_back(m);
+      if (!separate_sends) all.insert(all.begin(), sends.begin(), sends.end());
+      if (separate_sends && !sends.empty()) groups[static_cast<std::size_t>(s)].push_back(sends);
+      if (!all.empty()) groups[static_cast<std::size_t>(s)].push_back(all);
+    }
+  }
+  // Message order per directed pair: the sender's sends and the receiver's receives.
+  for (int s = 0; s < S; ++s) {
+    for (int p : {s - 1, s + 1}) {
+      if (p < 0 || p >= S) continue;
+      std::vector<std::pair<bool, int>> sent, received;
+      for (const auto& g : groups[static_cast<std::size_t>(s)]) {
+        for (const auto& m : g) {
+          if (m.send && m.peer_stage == p) sent.push_back({m.activation, m.micro});
+        }
+      }
+      for (const auto& g : groups[static_cast<std::size_t>(p)]) {
+        for (const auto& m : g) {
+          if (!m.send && m.peer_stage == s) received.push_back({m.activation, m.micro});
+        }
+      }
+      if (sent != received || sent.size() != static_cast<std::size_t>(plan.micro_batches)) {
+        return "stage " + std::to_string(s) + " -> " + std::to_string(p) + ": sends and receives differ";
+      }
+    }
+  }
+  const auto n = static_cast<std::size_t>(S);
+  std::vector<std::size_t> posted(n, 0), running(n, 0);
+  std::vector<std::vector<std::vector<bool>>> done(n);
+  for (std::size_t s = 0; s < n; ++s) {
+    for (const auto& g : groups[s]) done[s].push_back(std::vector<bool>(g.size(), false));
+  }
+  auto has_recv = [](const std::vector<StageMessage>& g) {
+    return std::any_of(g.begin(), g.end(), [](const StageMessage& m) { return !m.send; });
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (std::size_t s = 0; s < n; ++s) {
+      while (posted[s] < groups[s].size() && (posted[s] == 0 || !has_recv(groups[s][posted[s] - 1]) || running[s] >= posted[s])) {
+        ++posted[s];
+        progress = true;
+      }
+    }
+    for (std::size_t s = 0; s < n; ++s) {
+      if (running[s] >= posted[s]) continue;
+      const auto& g = groups[s][running[s]];
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        const auto p = static_cast<std::size_t>(g[i].peer_stage);
+        if (done[s][running[s]][i] || running[p] >= posted[p]) continue;
+        const auto& h = groups[p][running[p]];
+        for (std::size_t j = 0; j < h.size(); ++j) {
+          if (h[j].send != g[i].send && h[j].activation == g[i].activation && h[j].micro == g[i].micro &&
+              h[j].peer_stage == static_cast<int>(s)) {
+            done[s][running[s]][i] = done[p][running[p]][j] = true;
+            progress = true;
+          }
+        }
+      }
+    }
+    for (std::size_t s = 0; s < n; ++s) {
+      if (running[s] < posted[s] &&
+          std::all_of(done[s][running[s]].begin(), done[s][running[s]].end(), [](bool d) { return d; })) {
+        ++running[s];
+        progress = true;
+      }
+    }
+  }
+  for (std::size_t s = 0; s < n; ++s) {
+    if (running[s] < groups[s].size()) {
+      return "stage " + std::to_string(s) + " stops at group " + std::to_string(running[s]) + " of " +
+             std::to_string(groups[s].size());
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+TEST_CASE("pipeline: the stages' message groups run to the end under NCCL's ordering", "[trainer][pipeline]") {
+  int deadlocks_alone = 0, plans = 0;
+  for (int S = 2; S <= 5; ++S) {
+    for (int M = S; M <= 9; ++M) {
+      for (bool one_f_one_b : {false, true}) {
+        wb::trainer::PipelinePlan plan;
+        plan.stages = S;
+        plan.micro_batches = M;
+        plan.one_f_one_b = one_f_one_b;
+        CAPTURE(S, M, one_f_one_b);
+        CHECK(play_nccl(plan, false).empty());
+        const std::string alone = play_nccl(plan, true);
+        deadlocks_alone += !alone.empty();
+        ++plans;
+        // GPipe's sends never wait on the stage's own receives; 1F1B's would, without the groups.
+        if (one_f_one_b) CHECK(alone.find("stops at group") != std::string::npos);
+        if (!one_f_one_b) CHECK(alone.empty());
+      }
+    }
+  }
+  CHECK(plans == 2 * (8 + 7 + 6 + 5));
+  CHECK(deadlocks_alone == plans / 2);
+}
 
 TEST_CASE("pipeline: bad combinations are one line naming the flag, exit code 2", "[trainer][pipeline]") {
   TempDir dir;
@@ -148,13 +281,20 @@ TEST_CASE("pipeline: 2 stages x 4 micro-batches equal one process running the 4 
     const float loss_single = floats(single.tensor("run", "loss", "loss", 0, 0))[0];
     CAPTURE(loss_pipe, loss_single);
     CHECK(std::abs(loss_pipe - loss_single) <= 1e-6 * std::abs(loss_single));
-    for (const char* kind : {"grad", "param_after", "momentum", "buffer_after"}) {
+    // The same keys as the single process's dump, activations included, and the same numbers: each
+    // activation over the whole mini-batch, although the stages computed them 8 images at a time.
+    CHECK(dump_keys(pipe) == dump_keys(single));
+    for (const char* kind : {"act", "grad", "param_after", "momentum", "buffer_after"}) {
       int count = 0;
       const double worst = worst_rel_l2(pipe, single, kind, count);
       CAPTURE(kind, worst, count);
-      CHECK(count == (std::string(kind) == "buffer_after" ? 106 : 161));  // 53 BatchNorms' mean and var
+      const std::string k = kind;
+      CHECK(count == (k == "act" ? 174 : k == "buffer_after" ? 106 : 161));  // 53 BatchNorms' mean and var
       CHECK(worst <= 1e-6);
     }
+    // Stage 1's outputs too: layer4's last block and the logits, over all 32 images.
+    CHECK(pipe.tensor("run", "act", "layer4.2", 0, 0).shape == std::vector<std::int64_t>{32, 2048, 1, 1});
+    CHECK(pipe.tensor("run", "act", "fc", 0, 0).shape == std::vector<std::int64_t>{32, 10});
     // num_batches_tracked grew by 4 (once per micro-batch) in every BatchNorm, stage 1's included.
     const auto nbt = pipe.tensor("run", "buffer_after", "layer4.2.bn3.num_batches_tracked", 0, 0);
     std::int64_t n = 0;
@@ -181,6 +321,12 @@ TEST_CASE("pipeline: torch_step.py reproduces the 2-stage step and wb compare pa
   CAPTURE(cmp.out, cmp.err);
   CHECK(cmp.exit_code == 0);
   CHECK(cmp.out.find("0 fail, 0 only in B, 0 only in A") != std::string::npos);
+  // Every activation is compared, and passes.
+  std::size_t act_rows = 0;
+  for (std::size_t at = cmp.out.find("PASS    act."); at != std::string::npos; at = cmp.out.find("PASS    act.", at + 1)) {
+    ++act_rows;
+  }
+  CHECK(act_rows == 174);
 
   // The comparison can fail: the same reference with layer4.2.conv3's gradient doubled does.
   std::map<std::string, std::string> metadata;
@@ -221,6 +367,23 @@ TEST_CASE("pipeline: torch_step.py reproduces the 2-stage step and wb compare pa
   CAPTURE(cmp_fault.out);
   CHECK(cmp_fault.exit_code == 1);
   CHECK(cmp_fault.out.find("grad.layer4.2.conv3.weight") != std::string::npos);
+
+  // And an activation of stage 1 off by 1% in its last micro-batch's images fails, named.
+  auto acts = wb::store::read_safetensors(r.dir / "torch.safetensors");
+  planted = false;
+  for (auto& t : acts) {
+    if (t.name != "act.layer3.0.conv1") continue;
+    auto* v = reinterpret_cast<float*>(t.data.data());
+    for (std::int64_t i = t.numel() * 3 / 4; i < t.numel(); ++i) v[i] *= 1.01f;
+    planted = true;
+  }
+  REQUIRE(planted);
+  wb::store::write_safetensors(r.dir / "act_fault.safetensors", acts, metadata);
+  const Result cmp_act = wb::test::run_command(quote(WB_CLI) + " compare " + quote(run.string()) + " " +
+                                               quote((r.dir / "act_fault.safetensors").string()));
+  CAPTURE(cmp_act.out);
+  CHECK(cmp_act.exit_code == 1);
+  CHECK(cmp_act.out.find("First divergence: act.layer3.0.conv1") != std::string::npos);
 }
 
 TEST_CASE("pipeline: micro-batches, messages and bubbles are recorded and reported", "[trainer][pipeline][mpi]") {
@@ -357,4 +520,50 @@ TEST_CASE("pipeline: SIGKILL of stage 1's rank ends the job within 60 s, naming 
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   CHECK(code != 0);
   CHECK(all_output.find("rank 1") != std::string::npos);
+}
+
+TEST_CASE("pipeline: 2 stages on the GPU (NCCL send/recv) equal one GPU process running the 4 micro-batches",
+          "[trainer][pipeline][mpi][cuda]") {
+  const int devices = wb::backend::cuda_device_count();
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
+  TempDir dir;
+  auto gpu = [&](const std::string& name, const std::vector<std::string>& flags) {
+    const Result r = run_train(with(with(common_args(), {"--device", "cuda", "--precision", "fp32", "--micro-batches", "4",
+                                                         "--steps", "1", "--dump-step", "0", "--run",
+                                                         (dir / (name + ".sqlite")).string()}),
+                                    flags));
+    CAPTURE(name, r.out, r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  std::vector<std::string> two = {"--nproc", "2", "--pipeline-stages", "2"};
+  if (devices == 1) two = with(two, {"--ranks-per-gpu", "2"});
+  gpu("single", {});
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    CAPTURE(schedule);
+    const Result r = gpu(schedule, with(two, {"--pipeline-schedule", schedule}));
+    CHECK(r.out.find("wb-train: pipeline 2 stages x 1 replica, 4 micro-batches of 8, " + std::string(schedule)) !=
+          std::string::npos);
+    const fs::path run = dir / (std::string(schedule) + ".sqlite");
+    // cuDNN picks each convolution's algorithm by timing it, so two processes may sum in different
+    // orders: every tensor passes wb compare's fp32 tolerances (the ones PyTorch against this
+    // workbench passes), activations and gradients included, and the loss agrees to fp32 noise.
+    const Result cmp = wb::test::run_command(quote(WB_CLI) + " compare " + quote(run.string()) + " " +
+                                             quote((dir / "single.sqlite").string()));
+    CAPTURE(cmp.out);
+    CHECK(cmp.exit_code == 0);
+    CHECK(cmp.out.find("0 fail, 0 only in B, 0 only in A") != std::string::npos);
+    wb::store::Reader pipe(run);
+    wb::store::Reader single(dir / "single.sqlite");
+    CHECK(pipe.world_size() == 2);
+    CHECK(dump_keys(pipe) == dump_keys(single));
+    const float loss_pipe = floats(pipe.tensor("run", "loss", "loss", 0, 0))[0];
+    const float loss_single = floats(single.tensor("run", "loss", "loss", 0, 0))[0];
+    CAPTURE(loss_pipe, loss_single);
+    CHECK(std::abs(loss_pipe - loss_single) <= 1e-5 * std::abs(loss_single));
+    // Every micro-batch's activations went over NCCL, and its gradient came back.
+    int sends = 0;
+    for (const auto& sp : pipe.pipeline_spans()) sends += sp.kind == "send_act" || sp.kind == "send_grad";
+    CHECK(sends == 8);
+  }
 }

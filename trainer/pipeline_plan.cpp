@@ -87,9 +87,6 @@ void validate_pipeline_flags(const TrainConfig& c) {
                       " is not a multiple of it (world = stages x data-parallel replicas)");
   }
   if (S > 1 || M > 1) {
-    if (c.device == "cuda") {
-      throw ConfigError("--pipeline-stages/--micro-batches: the pipeline runs on the CPU backend only (use --device cpu)");
-    }
     if (c.dump_all_ranks) {
       throw ConfigError("--dump-ranks all: a pipeline run's dump gathers every stage's tensors on rank 0 (drop it)");
     }

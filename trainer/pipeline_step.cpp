@@ -10,6 +10,7 @@
 #include "profiler/record/clock.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/writer.hpp"
+#include "trainer/dump/dump.hpp"
 #include "trainer/parallel/buckets.hpp"
 
 namespace wb::trainer {
@@ -49,6 +50,28 @@ std::vector<Work> schedule_of(const PipelinePlan& plan, int stage) {
   for (int i = M - warm; i < M; ++i) w.push_back({Op::backward, i});
   return w;
 }
+
+}  // namespace
+
+std::vector<std::vector<StageMessage>> message_points(const PipelinePlan& plan, int stage) {
+  const bool first = stage == 0, last = stage == plan.stages - 1;
+  std::vector<std::vector<StageMessage>> points;
+  std::vector<StageMessage> pending;  // the sends of the item before
+  for (const Work& w : schedule_of(plan, stage)) {
+    std::vector<StageMessage> point = std::move(pending);
+    pending.clear();
+    const bool fwd = w.op == Op::forward;
+    if (fwd && !first) point.push_back({false, true, w.micro, stage - 1});
+    if (!fwd && !last) point.push_back({false, false, w.micro, stage + 1});
+    points.push_back(std::move(point));
+    if (fwd && !last) pending.push_back({true, true, w.micro, stage + 1});
+    if (!fwd && !first) pending.push_back({true, false, w.micro, stage - 1});
+  }
+  points.push_back(std::move(pending));
+  return points;
+}
+
+namespace {
 
 std::int64_t numel(const std::vector<std::int64_t>& shape) {
   std::int64_t n = 1;
@@ -105,17 +128,32 @@ struct PipelineStep::Impl {
   Tensor dy;                                    // the received gradient of the stage output
   std::vector<float> host_images;
   std::vector<std::int32_t> host_labels;
-  std::vector<std::vector<float>> recv_act, recv_grad, send_act, send_grad;  // per micro-batch
-  std::vector<std::unique_ptr<parallel::Transfer>> recv_act_t, recv_grad_t;
+  // Message buffers per micro-batch: plain backend tensors (host memory on the CPU, device on a GPU).
+  std::vector<Tensor> recv_act, recv_grad, send_act, send_grad;
+  struct Posted {
+    std::unique_ptr<parallel::Transfer> t;  // null until posted
+    std::size_t span = 0;                   // index into spans
+  };
+  std::vector<Posted> recv_act_p, recv_grad_p;  // per micro-batch
   struct Sent {
     std::unique_ptr<parallel::Transfer> t;
     std::size_t span;  // index into spans
     bool done = false;
   };
   std::vector<Sent> sends;
-  float loss_in = 0.0f;  // the step's loss, from the last stage
-  std::unique_ptr<parallel::Transfer> loss_t;
+  std::vector<std::vector<StageMessage>> points;  // message_points(plan, stage)
   std::vector<float> losses;
+
+  // Step dumps: replica 0's stages keep every output of the dumped step's forwards, the micro-batches'
+  // concatenated in order, and rank 0 writes them all (after_dump).
+  bool capturing = false;
+  struct Captured {
+    std::string name;
+    std::vector<std::int64_t> shape;  // of the whole mini-batch so far
+    std::vector<float> data;
+  };
+  std::vector<Captured> captured;
+  std::size_t capture_at = 0;  // the next output's entry in the current micro-batch's forward
 
   // Gradient accumulation over the micro-batches.
   int backwards_run = 0;
@@ -158,12 +196,51 @@ struct PipelineStep::Impl {
     }
   }
 
-  void send(std::vector<float>& data, int peer, int tag, const char* kind, int micro) {
+  parallel::Message recv_act_msg(int m) {
+    return {false, recv_act[static_cast<std::size_t>(m)].data_as<float>(), in_count, seat.prev_rank, tag_act(m)};
+  }
+  parallel::Message recv_grad_msg(int m) {
+    return {false, recv_grad[static_cast<std::size_t>(m)].data_as<float>(), out_count, seat.next_rank, tag_grad(m)};
+  }
+
+  // Posts the messages of point `k` of the step as one group (a receive already posted is left out).
+  void post(std::size_t k) {
+    if (!comm) return;
+    std::vector<parallel::Message> msgs;
+    struct Record {
+      Posted* recv;  // null: a send
+      const char* kind;
+      int micro;
+    };
+    std::vector<Record> records;
+    for (const StageMessage& sm : points[k]) {
+      const auto i = static_cast<std::size_t>(sm.micro);
+      const int peer = seat.replica * plan.stages + sm.peer_stage;
+      if (sm.send) {
+        Tensor& buf = sm.activation ? send_act[i] : send_grad[i];
+        msgs.push_back({true, buf.data_as<float>(), sm.activation ? out_count : in_count, peer,
+                        sm.activation ? tag_act(sm.micro) : tag_grad(sm.micro)});
+        records.push_back({nullptr, sm.activation ? "send_act" : "send_grad", sm.micro});
+      } else {
+        Posted& r = sm.activation ? recv_act_p[i] : recv_grad_p[i];
+        if (r.t) continue;  // posted at the step's start
+        msgs.push_back(sm.activation ? recv_act_msg(sm.micro) : recv_grad_msg(sm.micro));
+        records.push_back({&r, sm.activation ? "recv_act" : "recv_grad", sm.micro});
+      }
+    }
+    if (msgs.empty()) return;
     const std::int64_t t = profiler::now_ns();
-    Sent s;
-    s.t = comm->send(data.data(), data.size(), peer, tag);
-    s.span = add_span(kind, micro, peer, static_cast<std::int64_t>(data.size() * sizeof(float)), t, t, t);
-    sends.push_back(std::move(s));
+    auto transfers = comm->post(msgs);
+    for (std::size_t j = 0; j < msgs.size(); ++j) {
+      const auto bytes = static_cast<std::int64_t>(msgs[j].count * sizeof(float));
+      const std::size_t span = add_span(records[j].kind, records[j].micro, msgs[j].peer, bytes, t, t, t);
+      if (records[j].recv) {
+        records[j].recv->t = std::move(transfers[j]);
+        records[j].recv->span = span;
+      } else {
+        sends.push_back({std::move(transfers[j]), span});
+      }
+    }
   }
 
   // Waits for a posted receive, recording the wait; returns the time waited.
@@ -177,76 +254,70 @@ struct PipelineStep::Impl {
   }
 
   void forward(int m) {
+    const auto i = static_cast<std::size_t>(m);
     const int k = m % slots;
+    const auto ks = static_cast<std::size_t>(k);
     model.use_slot(k);
     const std::size_t img = static_cast<std::size_t>(mb) * 3 * static_cast<std::size_t>(cfg.image_size * cfg.image_size);
     if (first) {
-      be.from_host(images[static_cast<std::size_t>(k)],
-                   std::span<const float>(host_images.data() + static_cast<std::size_t>(m) * img, img));
+      be.from_host(images[ks], std::span<const float>(host_images.data() + i * img, img));
     } else {
-      summary.wait_act_ns += wait_recv(*recv_act_t[static_cast<std::size_t>(m)], recv_act_span[static_cast<std::size_t>(m)]);
-      be.from_host(act_in[static_cast<std::size_t>(k)], recv_act[static_cast<std::size_t>(m)]);
+      summary.wait_act_ns += wait_recv(*recv_act_p[i].t, recv_act_p[i].span);
+      be.copy(recv_act[i], act_in[ks]);
     }
     if (last) {
-      be.from_host(labels[static_cast<std::size_t>(k)],
-                   std::span<const std::int32_t>(host_labels.data() + static_cast<std::size_t>(m * mb),
-                                                 static_cast<std::size_t>(mb)));
+      be.from_host(labels[ks], std::span<const std::int32_t>(host_labels.data() + i * static_cast<std::size_t>(mb),
+                                                             static_cast<std::size_t>(mb)));
     }
     const std::int64_t t0 = profiler::now_ns();
-    const float loss = model.forward_units(u0, u1, first ? images[static_cast<std::size_t>(k)] : act_in[static_cast<std::size_t>(k)],
-                                           labels[static_cast<std::size_t>(k)]);
+    capture_at = 0;
+    const float loss = model.forward_units(u0, u1, first ? images[ks] : act_in[ks], labels[ks]);
     if (last) {
-      losses[static_cast<std::size_t>(m)] = loss;
+      losses[i] = loss;
     } else {
-      auto& out = send_act[static_cast<std::size_t>(m)];
-      be.to_host(model.units_output(), out);
+      be.copy(model.units_output(), send_act[i]);
     }
+    be.synchronize();  // a GPU's queue: the span is the device's time (a no-op on the CPU)
     const std::int64_t t1 = profiler::now_ns();
     add_span("forward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
-    if (!last) send(send_act[static_cast<std::size_t>(m)], seat.next_rank, tag_act(m), "send_act", m);
   }
 
   void backward(int m) {
-    const int k = m % slots;
-    model.use_slot(k);
+    const auto i = static_cast<std::size_t>(m);
+    model.use_slot(m % slots);
     if (!last) {
-      summary.wait_grad_ns +=
-          wait_recv(*recv_grad_t[static_cast<std::size_t>(m)], recv_grad_span[static_cast<std::size_t>(m)]);
-      be.from_host(dy, recv_grad[static_cast<std::size_t>(m)]);
+      summary.wait_grad_ns += wait_recv(*recv_grad_p[i].t, recv_grad_p[i].span);
+      be.copy(recv_grad[i], dy);
     }
     const std::int64_t t0 = profiler::now_ns();
     const Tensor& dx = model.backward_units(dy);
     ++backwards_run;
-    if (!first) be.to_host(dx, send_grad[static_cast<std::size_t>(m)]);
+    if (!first) be.copy(dx, send_grad[i]);
+    be.synchronize();
     const std::int64_t t1 = profiler::now_ns();
     add_span("backward", m, -1, 0, t0, t0, t1);
     summary.busy_ns += t1 - t0;
-    if (!first) send(send_grad[static_cast<std::size_t>(m)], seat.prev_rank, tag_grad(m), "send_grad", m);
   }
 
-  std::vector<std::size_t> recv_act_span, recv_grad_span;
-
+  // MPI: every receive of the step is posted at its start, so messages land while the stage computes.
   void post_receives() {
-    const int M = plan.micro_batches;
-    recv_act_span.assign(static_cast<std::size_t>(M), 0);
-    recv_grad_span.assign(static_cast<std::size_t>(M), 0);
-    for (int m = 0; m < M; ++m) {
+    if (!comm->early_receives()) return;
+    for (int m = 0; m < plan.micro_batches; ++m) {
+      const auto i = static_cast<std::size_t>(m);
+      std::vector<parallel::Message> msgs;
+      if (!first) msgs.push_back(recv_act_msg(m));
+      if (!last) msgs.push_back(recv_grad_msg(m));
       const std::int64_t t = profiler::now_ns();
-      if (!first) {
-        auto& buf = recv_act[static_cast<std::size_t>(m)];
-        recv_act_t[static_cast<std::size_t>(m)] = comm->recv(buf.data(), buf.size(), seat.prev_rank, tag_act(m));
-        recv_act_span[static_cast<std::size_t>(m)] =
-            add_span("recv_act", m, seat.prev_rank, static_cast<std::int64_t>(buf.size() * sizeof(float)), t, t, t);
-      }
-      if (!last) {
-        auto& buf = recv_grad[static_cast<std::size_t>(m)];
-        recv_grad_t[static_cast<std::size_t>(m)] = comm->recv(buf.data(), buf.size(), seat.next_rank, tag_grad(m));
-        recv_grad_span[static_cast<std::size_t>(m)] =
-            add_span("recv_grad", m, seat.next_rank, static_cast<std::int64_t>(buf.size() * sizeof(float)), t, t, t);
+      auto transfers = comm->post(msgs);
+      for (std::size_t j = 0; j < msgs.size(); ++j) {
+        const bool act = !first && j == 0;
+        Posted& r = act ? recv_act_p[i] : recv_grad_p[i];
+        r.t = std::move(transfers[j]);
+        r.span = add_span(act ? "recv_act" : "recv_grad", m, msgs[j].peer,
+                          static_cast<std::int64_t>(msgs[j].count * sizeof(float)), t, t, t);
       }
     }
-    if (!last) loss_t = comm->recv(&loss_in, 1, last_rank(), kTagLoss);
   }
 
   int last_rank() const { return seat.replica * plan.stages + plan.stages - 1; }
@@ -281,50 +352,120 @@ struct PipelineStep::Impl {
     return {f0, f1, s0, s1, c0, c1};
   }
 
+  // Floats [a, b) of `t` (a plain buffer) appended to `v` / read from `v` at `at`, wherever t lives.
+  void append(std::vector<float>& v, const Tensor& t, std::size_t a, std::size_t b) {
+    if (b <= a) return;
+    const std::size_t at = v.size();
+    v.insert(v.end(), b - a, 0.0f);
+    be.to_host(be.view(t, a, Shape{static_cast<std::int64_t>(b - a)}), std::span<float>(v.data() + at, b - a));
+  }
+  void take(const std::vector<float>& v, std::size_t& at, const Tensor& t, std::size_t a, std::size_t b) {
+    if (b > a) {
+      be.from_host(be.view(t, a, Shape{static_cast<std::int64_t>(b - a)}), std::span<const float>(v.data() + at, b - a));
+    }
+    at += b - a;
+  }
+
   // Replica 0's stages send their part of the state to rank 0, which writes it into its own
-  // buffers (whose other stages' parts it never uses otherwise). CPU memory.
+  // buffers (whose other stages' parts it never uses otherwise).
   void gather(bool after) {
     if (!comm || seat.replica != 0) return;
     auto pack = [&](const Extent& e) {
       std::vector<float> v;
-      auto add = [&](const Tensor& t, std::size_t a, std::size_t b) {
-        const float* d = t.data_as<float>();
-        v.insert(v.end(), d + a, d + b);
-      };
-      add(model.param_buffer(), e.p0, e.p1);
-      add(model.running_stats(), e.s0, e.s1);
+      append(v, model.param_buffer(), e.p0, e.p1);
+      append(v, model.running_stats(), e.s0, e.s1);
       auto counts = model.num_batches_tracked();
       for (std::size_t i = e.c0; i < e.c1; ++i) v.push_back(static_cast<float>(counts[i]));
       if (after) {
-        add(model.grad_buffer(), e.p0, e.p1);
-        add(model.momentum_buffer(), e.p0, e.p1);
+        append(v, model.grad_buffer(), e.p0, e.p1);
+        append(v, model.momentum_buffer(), e.p0, e.p1);
       }
       return v;
     };
     if (rank != 0) {
       std::vector<float> v = pack(extent_of(seat.stage));
-      comm->send(v.data(), v.size(), 0, kTagGather)->wait();
+      comm->send_host(v.data(), v.size(), 0, kTagGather);
       return;
     }
     for (int s = 1; s < plan.stages; ++s) {
       const Extent e = extent_of(s);
-      std::vector<float> v(pack(e).size());
-      comm->recv(v.data(), v.size(), s, kTagGather)->wait();
+      const std::size_t n = (e.p1 - e.p0) * (after ? 3 : 1) + (e.s1 - e.s0) + (e.c1 - e.c0);
+      std::vector<float> v(n);
+      comm->recv_host(v.data(), v.size(), s, kTagGather);
       std::size_t at = 0;
-      auto take = [&](const Tensor& t, std::size_t a, std::size_t b) {
-        std::memcpy(t.data_as<float>() + a, v.data() + at, (b - a) * sizeof(float));
-        at += b - a;
-      };
-      take(model.param_buffer(), e.p0, e.p1);
-      take(model.running_stats(), e.s0, e.s1);
+      take(v, at, model.param_buffer(), e.p0, e.p1);
+      take(v, at, model.running_stats(), e.s0, e.s1);
       auto counts = model.num_batches_tracked();
       for (std::size_t i = e.c0; i < e.c1; ++i) counts[i] = static_cast<std::int64_t>(v[at++]);
       if (after) {
-        take(model.grad_buffer(), e.p0, e.p1);
-        take(model.momentum_buffer(), e.p0, e.p1);
+        take(v, at, model.grad_buffer(), e.p0, e.p1);
+        take(v, at, model.momentum_buffer(), e.p0, e.p1);
       }
     }
     be.params_written();
+  }
+
+  // One forward output of the dumped step: the first micro-batch makes its entry, the others append
+  // to the same entry (every micro-batch's forward emits the same outputs in the same order).
+  void capture(std::string_view name, const Tensor& t) {
+    const auto n = static_cast<std::size_t>(t.numel());
+    if (capture_at == captured.size()) {
+      captured.push_back({std::string(name), t.shape().to_vector(), {}});
+      captured.back().shape[0] = 0;
+    }
+    Captured& c = captured[capture_at++];
+    if (c.name != name) throw std::logic_error("pipeline dump: output '" + std::string(name) + "' where '" + c.name + "' was expected");
+    c.shape[0] += t.shape().to_vector()[0];
+    const std::size_t at = c.data.size();
+    c.data.resize(at + n);
+    be.to_host(t, std::span<float>(c.data.data() + at, n));
+  }
+
+  // Stages 1.. of replica 0 send their captured outputs to rank 0, which writes every stage's into the
+  // dump in stage order (the model's forward order). Names and shapes travel as floats (exact below 2^24).
+  void write_activations(dump::StepDump* dump) {
+    if (seat.replica != 0) return;
+    auto describe = [](const std::vector<Captured>& cs) {
+      std::vector<float> h{static_cast<float>(cs.size())};
+      for (const Captured& c : cs) {
+        h.push_back(static_cast<float>(c.name.size()));
+        for (unsigned char ch : c.name) h.push_back(static_cast<float>(ch));
+        h.push_back(static_cast<float>(c.shape.size()));
+        for (auto d : c.shape) h.push_back(static_cast<float>(d));
+      }
+      return h;
+    };
+    if (rank != 0) {
+      std::vector<float> header = describe(captured);
+      const float size = static_cast<float>(header.size());
+      comm->send_host(&size, 1, 0, kTagGather);
+      comm->send_host(header.data(), header.size(), 0, kTagGather);
+      for (const Captured& c : captured) comm->send_host(c.data.data(), c.data.size(), 0, kTagGather);
+    } else {
+      for (const Captured& c : captured) {
+        if (dump) dump->activation(c.name, c.shape, c.data);
+      }
+      for (int s = 1; s < plan.stages; ++s) {
+        float size = 0.0f;
+        comm->recv_host(&size, 1, s, kTagGather);
+        std::vector<float> header(static_cast<std::size_t>(size));
+        comm->recv_host(header.data(), header.size(), s, kTagGather);
+        std::size_t at = 0;
+        const auto next = [&] { return static_cast<std::int64_t>(header.at(at++)); };
+        const std::int64_t entries = next();
+        std::vector<float> data;
+        for (std::int64_t k = 0; k < entries; ++k) {
+          std::string name(static_cast<std::size_t>(next()), ' ');
+          for (char& ch : name) ch = static_cast<char>(next());
+          std::vector<std::int64_t> shape(static_cast<std::size_t>(next()));
+          for (auto& d : shape) d = next();
+          data.resize(static_cast<std::size_t>(numel(shape)));
+          comm->recv_host(data.data(), data.size(), s, kTagGather);
+          if (dump) dump->activation(name, shape, data);
+        }
+      }
+    }
+    captured.clear();
   }
 };
 
@@ -332,9 +473,6 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
                            model::ResNet50& model, model::ModelObserver* inner, PipelineRecording recording)
     : impl_(std::make_unique<Impl>(cfg, plan, rank, model, inner, recording)), seat_(seat_of(plan, rank)) {
   Impl& d = *impl_;
-  if (model.compute_backend().native_stream() != nullptr) {
-    throw ConfigError("--pipeline-stages/--micro-batches: the pipeline runs on the CPU backend only");
-  }
   const int S = plan.stages, M = plan.micro_batches;
   d.u0 = plan.first_unit[static_cast<std::size_t>(seat_.stage)];
   d.u1 = plan.first_unit[static_cast<std::size_t>(seat_.stage) + 1];
@@ -353,6 +491,7 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   d.slots = plan.one_f_one_b ? std::min(M, S - seat_.stage) : M;
   d.grad_scale = plan.loss_mean ? 1.0f / static_cast<float>(M) : 1.0f;
   d.work = schedule_of(plan, seat_.stage);
+  d.points = message_points(plan, seat_.stage);
 
   model.use_gradient_scratch();
   model.set_activation_slots(d.slots);
@@ -373,15 +512,21 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
     d.out_count = static_cast<std::size_t>(numel(d.out_shape));
     d.dy = be.empty(Shape(d.out_shape), backend::DType::f32);
   }
-  d.recv_act.assign(static_cast<std::size_t>(M), std::vector<float>(d.in_count));
-  d.send_grad.assign(static_cast<std::size_t>(M), std::vector<float>(d.in_count));
-  d.recv_grad.assign(static_cast<std::size_t>(M), std::vector<float>(d.out_count));
-  d.send_act.assign(static_cast<std::size_t>(M), std::vector<float>(d.out_count));
-  d.recv_act_t.resize(static_cast<std::size_t>(M));
-  d.recv_grad_t.resize(static_cast<std::size_t>(M));
+  for (int m = 0; m < M && S > 1; ++m) {
+    if (!d.first) {
+      d.recv_act.push_back(be.empty(Shape(d.in_shape), backend::DType::f32));
+      d.send_grad.push_back(be.empty(Shape(d.in_shape), backend::DType::f32));
+    }
+    if (!d.last) {
+      d.recv_grad.push_back(be.empty(Shape(d.out_shape), backend::DType::f32));
+      d.send_act.push_back(be.empty(Shape(d.out_shape), backend::DType::f32));
+    }
+  }
+  d.recv_act_p.resize(static_cast<std::size_t>(M));
+  d.recv_grad_p.resize(static_cast<std::size_t>(M));
   d.losses.assign(static_cast<std::size_t>(M), 0.0f);
 
-  if (S > 1) d.comm = parallel::make_pipeline_comm(world, seat_.stage, seat_.replica);
+  if (S > 1) d.comm = parallel::make_pipeline_comm(world, seat_.stage, seat_.replica, be.native_stream());
   if (plan.replicas > 1) {
     // The run's buckets cut to this stage's parameters: its split points inside the stage, renumbered.
     std::vector<parallel::ParamExtent> local;
@@ -397,7 +542,10 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
       }
       split = points.empty() ? allreduce::SplitPoints::single_bucket() : allreduce::SplitPoints::from_points(points);
     }
+    parallel::Communicator& group = d.comm ? d.comm->stage_group() : world;
     parallel::SyncOptions so;
+    // On a GPU, each bucket's allreduce waits for the accumulation queued for it (a no-op on the CPU).
+    so.on_ready = [&group](const parallel::Bucket&, float* data) { group.mark_ready(data); };
     profiler::Recorder* recorder = recording.recorder;
     const int shift = d.p0;
     so.on_span = [recorder, shift](const parallel::BucketSpan& s) {
@@ -406,7 +554,7 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
                                           s.ready_ns, s.start_ns, s.end_ns});
       }
     };
-    d.sync = std::make_unique<parallel::GradientSync>(d.comm ? d.comm->stage_group() : world,
+    d.sync = std::make_unique<parallel::GradientSync>(group,
                                                        parallel::plan_buckets(local, split, cfg.bucket_mb),
                                                        model.grad_buffer().data_as<float>() + d.off0, so);
   }
@@ -430,13 +578,17 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   d.step = static_cast<std::int32_t>(step);
   d.spans.clear();
   d.sends.clear();
+  for (auto& p : d.recv_act_p) p.t.reset();
+  for (auto& p : d.recv_grad_p) p.t.reset();
   d.summary = store::PipelineStepRow{d.rank, d.step, seat_.stage, seat_.replica, profiler::now_ns(), 0, 0, 0, 0, 0};
   d.backwards_run = 0;
   if (d.sync) d.sync->begin_step(static_cast<int>(step));
   batch.to_host(d.host_images, d.host_labels);
   batch.forward_done();
   if (d.comm) d.post_receives();
-  for (const Work& w : d.work) {
+  for (std::size_t k = 0; k < d.work.size(); ++k) {
+    const Work& w = d.work[k];
+    d.post(k);
     if (w.op == Op::forward) {
       d.forward(w.micro);
     } else {
@@ -444,6 +596,7 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
     }
     if (d.comm) d.poll_sends();
   }
+  d.post(d.work.size());
   if (d.sync) {
     const std::int64_t c0 = profiler::now_ns();
     d.sync->wait_all();
@@ -455,12 +608,9 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   if (d.last) {
     for (float l : d.losses) loss += l;
     if (d.plan.loss_mean) loss /= static_cast<float>(d.plan.micro_batches);
-    for (int s = 0; s + 1 < d.plan.stages; ++s) {
-      d.comm->send(&loss, 1, seat_.replica * d.plan.stages + s, kTagLoss)->wait();
-    }
+    for (int s = 0; s + 1 < d.plan.stages; ++s) d.comm->send_host(&loss, 1, seat_.replica * d.plan.stages + s, kTagLoss);
   } else {
-    d.loss_t->wait();
-    loss = d.loss_in;
+    d.comm->recv_host(&loss, 1, d.last_rank(), kTagLoss);
   }
   for (auto& s : d.sends) {
     if (!s.done) {
@@ -474,8 +624,26 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   return loss;
 }
 
-void PipelineStep::before_dump(std::int64_t) { impl_->gather(false); }
-void PipelineStep::after_dump(std::int64_t) { impl_->gather(true); }
+void PipelineStep::before_dump(std::int64_t) {
+  impl_->gather(false);
+  impl_->capturing = seat_.replica == 0;
+  impl_->captured.clear();
+}
+
+void PipelineStep::after_dump(std::int64_t, dump::StepDump* dump) {
+  impl_->gather(true);
+  if (impl_->capturing) impl_->write_activations(dump);
+  impl_->capturing = false;
+}
+
+bool PipelineStep::wants_outputs() const {
+  return impl_->capturing || (impl_->inner && impl_->inner->wants_outputs());
+}
+
+void PipelineStep::on_output(std::string_view dump_name, const backend::Tensor& output) {
+  if (impl_->capturing) impl_->capture(dump_name, output);
+  if (impl_->inner && impl_->inner->wants_outputs()) impl_->inner->on_output(dump_name, output);
+}
 
 void PipelineStep::on_module_begin(int module_id, model::Phase phase) {
   if (impl_->inner) impl_->inner->on_module_begin(module_id, phase);
@@ -494,17 +662,10 @@ void PipelineStep::on_grads_ready(int first_param, int last_param_exclusive) {
   const std::size_t a = ps[static_cast<std::size_t>(first_param)].offset;
   const auto& lp = ps[static_cast<std::size_t>(last_param_exclusive - 1)];
   const std::size_t b = lp.offset + lp.numel;
-  float* acc = d.model.grad_buffer().data_as<float>();
-  const float* scr = d.model.gradient_scratch().data_as<float>();
-  const float k = d.grad_scale;
-  const auto lo = static_cast<std::int64_t>(a), hi = static_cast<std::int64_t>(b);
-  if (d.backwards_run == 0) {  // the step's first backward (counted after backward_units returns)
-#pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) acc[i] = k * scr[i];
-  } else {
-#pragma omp parallel for simd schedule(static)
-    for (std::int64_t i = lo; i < hi; ++i) acc[i] += k * scr[i];
-  }
+  const Shape n{static_cast<std::int64_t>(b - a)};
+  // The step's first backward assigns (backwards_run counts them after backward_units returns).
+  d.be.accumulate(d.be.view(d.model.gradient_scratch(), a, n), d.grad_scale, d.be.view(d.model.grad_buffer(), a, n),
+                  d.backwards_run == 0);
   if (d.sync && d.backwards_run == d.plan.micro_batches - 1) {
     d.sync->on_grads_ready(first_param - d.p0, last_param_exclusive - d.p0);
   }

@@ -27,13 +27,20 @@
 // busy time and idle time by cause (waiting for activations, for gradients, for the allreduce).
 //
 // Step dumps: every stage of replica 0 sends its parameters, gradients, momentum and BN state to
-// rank 0 around the dumped step, so rank 0's dump holds full tensors under the usual keys.
+// rank 0 around the dumped step, and the outputs of every module it ran in the step's forwards, each
+// over the whole mini-batch (its micro-batches' outputs concatenated in order), so rank 0's dump holds
+// full tensors under the usual keys, activations included, as a single process's does.
+//
+// Devices: on the CPU the messages are MPI's, on a GPU NCCL's (pipeline_comm.hpp); message buffers
+// are backend tensors, and every receive is posted where the schedule needs it, together with the sends
+// computed just before (with MPI every receive is also posted at the step's start).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "trainer/backend/backend.hpp"
@@ -71,12 +78,15 @@ class PipelineStep final : public StepSchedule, public model::ModelObserver {
 
   float forward_backward(Batch& batch, std::int64_t step, std::int64_t& comm_ns) override;
   void before_dump(std::int64_t step) override;
-  void after_dump(std::int64_t step) override;
+  void after_dump(std::int64_t step, dump::StepDump* dump) override;
+  bool dumps_activations() const override { return true; }
   std::span<const backend::ParamSegment> own_segments(const model::ResNet50& model) const override;
 
   void on_module_begin(int module_id, model::Phase phase) override;
   void on_module_end(int module_id, model::Phase phase) override;
   void on_grads_ready(int first_param, int last_param_exclusive) override;
+  bool wants_outputs() const override;
+  void on_output(std::string_view dump_name, const backend::Tensor& output) override;
 
   const StageSeat& seat() const { return seat_; }
   // Stage s's units, parameters [first, end) and running-statistics floats, for any stage.
@@ -87,6 +97,22 @@ class PipelineStep final : public StepSchedule, public model::ModelObserver {
   std::unique_ptr<Impl> impl_;
   StageSeat seat_;
 };
+
+// A message of one stage's step: a send or a receive of micro-batch `micro`'s activations (forward)
+// or their gradient (backward), with the neighbouring stage `peer_stage`.
+struct StageMessage {
+  bool send;
+  bool activation;
+  int micro;
+  int peer_stage;
+};
+// Where stage `stage` posts its messages: one entry per work item of its schedule, posted as one group
+// at the item's start (the sends the item before computed, and the receive the item waits for), and a
+// last entry posted after the last item (its sends). PipelineStep runs exactly this. NCCL runs a
+// rank's groups in this order and matches each pair of ranks' messages in order: the sends ride with
+// the next receive so that neither of two neighbours waits on a send while the other waits on its own
+// (1F1B's steady state), which a send posted alone would do.
+std::vector<std::vector<StageMessage>> message_points(const PipelinePlan& plan, int stage);
 
 // Output shape of unit `unit` (what the next stage receives) for a micro-batch of `n` images of
 // side `image_size`.

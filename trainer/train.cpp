@@ -542,7 +542,7 @@ TrainResult train(Job& job) {
       if (step == cfg.poison_step && rank == 0 && !batch.poison())
         throw ConfigError("--poison-step: this run's batches cannot be poisoned (a testing aid for CPU runs)");
       std::unique_ptr<dump::StepDump> dump = start_dump(job, step, batch);
-      job.observer.set_dump(dump.get());
+      job.observer.set_dump(job.schedule.dumps_activations() ? nullptr : dump.get());
       job.observer.reset_nonfinite();
       if (skip_nonfinite) saved.take(model);
       loss = job.schedule.forward_backward(batch, step, row.comm_exposed_ns);   // forward, loss, backward, gradients
@@ -558,7 +558,7 @@ TrainResult train(Job& job) {
         saved.restore(model);  // the forward's batch-norm statistics go too
       }
       batch.step_done();
-      if (step == cfg.dump_step) job.schedule.after_dump(step);
+      if (step == cfg.dump_step) job.schedule.after_dump(step, dump.get());
       if (dump) dump->after_step(model, loss);
       if (step == slow_step.step) std::this_thread::sleep_for(std::chrono::microseconds(slow_step.us));  // --slow-step
     }
@@ -716,7 +716,7 @@ int run_training(const TrainConfig& cfg_in) {
   Job job{cfg, place, rec, learner, input, observer, *schedule};
   const TrainResult result = train(job);
   // A checkpoint holds the whole model: a pipeline's stages first hand rank 0 their parts.
-  if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done);
+  if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done, nullptr);
   return finish(cfg, place, rec, learner, result);
 }
 

@@ -435,9 +435,9 @@ def run_step(args):
         return finish(args, dumper, loss, ddp, rank)
     if pipe:
         metadata["wb.pipeline"] = json.dumps(pipe)
-    # A pipeline run's dump holds no activations (its micro-batches' are spread over the stages).
+    # A pipeline run's activations are its micro-batches' joined along the batch, as wb-train dumps them.
     dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG,
-                               **({"modules": []} if pipe else {}))
+                               micro_batches=pipe["micro_batches"] if pipe else 1)
     inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
     if pipe:

@@ -35,6 +35,12 @@ layer order, param_after, buffer_after, momentum), "torch" (the version) and wha
 adds. Tensors are copied to the host as they are produced (activations before any in-place op can
 overwrite them), so dumping a large batch needs host memory for every activation.
 
+Micro-batches (`micro_batches=M`): a step that runs the model forward M times over the M slices of
+its batch, one after the other (gradient accumulation, or a pipeline's micro-batches run one at a
+time), before calling loss(). Each micro-batch's forward makes the same calls in the same order, so
+each call's key is named by the first micro-batch's calls, and its tensor is the M outputs joined
+along the batch dimension: `act.<module>` over the whole batch, as a workbench pipeline run dumps it.
+
 A model wrapped in DataParallel or DistributedDataParallel is unwrapped, so names carry no "module."
 prefix. Under DistributedDataParallel the gradients are the ones averaged across ranks.
 """
@@ -75,13 +81,16 @@ class StepDumper:
     """Records one training step of `model` (and `optimizer`, optional) and writes it to `out`."""
 
     def __init__(self, model, optimizer=None, out="step.safetensors", *, modules=None, metadata=None,
-                 step=None, rank=None, source="wbdump.py"):
+                 step=None, rank=None, source="wbdump.py", micro_batches=1):
         if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
             model = model.module
         if not isinstance(model, torch.nn.Module):
             raise TypeError(f"StepDumper needs a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(micro_batches, int) or isinstance(micro_batches, bool) or micro_batches < 1:
+            raise ValueError(f"StepDumper micro_batches: expected a whole number >= 1, got {micro_batches!r}")
         self.model = model
         self.optimizer = optimizer
+        self.micro_batches = micro_batches
         self.out = str(out)
         self.metadata = {"wb.source": source, "torch": torch.__version__}
         if step is not None:
@@ -215,6 +224,8 @@ class StepDumper:
 
     def _close_forward(self):
         self.remove_hooks()
+        if self.micro_batches > 1:
+            self._join_micro_batches()
         counts = {}
         for name, _ in self._calls:
             counts[name] = counts.get(name, 0) + 1
@@ -227,6 +238,25 @@ class StepDumper:
                 self._append(base + suffix, t)
         self._calls = []
         self._state = "backward"
+
+
+    def _join_micro_batches(self):
+        """The calls of M micro-batch forwards, as the calls of one forward over the whole batch."""
+        m = self.micro_batches
+        if len(self._calls) % m:
+            raise ValueError(f"StepDumper micro_batches={m}: {len(self._calls)} module calls do not divide into "
+                             f"{m} micro-batch forwards")
+        per = len(self._calls) // m
+        chunks = [self._calls[i * per:(i + 1) * per] for i in range(m)]
+        joined = []
+        for k, (name, outputs) in enumerate(chunks[0]):
+            parts = [chunk[k] for chunk in chunks]
+            if any(p[0] != name or [s for s, _ in p[1]] != [s for s, _ in outputs] for p in parts):
+                raise ValueError(f"StepDumper micro_batches={m}: call {k} of the micro-batch forwards is not the same "
+                                 f"module in each (first '{name}')")
+            joined.append((name, [(suffix, torch.cat([p[1][j][1] for p in parts]))
+                                  for j, (suffix, _) in enumerate(outputs)]))
+        self._calls = joined
 
 
 def _flatten_output(output):

@@ -103,6 +103,9 @@ class Backend {
   // dst must exist with src's shape and dtype; the layout is converted when they differ.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   virtual void fill(const Tensor& dst, float value) = 0;
+  // dst = scale * src (assign) or dst += scale * src, both plain f32 of the same numel: micro-batch
+  // gradients accumulated into the step's gradient buffer (pipeline_step.cpp).
+  virtual void accumulate(const Tensor& src, float scale, const Tensor& dst, bool assign) = 0;
   // Waits until every op issued so far has finished (a no-op on a synchronous backend).
   virtual void synchronize() = 0;
   // Parameter memory was written behind the backend's back: drop converted copies of weights.

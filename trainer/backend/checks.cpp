@@ -74,6 +74,15 @@ void check_copy(const Tensor& src, const Tensor& dst, std::string_view backend) 
   }
 }
 
+void check_accumulate(const Tensor& src, const Tensor& dst, std::string_view backend) {
+  if (src.dtype() != DType::f32 || dst.dtype() != DType::f32 || !src.is_plain() || !dst.is_plain() ||
+      src.numel() != dst.numel()) {
+    throw BackendError(std::string(backend) + " backend accumulate: source " + src.shape().to_string() + " " +
+                       dtype_name(src.dtype()) + " and destination " + dst.shape().to_string() + " " +
+                       dtype_name(dst.dtype()) + " must be plain f32 of the same size");
+  }
+}
+
 std::size_t check_view(const TensorImpl& base, std::size_t offset, const Shape& shape, std::string_view backend) {
   if (!base.plain) {
     throw BackendError(std::string(backend) + " backend view: the base tensor " + base.shape.to_string() +

@@ -43,6 +43,8 @@ void check_host_transfer(const Tensor& t, DType want, std::size_t host_elements,
                          const char* what);
 // Backend::copy: source and destination of one shape and dtype.
 void check_copy(const Tensor& src, const Tensor& dst, std::string_view backend);
+// accumulate: both plain f32 with the same number of elements.
+void check_accumulate(const Tensor& src, const Tensor& dst, std::string_view backend);
 // Backend::view: a plain base holding elements [offset, offset + shape.numel()); returns that count.
 std::size_t check_view(const TensorImpl& base, std::size_t offset, const Shape& shape, std::string_view backend);
 

@@ -57,7 +57,11 @@ void StepDump::before_step(const model::ResNet50& model, std::span<const float> 
 void StepDump::activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t) {
   host_.resize(static_cast<std::size_t>(t.numel()));
   backend.to_host(t, host_);
-  add_floats("act", std::string(name), t.shape().to_vector(), host_.data(), host_.size());
+  activation(name, t.shape().to_vector(), host_);
+}
+
+void StepDump::activation(std::string_view name, std::vector<std::int64_t> shape, std::span<const float> data) {
+  add_floats("act", std::string(name), std::move(shape), data.data(), data.size());
 }
 
 void StepDump::after_step(model::ResNet50& model, float loss) {

@@ -28,6 +28,8 @@ class StepDump {
   void before_step(const model::ResNet50& model, std::span<const float> images, std::span<const std::int32_t> labels);
   // One forward output (from ModelObserver::on_output), copied to the host.
   void activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t);
+  // The same from host data (plain row-major in `shape`): a pipeline's outputs gathered from its stages.
+  void activation(std::string_view name, std::vector<std::int64_t> shape, std::span<const float> data);
   // After the optimizer: loss, gradients (as the optimizer used them), and the state after the update.
   void after_step(model::ResNet50& model, float loss);
   int tensors() const { return order_; }

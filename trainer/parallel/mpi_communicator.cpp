@@ -42,6 +42,13 @@ MpiCommunicator::MpiCommunicator() {
   WB_MPI_CHECK(MPI_Comm_size(comm_, &size_));
 }
 
+MpiCommunicator::MpiCommunicator(const MpiCommunicator& parent, int color, int key) {
+  WB_MPI_CHECK(MPI_Comm_split(parent.comm_, color, key, &comm_));
+  WB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
+  WB_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  WB_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
 MpiCommunicator::~MpiCommunicator() {
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -92,7 +99,7 @@ std::vector<std::int64_t> MpiCommunicator::allgather(std::span<const std::int64_
 }
 
 void MpiCommunicator::abort_job(int exit_code) noexcept {
-  MPI_Abort(comm_ != MPI_COMM_NULL ? comm_ : MPI_COMM_WORLD, exit_code);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);  // the whole job, a stage group's communicator included
 }
 
 std::vector<ClockOffset> measure_clock_offsets(MpiCommunicator& comm, int round_trips,

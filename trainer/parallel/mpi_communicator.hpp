@@ -33,6 +33,9 @@ class MpiCommunicator final : public Communicator {
   // under mpirun and as a singleton (world size 1) without it. Works on a duplicate of
   // MPI_COMM_WORLD, so its collectives never match anybody else's.
   MpiCommunicator();
+  // The ranks of `parent` that pass the same `color`, ordered by `key` (MPI_Comm_split; collective
+  // over `parent`): a pipeline stage's data-parallel replicas.
+  MpiCommunicator(const MpiCommunicator& parent, int color, int key);
   ~MpiCommunicator() override;
   MpiCommunicator(const MpiCommunicator&) = delete;
   MpiCommunicator& operator=(const MpiCommunicator&) = delete;

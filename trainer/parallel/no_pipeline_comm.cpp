@@ -4,7 +4,7 @@
 
 namespace wb::parallel {
 
-std::unique_ptr<PipelineComm> make_pipeline_comm(Communicator&, int, int) {
+std::unique_ptr<PipelineComm> make_pipeline_comm(Communicator&, int, int, void*) {
   throw DistError("pipeline stages need MPI, and this build has none (configure with -DWB_MPI=ON and OpenMPI installed)");
 }
 

@@ -1,6 +1,8 @@
 #include <mpi.h>
 
 #include <climits>
+#include <span>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -37,81 +39,41 @@ class MpiTransfer final : public Transfer {
   std::string what_;
 };
 
-// A communicator over an MPI_Comm made by MPI_Comm_split (the stage's replicas).
-class MpiGroup final : public Communicator {
- public:
-  explicit MpiGroup(MPI_Comm comm) : comm_(comm) {
-    WB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
-    WB_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
-    WB_MPI_CHECK(MPI_Comm_size(comm_, &size_));
-  }
-  ~MpiGroup() override {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&comm_);
-  }
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const char* backend() const override { return "mpi"; }
-  void allreduce(float* data, std::size_t count, ReduceOp op) override {
-    constexpr std::size_t kChunk = static_cast<std::size_t>(INT_MAX) / 2;
-    for (std::size_t done = 0; done < count; done += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, count - done));
-      WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, data + done, n, MPI_FLOAT, MPI_SUM, comm_));
-    }
-    if (op == ReduceOp::mean && size_ > 1) {
-      const float inv = 1.0f / static_cast<float>(size_);
-      for (std::size_t i = 0; i < count; ++i) data[i] *= inv;
-    }
-  }
-  void broadcast(float* data, std::size_t count, int root) override {
-    constexpr std::size_t kChunk = static_cast<std::size_t>(INT_MAX) / 2;
-    for (std::size_t done = 0; done < count; done += kChunk) {
-      const int n = static_cast<int>(std::min(kChunk, count - done));
-      WB_MPI_CHECK(MPI_Bcast(data + done, n, MPI_FLOAT, root, comm_));
-    }
-  }
-  void barrier() override { WB_MPI_CHECK(MPI_Barrier(comm_)); }
-  std::vector<std::int64_t> allgather(std::span<const std::int64_t> values) override {
-    std::vector<std::int64_t> out(values.size() * static_cast<std::size_t>(size_));
-    WB_MPI_CHECK(MPI_Allgather(values.data(), static_cast<int>(values.size()), MPI_INT64_T, out.data(),
-                               static_cast<int>(values.size()), MPI_INT64_T, comm_));
-    return out;
-  }
-  using Communicator::allgather;
-  void abort_job(int exit_code) noexcept override { MPI_Abort(MPI_COMM_WORLD, exit_code); }
-
- private:
-  MPI_Comm comm_;
-  int rank_ = 0;
-  int size_ = 1;
-};
-
 class MpiPipelineComm final : public PipelineComm {
  public:
   MpiPipelineComm(MpiCommunicator& world, int stage, int replica) {
     WB_MPI_CHECK(MPI_Comm_dup(world.handle(), &p2p_));
     WB_MPI_CHECK(MPI_Comm_set_errhandler(p2p_, MPI_ERRORS_RETURN));
-    MPI_Comm group = MPI_COMM_NULL;
-    WB_MPI_CHECK(MPI_Comm_split(world.handle(), stage, replica, &group));
-    group_ = std::make_unique<MpiGroup>(group);
+    group_ = std::make_unique<MpiCommunicator>(world, stage, replica);
   }
   ~MpiPipelineComm() override {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Comm_free(&p2p_);
   }
-  std::unique_ptr<Transfer> send(const float* data, std::size_t count, int peer, int tag) override {
-    check_count(count, "send");
-    MPI_Request r = MPI_REQUEST_NULL;
-    WB_MPI_CHECK(MPI_Isend(data, static_cast<int>(count), MPI_FLOAT, peer, tag, p2p_, &r));
-    return std::make_unique<MpiTransfer>(r, "MPI_Isend to rank " + std::to_string(peer));
+  std::vector<std::unique_ptr<Transfer>> post(std::span<const Message> messages) override {
+    std::vector<std::unique_ptr<Transfer>> out;
+    for (const Message& m : messages) {
+      check_count(m.count, m.send ? "send" : "recv");
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (m.send) {
+        WB_MPI_CHECK(MPI_Isend(m.data, static_cast<int>(m.count), MPI_FLOAT, m.peer, m.tag, p2p_, &r));
+      } else {
+        WB_MPI_CHECK(MPI_Irecv(m.data, static_cast<int>(m.count), MPI_FLOAT, m.peer, m.tag, p2p_, &r));
+      }
+      out.push_back(std::make_unique<MpiTransfer>(
+          r, std::string(m.send ? "MPI_Isend to rank " : "MPI_Irecv from rank ") + std::to_string(m.peer)));
+    }
+    return out;
   }
-  std::unique_ptr<Transfer> recv(float* data, std::size_t count, int peer, int tag) override {
+  bool early_receives() const override { return true; }
+  void send_host(const float* data, std::size_t count, int peer, int tag) override {
+    check_count(count, "send");
+    WB_MPI_CHECK(MPI_Send(data, static_cast<int>(count), MPI_FLOAT, peer, tag, p2p_));
+  }
+  void recv_host(float* data, std::size_t count, int peer, int tag) override {
     check_count(count, "recv");
-    MPI_Request r = MPI_REQUEST_NULL;
-    WB_MPI_CHECK(MPI_Irecv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, p2p_, &r));
-    return std::make_unique<MpiTransfer>(r, "MPI_Irecv from rank " + std::to_string(peer));
+    WB_MPI_CHECK(MPI_Recv(data, static_cast<int>(count), MPI_FLOAT, peer, tag, p2p_, MPI_STATUS_IGNORE));
   }
   Communicator& stage_group() override { return *group_; }
 
@@ -123,12 +85,13 @@ class MpiPipelineComm final : public PipelineComm {
     }
   }
   MPI_Comm p2p_ = MPI_COMM_NULL;
-  std::unique_ptr<MpiGroup> group_;
+  std::unique_ptr<MpiCommunicator> group_;
 };
 
 }  // namespace
 
-std::unique_ptr<PipelineComm> make_pipeline_comm(Communicator& world, int stage, int replica) {
+std::unique_ptr<PipelineComm> make_pipeline_comm(Communicator& world, int stage, int replica, void* compute_stream) {
+  if (std::string_view(world.backend()) == "nccl") return make_nccl_pipeline_comm(world, stage, replica, compute_stream);
   auto* mpi = dynamic_cast<MpiCommunicator*>(&world);
   if (!mpi) {
     throw DistError(std::string("pipeline stages need the MPI communicator; this job's is '") + world.backend() + "'");

@@ -168,9 +168,53 @@ def naming_rules(tmp):
     print("  naming rules: repeated calls, tuple outputs, containers, DataParallel, selection, BF16, misuse: ok")
 
 
+def micro_batches(tmp):
+    """micro_batches=M: M forwards over the batch's slices dump as one forward over the whole batch."""
+    torch.manual_seed(1)
+    model = Toy()
+    x = torch.randn(6, 3)
+    d = wbdump.StepDumper(model, out=tmp / "toy_micro.safetensors", micro_batches=3)
+    d.begin(x)
+    for part in x.chunk(3):
+        model(part).sum().backward()
+    d.end()
+    t, _ = wbformat.read_safetensors(tmp / "toy_micro.safetensors")
+    acts = [k for k in t if k.startswith("act.")]
+    check(acts == ["act.lin", "act.bn", "act.act.0", "act.act.1", "act.pair[0]", "act.pair[1]",
+                   "act.head.0", "act.head.1"], f"micro-batch acts {acts}")
+    # Each slice's outputs, in slice order, from the model as it was (batch norm per slice).
+    with torch.no_grad():
+        model.load_state_dict({k: torch.from_numpy(np.array(t[f"param.{k}"] if f"param.{k}" in t
+                                                             else t[f"buffer.{k}"]))
+                               for k in model.state_dict()})
+        want = torch.cat([torch.relu(torch.nn.functional.batch_norm(model.lin(p), None, None, model.bn.weight,
+                                                                    model.bn.bias, training=True))
+                          for p in x.chunk(3)])
+    check(t["act.act.0"].shape == (6, 3), f"joined shape {t['act.act.0'].shape}")
+    check(np.allclose(t["act.act.0"], want.numpy(), rtol=1e-6, atol=1e-7),
+          "act.act.0 is the 3 slices' first relu calls, in order")
+    check(np.allclose(t["act.lin"], model.lin(x).detach().numpy(), rtol=1e-6, atol=1e-7), "act.lin joins the slices")
+    # Forwards that differ, or do not divide, are errors.
+    d = wbdump.StepDumper(model, out=tmp / "toy_micro_bad.safetensors", micro_batches=4)
+    d.begin(x)
+    model(x)
+    try:
+        d.loss(torch.zeros(()))
+        check(False, "7 calls in 4 micro-batches must raise")
+    except ValueError as e:
+        check("micro_batches=4" in str(e), str(e))
+    try:
+        wbdump.StepDumper(model, micro_batches=0)
+        check(False, "micro_batches=0 must raise")
+    except ValueError as e:
+        check("micro_batches" in str(e), str(e))
+    print("  micro-batches: outputs joined along the batch in order, mismatches raise: ok")
+
+
 def main():
     tmp = fixtures.tmp_dir_from_argv()
     naming_rules(tmp)
+    micro_batches(tmp)
     same_step_as_torch_step(tmp)
     print("test_wbdump: all checks passed")
 

@@ -326,6 +326,22 @@ void CpuBackend::fill(const Tensor& dst, float value) {
   from_host(dst, host);
 }
 
+void CpuBackend::accumulate(const Tensor& src, float scale, const Tensor& dst, bool assign) {
+  apply_threads();
+  check_accumulate(src, dst, name());
+  note_write(impl(dst).data, impl(dst).bytes);
+  const float* x = src.data_as<float>();
+  float* y = dst.data_as<float>();
+  const std::int64_t n = src.numel();
+  if (assign) {
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) y[i] = scale * x[i];
+  } else {
+#pragma omp parallel for simd schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) y[i] += scale * x[i];
+  }
+}
+
 }  // namespace wb::backend::cpu
 
 namespace wb::backend {

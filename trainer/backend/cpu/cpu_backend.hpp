@@ -73,6 +73,7 @@ class CpuBackend final : public Backend {
   void to_host(const Tensor& src, std::span<std::int32_t> dst) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
+  void accumulate(const Tensor& src, float scale, const Tensor& dst, bool assign) override;
   void synchronize() override {}
   void params_written() override { bump_param_generation(); }
 

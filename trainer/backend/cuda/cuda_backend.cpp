@@ -279,6 +279,14 @@ void CudaBackend::fill(const Tensor& dst, float value) {
   WB_CUDA_CHECK(kernels::fill(static_cast<float*>(d.data), d.shape.numel(), value, stream_));
 }
 
+void CudaBackend::accumulate(const Tensor& src, float scale, const Tensor& dst, bool assign) {
+  activate();
+  check_accumulate(src, dst, name());
+  auto& d = impl(dst);
+  note_write(d.data, d.bytes);
+  WB_CUDA_CHECK(kernels::accumulate(src.data_as<float>(), scale, static_cast<float*>(d.data), src.numel(), assign, stream_));
+}
+
 cudaStream_t compute_stream(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   if (!cuda) {

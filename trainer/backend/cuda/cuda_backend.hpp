@@ -132,6 +132,7 @@ class CudaBackend final : public Backend {
   void to_host(const Tensor& src, std::span<std::int32_t> dst) override;
   void copy(const Tensor& src, const Tensor& dst) override;
   void fill(const Tensor& dst, float value) override;
+  void accumulate(const Tensor& src, float scale, const Tensor& dst, bool assign) override;
   void synchronize() override;
   void* native_stream() override { return static_cast<void*>(stream()); }
   // Blocks go back to the cache when the last handle drops and are reused in compute-stream order.

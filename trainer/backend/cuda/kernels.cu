@@ -95,6 +95,13 @@ __global__ void add_kernel(const float* a, const float* b, float* y, std::int64_
   }
 }
 
+__global__ void accumulate_kernel(const float* x, float scale, float* y, std::int64_t n, bool assign) {
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    y[i] = assign ? scale * x[i] : y[i] + scale * x[i];
+  }
+}
+
 struct PoolGeometry {
   Dims4 x, y;
   int kernel, stride, pad;
@@ -326,6 +333,12 @@ cudaError_t relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t 
 cudaError_t relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   relu_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(y, dy, dx, n);
+  return cudaGetLastError();
+}
+
+cudaError_t accumulate(const float* x, float scale, float* y, std::int64_t n, bool assign, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  accumulate_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, scale, y, n, assign);
   return cudaGetLastError();
 }
 

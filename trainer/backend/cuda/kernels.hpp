@@ -36,6 +36,8 @@ cudaError_t relu_forward(const float* x, float* y, std::int64_t n, cudaStream_t 
 cudaError_t relu_backward(const float* y, const float* dy, float* dx, std::int64_t n, cudaStream_t stream);
 // y = a + b, or relu(a + b); y may equal a or b.
 cudaError_t add(const float* a, const float* b, float* y, std::int64_t n, bool relu, cudaStream_t stream);
+// y = scale * x (assign) or y += scale * x.
+cudaError_t accumulate(const float* x, float scale, float* y, std::int64_t n, bool assign, cudaStream_t stream);
 
 // Max pooling, implicit -inf padding; argmax holds h * W + w of the chosen input per output element (in
 // y's layout). Output (n, c, oh, ow) in the same layout as x.

@@ -1,7 +1,6 @@
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <chrono>
 #include <string>
@@ -9,19 +8,14 @@
 #include <utility>
 
 #include "cuda/check.hpp"
+#include "trainer/parallel/cuda/nccl_error.hpp"
 #include "trainer/parallel/error.hpp"
 
 namespace wb::parallel {
 
-namespace {
-
 void check_nccl(ncclResult_t rc, const char* statement, const char* file, int line) {
   if (rc != ncclSuccess) ::wb::cuda::throw_error("NCCL", statement, file, line, ncclGetErrorString(rc));
 }
-
-}  // namespace
-
-#define WB_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, int device) : bootstrap_(bootstrap), device_(device) {
   const int devices = ::wb::cuda::device_count();

@@ -43,6 +43,8 @@ class NcclCommunicator final : public Communicator {
   void abort_job(int exit_code) noexcept override;
 
   int device() const { return device_; }
+  // The MPI communicator over the same ranks that started this one.
+  MpiCommunicator& bootstrap() const { return bootstrap_; }
   // A cudaStream_t (passed as void*) whose pending work every collective waits for; nullptr: none.
   void set_input_stream(void* cuda_stream) override { input_stream_ = cuda_stream; }
   // Records, on the input stream, the point the next collective on `device_data` (the same pointer)
