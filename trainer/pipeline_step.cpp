@@ -398,6 +398,7 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
       split = points.empty() ? allreduce::SplitPoints::single_bucket() : allreduce::SplitPoints::from_points(points);
     }
     parallel::SyncOptions so;
+    so.watchdog_timeout_s = cfg.watchdog_s;
     profiler::Recorder* recorder = recording.recorder;
     const int shift = d.p0;
     so.on_span = [recorder, shift](const parallel::BucketSpan& s) {
