@@ -200,27 +200,27 @@ void check_death(int nproc, int victim, const std::vector<std::string>& extra = 
 
 }  // namespace
 
-TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 2-rank job is named by the watchdog; all exit, all files open",
+TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 2-rank job is named by the watchdog, all exit, all files open",
           "[trainer][mpi][fault]") {
   check_hang(2, 1);
 }
 
-TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 4-rank job is named by the watchdog; all exit, all files open",
+TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 4-rank job is named by the watchdog, all exit, all files open",
           "[trainer][mpi][fault]") {
   check_hang(4, 2);
 }
 
-TEST_CASE("wb-train: a rank killed by SIGKILL in a 2-rank job is named; all exit, all files open, its own incomplete",
+TEST_CASE("wb-train: a rank killed by SIGKILL in a 2-rank job is named, all exit, all files open, its own incomplete",
           "[trainer][mpi][fault]") {
   check_death(2, 1);
 }
 
-TEST_CASE("wb-train: a rank killed by SIGKILL in a 4-rank job is named; all exit, all files open, its own incomplete",
+TEST_CASE("wb-train: a rank killed by SIGKILL in a 4-rank job is named, all exit, all files open, its own incomplete",
           "[trainer][mpi][fault]") {
   check_death(4, 2);
 }
 
-TEST_CASE("wb-train over NCCL: a rank stopped by SIGSTOP, then one killed, are named; all exit, all files open",
+TEST_CASE("wb-train over NCCL: a rank stopped by SIGSTOP, then one killed, are named, all exit, all files open",
           "[trainer][mpi][fault][cuda]") {
   const int devices = wb::backend::cuda_device_count();
   REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
