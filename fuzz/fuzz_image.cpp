@@ -1,5 +1,7 @@
 // Image files (ImageFolder data sets): ImageDecoder::decode on arbitrary bytes, JPEG through
-// libjpeg-turbo and PNG through libspng. A decoded image must hold exactly width x height RGB pixels.
+// libjpeg-turbo and PNG through libspng. A decoded image must hold exactly width x height RGB pixels,
+// and no input, decoded or refused, may have made the decoder allocate more than PIL's
+// decompression-bomb limit of pixels.
 // The libraries are Debian's (not instrumented): the fuzzer's coverage guidance sees this project's
 // code, and AddressSanitizer catches a library write past the buffers handed to it.
 #include <cstdlib>
@@ -18,5 +20,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       std::abort();
     }
   });
+  if (image.pixels.capacity() > 3 * wb::data::kMaxImagePixels) std::abort();
   return 0;
 }
