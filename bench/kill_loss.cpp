@@ -4,7 +4,8 @@
 // row). docs/ARCHITECTURE.md promises at most 200 ms (rows are committed every 100 ms). The figure
 // slightly overstates the loss: the op running at the kill had not ended, so it was never generated.
 //
-//   build/bin/kill_loss [KILLS] [--nproc 2]     (default 20 kills of a single-process run)
+//   build/bin/kill_loss [KILLS] [--train WB_TRAIN]   (default 20 kills of this build's wb-train; --train
+//                                                    measures another build's, e.g. before a change)
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -52,13 +53,23 @@ std::int64_t last_event_ns(const fs::path& file) {
 
 int main(int argc, char** argv) {
   int kills = 20;
-  if (argc > 1) kills = std::atoi(argv[1]);
-  if (kills < 1 || argc > 2) {
-    std::fprintf(stderr, "usage: %s [KILLS]\nKills a recording wb-train KILLS times (default 20) and reports the "
-                 "milliseconds of events lost.\n", argv[0]);
+  fs::path train = fs::path(WB_TRAIN);
+  bool usage = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--train" && i + 1 < argc) {
+      train = argv[++i];
+    } else if (!a.empty() && a.find_first_not_of("0123456789") == std::string::npos) {
+      kills = std::atoi(a.c_str());
+    } else {
+      usage = true;
+    }
+  }
+  if (kills < 1 || usage || !fs::is_regular_file(train)) {
+    std::fprintf(stderr, "usage: %s [KILLS] [--train WB_TRAIN]\nKills a recording wb-train KILLS times (default 20) "
+                 "and reports the milliseconds of events lost.\n", argv[0]);
     return 2;
   }
-  const fs::path train = fs::path(WB_TRAIN);
   const fs::path dir = fs::temp_directory_path() / ("wb-kill-loss-" + std::to_string(getpid()));
   fs::create_directories(dir);
   std::mt19937 rng(12345);
@@ -85,7 +96,7 @@ int main(int argc, char** argv) {
     posix_spawn_file_actions_destroy(&fa);
     // Training for a few steps, so the stream of events is steady, then a random pause.
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-    while (read_all(out).find("step 3/") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    while (read_all(out).find("step 3 [") == std::string::npos && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms(rng)));
     const std::int64_t kill_ns = wb::profiler::now_ns();

@@ -34,10 +34,12 @@ struct Options {
   int image = 32;
   int threads = 1;  // one compute thread: OpenMP teams spin badly when the cores are oversubscribed
   int workers = 2;
+  std::string train = WB_TRAIN;  // --train: another build's wb-train (a before/after comparison)
 };
 
 const char* kUsage =
     "usage: profiler_overhead [--rounds N] [--steps N] [--warmup N] [--batch N] [--image N] [--threads N] [--workers N]\n"
+    "                         [--train WB_TRAIN]\n"
     "Runs wb-train with and without profiling, alternated for N rounds (default 3 rounds of 30 steps, batch 32,\n"
     "32x32, 1 compute thread, 2 data workers), and compares the median steady-state step times.\n";
 
@@ -67,6 +69,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--image") o.image = parse_int(a, v, 32);
     else if (a == "--threads") o.threads = parse_int(a, v, 1);
     else if (a == "--workers") o.workers = parse_int(a, v, 1);
+    else if (a == "--train") o.train = v;
     else throw std::invalid_argument(a + ": unknown flag\n" + kUsage);
   }
   if (o.warmup >= o.steps) throw std::invalid_argument("--warmup must be below --steps");
@@ -108,7 +111,7 @@ RunResult run_once(const Options& o, const fs::path& dir, bool profile, int roun
   file += std::to_string(round) + ".sqlite";
   const fs::path run = dir / file;
   const fs::path log = dir / "train.log";
-  std::string cmd = quote(WB_TRAIN);
+  std::string cmd = quote(o.train);
   for (const std::string& a :
        {std::string("--data"), std::string("synthetic"), std::string("--synthetic-samples"),
         std::to_string(std::max(256, o.steps * o.batch)), std::string("--batch-size"), std::to_string(o.batch),

@@ -1,16 +1,22 @@
 // Writes the seed corpora of the fuzz targets: for each target a folder of valid inputs made by the
 // same writers the tests use (tensor files in every dtype and layout, npz stored and deflated, CIFAR-10
 // records, IDX files cut from Debian's Fashion-MNIST, the shipped configs, mapping files, run files
-// with every table filled). scripts/fuzz runs it; nothing it writes is committed.
+// with every table filled, the small JPEG and PNG files of scripts/make_imagefolder.py --parity and
+// --broken, torch.profiler traces cut from tests/fixtures/make_kineto_trace.py's, Kineto and legacy,
+// plain and gzipped). scripts/fuzz runs it; nothing it writes is committed.
 #include <sqlite3.h>
 #include <zlib.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "store/tensor_file.hpp"
 #include "store/writer.hpp"
@@ -116,6 +122,57 @@ void shrink(const fs::path& path) {
   sqlite3_close(db);
 }
 
+// Runs one of the project's Python generators (Debian's python3, as the tests do).
+void run_python(const std::string& args) {
+  const std::string cmd = "/usr/bin/python3 " + args + " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("failed: " + cmd);
+}
+
+// Image seeds: every file up to 4 KB that make_imagefolder.py writes for its odd cases (each JPEG
+// subsampling, progressive, greyscale, CMYK, EXIF; each PNG colour type and depth) and its broken files
+// (truncated, damaged, bad checksum, empty, text). Larger files only slow the fuzzer down.
+void image_seeds(const fs::path& source, const fs::path& tmp, const fs::path& out) {
+  const std::string maker = (source / "scripts" / "make_imagefolder.py").string();
+  run_python(maker + " " + (tmp / "parity").string() + " --parity");
+  run_python(maker + " " + (tmp / "broken").string() + " --broken --classes 1 --per-class 1 --size 16:40");
+  for (const auto& entry : fs::recursive_directory_iterator(tmp)) {
+    if (!entry.is_regular_file() || entry.file_size() > 4096) continue;
+    const fs::path rel = fs::relative(entry.path(), tmp);
+    std::string flat = rel.string();
+    for (char& c : flat) c = c == '/' ? '_' : c;
+    fs::copy_file(entry.path(), out / flat, fs::copy_options::overwrite_existing);
+  }
+}
+
+// Trace seeds: a one-step Kineto trace of make_kineto_trace.py cut to its first 40 events (forward
+// ops, runtime calls, kernels, flows) and its last 60 (backward nodes on autograd's thread, the
+// optimizer, the ProfilerStep range, metadata), as JSON and gzipped; and the same host events in the
+// legacy exporter's shape (a bare list, integer microseconds, "CPU functions", no categories).
+void trace_seeds(const fs::path& source, const fs::path& tmp, const fs::path& out) {
+  run_python((source / "tests" / "fixtures" / "make_kineto_trace.py").string() + " " + tmp.string() + " --steps 1");
+  nlohmann::json trace = nlohmann::json::parse(read_file(tmp / "rank-0.pt.trace.json"));
+  const nlohmann::json& all = trace["traceEvents"];
+  nlohmann::json cut = nlohmann::json::array();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (i < 40 || i + 60 >= all.size()) cut.push_back(all[i]);
+  }
+  trace["traceEvents"] = cut;
+  trace["deviceProperties"] = nlohmann::json::array({trace["deviceProperties"][0]});
+  const std::string kineto = trace.dump();
+  write_file(out / "kineto.json", kineto);
+  gzFile gz = gzopen((out / "kineto.json.gz").c_str(), "wb9");
+  gzwrite(gz, kineto.data(), static_cast<unsigned>(kineto.size()));
+  gzclose(gz);
+  nlohmann::json legacy = nlohmann::json::array();
+  for (const auto& e : cut) {
+    if (e.value("ph", "") != "X" || e.value("cat", "") == "kernel" || e.value("cat", "").rfind("gpu_", 0) == 0) continue;
+    legacy.push_back({{"name", e["name"]}, {"ph", "X"}, {"ts", static_cast<std::int64_t>(e["ts"].get<double>())},
+                      {"dur", static_cast<std::int64_t>(e["dur"].get<double>())}, {"tid", 1},
+                      {"pid", "CPU functions"}, {"args", nlohmann::json::object()}});
+  }
+  write_file(out / "legacy.json", legacy.dump(1));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -127,7 +184,7 @@ int main(int argc, char** argv) {
   const fs::path out = argv[1];
   const fs::path source = argv[2];
   try {
-    for (const char* t : {"npy", "npz", "safetensors", "idx", "cifar10", "config", "mapping", "runfile"}) {
+    for (const char* t : {"npy", "npz", "safetensors", "idx", "cifar10", "config", "mapping", "runfile", "image", "torch_trace"}) {
       fs::create_directories(out / t);
     }
     const auto tensors = sample_tensors();
@@ -186,6 +243,11 @@ int main(int argc, char** argv) {
       if (entry.path().extension() != ".sqlite") fs::remove(entry.path());
     }
     for (const char* name : {"complete.sqlite", "incomplete.sqlite", "dump.sqlite"}) shrink(out / "runfile" / name);
+
+    const fs::path tmp = out / "python-made";
+    image_seeds(source, tmp / "images", out / "image");
+    trace_seeds(source, tmp / "trace", out / "torch_trace");
+    fs::remove_all(tmp);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_seeds: %s\n", e.what());
     return 1;

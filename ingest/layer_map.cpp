@@ -217,7 +217,8 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
       const Node* parent = n.parent >= 0 ? &nodes[static_cast<std::size_t>(n.parent)] : nullptr;
       n.layer = parent ? parent->layer : 0;
       if (n.category != Category::forward) continue;
-      const std::string& text = names.text(n.name);
+      const std::string& text = names.text(n.name);  // invalid once names.id() adds a name below
+      const bool residual_add = text == "aten::add_" || text == "aten::add";
       if (by_module) {
         if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && analysis::is_layer_name(text)) {
           n.layer = n.name;
@@ -252,7 +253,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
       }
       // The residual add runs in the block's own forward, outside its modules: wb-train counts it in the
       // block's last relu.
-      if (n.layer != 0 && (text == "aten::add_" || text == "aten::add")) {
+      if (n.layer != 0 && residual_add) {
         const std::string& layer = names.text(n.layer);
         if (!block_of(layer).empty() && block_of(layer) == layer) n.layer = names.id(layer + ".relu");
       }

@@ -52,6 +52,7 @@ struct Node {
 class Names {
  public:
   explicit Names(std::vector<std::string>& strings);
+  // Adding a name grows the table: a reference text() returned before may then dangle.
   std::uint32_t id(const std::string& text);
   const std::string& text(std::uint32_t id) const { return strings_[id]; }
 

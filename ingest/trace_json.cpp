@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 namespace wb::ingest {
 
@@ -266,16 +267,24 @@ class Scanner {
 };
 
 // Microseconds as JSON writes them ("1700000000123.456", "17", "1.5e3") to integer nanoseconds, exactly
-// for plain decimals (a double would round Kineto's epoch timestamps).
-std::int64_t us_to_ns(std::string_view t) {
+// for plain decimals (a double would round Kineto's epoch timestamps); nullopt beyond +-2^62 ns (146
+// years), so that the importer's differences and sums of times cannot overflow.
+constexpr std::int64_t kTimeLimitNs = std::int64_t{1} << 62;
+std::optional<std::int64_t> us_to_ns(std::string_view t) {
+  constexpr double kLimitNs = static_cast<double>(kTimeLimitNs);
   bool neg = !t.empty() && t[0] == '-';
   std::size_t i = neg ? 1 : 0;
   if (t.find_first_of("eE") != std::string_view::npos) {
-    double v = std::strtod(std::string(t).c_str(), nullptr);
-    return static_cast<std::int64_t>(std::llround(v * 1000.0));
+    const double ns = std::strtod(std::string(t).c_str(), nullptr) * 1000.0;
+    if (!(std::fabs(ns) < kLimitNs)) return std::nullopt;
+    return static_cast<std::int64_t>(std::llround(ns));
   }
+  constexpr std::int64_t kMaxWhole = kTimeLimitNs / 1000 - 1;
   std::int64_t whole = 0;
-  for (; i < t.size() && t[i] != '.'; ++i) whole = whole * 10 + (t[i] - '0');
+  for (; i < t.size() && t[i] != '.'; ++i) {
+    if (whole > (kMaxWhole - 9) / 10) return std::nullopt;
+    whole = whole * 10 + (t[i] - '0');
+  }
   std::int64_t frac = 0;
   int digits = 0;
   if (i < t.size() && t[i] == '.') {
@@ -287,12 +296,14 @@ std::int64_t us_to_ns(std::string_view t) {
   return neg ? -ns : ns;
 }
 
+// An integer field (ids, byte counts, device and stream numbers); -1 (absent) for a value int64 cannot
+// hold.
 std::int64_t to_int(std::string_view t) {
   std::int64_t v = 0;
   auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
   if (ec != std::errc() || ptr != t.data() + t.size()) {
     double d = std::strtod(std::string(t).c_str(), nullptr);
-    return static_cast<std::int64_t>(d);
+    return std::fabs(d) < 9.2e18 ? static_cast<std::int64_t>(d) : -1;
   }
   return v;
 }
@@ -323,6 +334,16 @@ class TraceReader {
   }
 
  private:
+  // "ts" or "dur" in nanoseconds; a value out of range (or a negative timestamp) is an error naming the
+  // file.
+  std::int64_t time_ns(const char* key) {
+    const std::string_view num = s_.number();
+    const auto ns = us_to_ns(num);
+    if (ns && (*ns >= 0 || std::string_view(key) != "ts")) return *ns;
+    throw TraceError(file_ + ": an event's \"" + key + "\" of " + std::string(num.substr(0, 40)) +
+                     " us is out of range (expected microseconds from 0 to 4.6e15, as torch.profiler writes them)");
+  }
+
   std::uint32_t intern(std::string_view text) {
     auto it = ids_.find(text);
     if (it != ids_.end()) return it->second;
@@ -413,7 +434,7 @@ class TraceReader {
             break;
           case 't':
             if (key == "ts") {
-              ev.ts_ns = us_to_ns(s_.number());
+              ev.ts_ns = time_ns("ts");
               have_ts = true;
               continue;
             }
@@ -424,7 +445,7 @@ class TraceReader {
             break;
           case 'd':
             if (key == "dur") {
-              ev.dur_ns = us_to_ns(s_.number());
+              ev.dur_ns = time_ns("dur");
               continue;
             }
             break;

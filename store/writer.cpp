@@ -390,6 +390,15 @@ void Writer::flush() {
   committed_.wait(lk, [&] { return flush_done_ >= target; });
 }
 
+void Writer::commit_soon() {
+  {
+    std::lock_guard lk(mutex_);
+    if (pending_rows_ == 0) return;
+    commit_soon_ = true;
+  }
+  wake_.notify_all();
+}
+
 bool Writer::finish() {
   flush();
   if (failed_.load()) return false;
@@ -409,13 +418,15 @@ void Writer::run_background() {
     {
       std::unique_lock lk(mutex_);
       auto grace_over = [&] { return signal_seen && monotonic_ns() - g_signal_time_ns.load() >= kSignalGraceNs; };
-      while (!stopping_ && flush_requested_ == flush_done_ && std::chrono::steady_clock::now() < next_commit &&
-             pending_rows_ < eager_rows() && (signal_seen || g_signal.load() == 0) && !grace_over()) {
+      while (!stopping_ && flush_requested_ == flush_done_ && !commit_soon_ &&
+             std::chrono::steady_clock::now() < next_commit && pending_rows_ < eager_rows() &&
+             (signal_seen || g_signal.load() == 0) && !grace_over()) {
         auto left = next_commit - std::chrono::steady_clock::now();
         wake_.wait_for(lk, std::min<std::chrono::steady_clock::duration>(left, kPollInterval));
       }
       std::swap(batch, *pending_);
       pending_rows_ = 0;
+      commit_soon_ = false;
       generation = flush_requested_;
       stop = stopping_;
     }

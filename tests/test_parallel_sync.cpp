@@ -1,6 +1,9 @@
 // In one process: GradientSync's bookkeeping (bucket readiness, reduction order, spans, overlap with a
-// simulated backward, misuse errors) over SelfCommunicator, and the collective watchdog's timing and
-// message. The multi-rank behaviour is in test_parallel_mpi.cpp.
+// simulated backward, misuse errors) over SelfCommunicator, the collective watchdog's timing and
+// message, and the heartbeats that let it name a stopped or dead peer. The multi-rank behaviour is in
+// test_parallel_mpi.cpp and, through wb-train, test_trainer_faults.cpp.
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -8,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <ctime>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -17,7 +22,9 @@
 #include "trainer/parallel/communicator.hpp"
 #include "trainer/parallel/error.hpp"
 #include "trainer/parallel/gradient_sync.hpp"
+#include "trainer/parallel/heartbeat.hpp"
 #include "trainer/parallel/watchdog.hpp"
+#include "support/temp_dir.hpp"
 
 using namespace wb::parallel;
 using namespace std::chrono_literals;
@@ -161,6 +168,100 @@ TEST_CASE("watchdog fires once for a collective that outlives the timeout, never
           "rank 1: allreduce of bucket 3 (step 12) has not completed after 30 s: a peer rank is lost");
   REQUIRE_THROWS_AS(Watchdog(0, 0.0, [](const std::string&) {}), DistError);
   REQUIRE_THROWS_AS(Watchdog(0, -1.0, [](const std::string&) {}), DistError);
+}
+
+TEST_CASE("watchdog: the message carries what the diagnosis says about the peers", "[parallel]") {
+  std::atomic<int> fired{0};
+  std::string message;
+  std::mutex m;
+  Watchdog dog(
+      0, 0.1,
+      [&](const std::string& msg) {
+        std::lock_guard lock(m);
+        message = msg;
+        ++fired;
+      },
+      [] { return std::string("rank 3 stopped responding (last heartbeat 9.0 s ago, at step 2, computing)"); });
+  {
+    auto stuck = dog.watch("allreduce of bucket 1 (step 2)");
+    const auto start = std::chrono::steady_clock::now();
+    while (fired.load() == 0 && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(5ms);
+  }
+  std::lock_guard lock(m);
+  REQUIRE(message == "rank 0: allreduce of bucket 1 (step 2) has not completed after 0.1 s: rank 3 stopped responding "
+                     "(last heartbeat 9.0 s ago, at step 2, computing)");
+}
+
+namespace {
+
+void write_beat(const std::filesystem::path& dir, int rank, double age_s, pid_t pid, const std::string& host) {
+  timespec now{};
+  clock_gettime(CLOCK_REALTIME, &now);
+  const auto ns = static_cast<std::int64_t>(now.tv_sec) * 1'000'000'000 + now.tv_nsec -
+                  static_cast<std::int64_t>(age_s * 1e9);
+  std::ofstream(heartbeat_file(dir, rank)) << "rank " << rank << " beat 12 unix_ns " << ns << " step 7 pid " << pid
+                                           << " host " << host << " doing allreduce of bucket 2 (step 7)\n";
+}
+
+std::string host_name() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+}  // namespace
+
+TEST_CASE("heartbeats: a live peer, a stopped one, a dead one and a missing one are told apart", "[parallel]") {
+  wb::test::TempDir dir;
+  Heartbeat zero(dir.path(), 0, 3, 0.05);
+  zero.set_step(7);
+  REQUIRE(zero.stale_s() == 2.0);
+  {
+    // Rank 1 beats for real; rank 2 has not written yet.
+    Heartbeat one(dir.path(), 1, 3, 0.05);
+    one.set_step(7);
+    one.set_doing("allreduce of bucket 0 (step 7)");
+    std::this_thread::sleep_for(200ms);
+    const auto beat = read_heartbeat(heartbeat_file(dir.path(), 1));
+    REQUIRE(beat);
+    CHECK(beat->rank == 1);
+    CHECK(beat->beat >= 2);  // the first beat at start, then one every 50 ms
+    CHECK(beat->step == 7);
+    CHECK(beat->pid == getpid());
+    CHECK(beat->doing == "allreduce of bucket 0 (step 7)");
+    const std::string d = zero.diagnose();
+    CAPTURE(d);
+    CHECK(d.find("rank 2 has no heartbeat in " + dir.path().string()) != std::string::npos);
+    CHECK(d.find("rank 1") == std::string::npos);  // alive: not named
+    write_beat(dir.path(), 2, 0.1, getpid(), host_name());
+    CHECK(zero.diagnose() == "every peer still has a heartbeat (rank 1 at step 7, in allreduce of bucket 0 (step 7); "
+                             "rank 2 at step 7, in allreduce of bucket 2 (step 7)): a peer is stuck elsewhere or its "
+                             "network is lost");
+  }
+  // A clean end removes the file.
+  CHECK_FALSE(std::filesystem::exists(heartbeat_file(dir.path(), 1)));
+
+  // Rank 1's last beat is 9 s old, its process alive: stopped (SIGSTOP, a debugger, a lost node).
+  write_beat(dir.path(), 1, 9.0, getpid(), host_name());
+  // Rank 2's process on this host has exited: gone, however fresh its last beat.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(waitpid(child, nullptr, 0) == child);
+  write_beat(dir.path(), 2, 0.1, child, host_name());
+  const std::string d = zero.diagnose();
+  CAPTURE(d);
+  CHECK(d.rfind("rank 1 stopped responding (last heartbeat 9.", 0) == 0);
+  CHECK(d.find(" s ago, at step 7, in allreduce of bucket 2 (step 7); pid " + std::to_string(getpid()) + " on " +
+               host_name() + ")") != std::string::npos);
+  CHECK(d.find("; rank 2 is gone (process " + std::to_string(child) + " exited; last heartbeat 0.1 s ago") !=
+        std::string::npos);
+  // On another host a pid says nothing: only the age counts.
+  write_beat(dir.path(), 2, 0.1, child, "elsewhere");
+  CHECK(zero.diagnose().find("rank 2") == std::string::npos);
+  CHECK_FALSE(read_heartbeat(dir / "no-such.heartbeat"));
+  CHECK(Heartbeat::interval_for(30.0) == 1.0);
+  CHECK(Heartbeat::interval_for(6.0) == Approx(0.6));
+  CHECK(Heartbeat::interval_for(0.1) == 0.05);
 }
 
 TEST_CASE("fingerprints tell equal buffers from different ones", "[parallel]") {

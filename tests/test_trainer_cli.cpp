@@ -187,6 +187,15 @@ TEST_CASE("wb-train: malformed --allreduce-split values give one line naming the
                          {"--allreduce-split and --bucket-mb", "one, not both"});
 }
 
+TEST_CASE("wb-train: a malformed --watchdog-s gives one line naming the flag and exit code 2", "[trainer]") {
+  TempDir dir;
+  // The collective watchdog's timeout: seconds, 0 for none, never negative.
+  require_one_line_error(run_train(with(base_args(dir), {"--watchdog-s", "-1"})),
+                         {"--watchdog-s", "non-negative number of seconds"});
+  require_one_line_error(run_train(with(base_args(dir), {"--watchdog-s", "soon"})), {"--watchdog-s", "expected a number"});
+  CHECK_FALSE(fs::exists(dir / "run.sqlite"));
+}
+
 TEST_CASE("wb-train: malformed allreduce_split in a --config file gives one line naming the file and key", "[trainer]") {
   TempDir dir;
   struct Case {

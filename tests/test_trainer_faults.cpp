@@ -1,12 +1,23 @@
 // The faults a long run meets, through wb-train as a user runs it: the disk fills while recording (a
-// file size limit, RLIMIT_FSIZE via prlimit), the run file is in use by another process at start, and
-// non-finite values (a poisoned batch, a diverged loss) with --on-nonfinite stop|skip.
+// file size limit, RLIMIT_FSIZE via prlimit), the run file is in use by another process at start,
+// non-finite values (a poisoned batch, a diverged loss) with --on-nonfinite stop|skip, and a rank that
+// hangs (SIGSTOP) or dies (SIGKILL) in a 2- or 4-rank job, on the CPU over MPI and [cuda] over NCCL:
+// every process is gone within 60 s, a message names the rank, and every rank's file opens.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cmath>
+#include <regex>
 #include <set>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +25,9 @@
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "test_trainer_util.hpp"
+#include "trainer/backend/backend.hpp"
+
+extern char** environ;
 
 using wb::test::Result;
 using wb::test::run_command;
@@ -53,7 +67,168 @@ std::string integrity(const fs::path& file) {
   return verdict;
 }
 
+// A job of `nproc` ranks (tiny: 32x32 images, batch 2, one compute thread per rank, a 6 s watchdog)
+// in which rank `victim` gets `sig` once rank 0 has reported step 1 (every rank is then training:
+// steps are collective). Waits at most 60 s for every process to be gone, then kills what is left.
+struct RankFault {
+  fs::path run_dir;    // the rank files
+  std::string output;  // stdout and stderr of the whole job
+  double seconds = 0;  // from the signal to the last process gone
+  bool all_gone = false;
+  int exit_code = 0;
+};
+
+constexpr double kFaultWatchdogSeconds = 6.0;
+
+RankFault run_rank_fault(const TempDir& dir, int nproc, int victim, int sig, const std::vector<std::string>& extra) {
+  const fs::path run = dir / "fault.sqlite";
+  const fs::path out = dir / "fault.stdout";
+  const fs::path err = dir / "fault.stderr";
+  std::vector<std::string> args = with(small_run(), {"--nproc", std::to_string(nproc), "--steps", "100000",
+                                                     "--watchdog-s", "6", "--run", run.string()});
+  args = with(args, extra);
+  args.insert(args.begin(), WB_TRAIN);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t launcher = 0;  // wb-train, which replaces itself with mpirun
+  REQUIRE(posix_spawn(&launcher, WB_TRAIN, &actions, nullptr, argv.data(), environ) == 0);
+  posix_spawn_file_actions_destroy(&actions);
+
+  using Clock = std::chrono::steady_clock;
+  const auto setup_deadline = Clock::now() + std::chrono::seconds(300);
+  std::vector<pid_t> ranks;
+  const std::string started = "step 1 [2/100000]";
+  while (Clock::now() < setup_deadline) {
+    ranks = wb::test::children_named(launcher, "wb-train");
+    if (static_cast<int>(ranks.size()) == nproc && wb::test::read_text(out).find(started) != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  CAPTURE(wb::test::read_text(out), wb::test::read_text(err));
+  REQUIRE(static_cast<int>(ranks.size()) == nproc);
+  REQUIRE(wb::test::read_text(out).find(started) != std::string::npos);
+  pid_t target = 0;
+  for (pid_t p : ranks) target = wb::test::rank_of(p) == victim ? p : target;
+  REQUIRE(target != 0);
+
+  REQUIRE(kill(target, sig) == 0);
+  const auto signalled = Clock::now();
+  int status = 0;
+  bool launcher_done = false;
+  auto any_alive = [&] {
+    for (pid_t p : ranks)
+      if (wb::test::alive(p)) return true;
+    return false;
+  };
+  while (Clock::now() - signalled < std::chrono::seconds(60)) {
+    if (!launcher_done && waitpid(launcher, &status, WNOHANG) == launcher) launcher_done = true;
+    if (launcher_done && !any_alive()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  RankFault f;
+  f.seconds = std::chrono::duration<double>(Clock::now() - signalled).count();
+  f.all_gone = launcher_done && !any_alive();
+  if (!launcher_done) {  // leave nothing behind before failing
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+  }
+  for (pid_t p : ranks)
+    if (wb::test::alive(p)) kill(p, SIGKILL);
+  f.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  f.output = wb::test::read_text(out) + wb::test::read_text(err);
+  f.run_dir = dir / "fault";
+  std::printf("%d ranks, %s of rank %d: every process gone after %.2f s, exit code %d\n", nproc,
+              sig == SIGSTOP ? "SIGSTOP" : "SIGKILL", victim, f.seconds, f.exit_code);
+  return f;
+}
+
+// Every rank's file opens and passes SQLite's integrity check, holds the job's world size, and the
+// victim's is marked incomplete; rank 0 recorded its first two steps.
+void check_rank_files(const RankFault& f, int nproc, int victim) {
+  for (int r = 0; r < nproc; ++r) {
+    const fs::path file = f.run_dir / ("rank-" + std::to_string(r) + ".sqlite");
+    CAPTURE(file);
+    REQUIRE(fs::exists(file));
+    CHECK(integrity(file) == "ok");
+    wb::store::Reader reader(file);
+    CHECK(reader.world_size() == nproc);
+    if (r == victim) CHECK_FALSE(reader.complete());
+    if (r == 0) CHECK(reader.steps(0).size() >= 2);
+  }
+}
+
+// The ranks named "stopped responding" in the watchdogs' messages.
+std::set<int> named_stopped(const std::string& output) {
+  static const std::regex kStopped(R"(rank (\d+) stopped responding \(last heartbeat [0-9.]+ s ago)");
+  std::set<int> out;
+  for (auto it = std::sregex_iterator(output.begin(), output.end(), kStopped); it != std::sregex_iterator(); ++it)
+    out.insert(std::stoi((*it)[1].str()));
+  return out;
+}
+
+void check_hang(int nproc, int victim, const std::vector<std::string>& extra = {}) {
+  TempDir dir;
+  const RankFault f = run_rank_fault(dir, nproc, victim, SIGSTOP, extra);
+  CAPTURE(f.seconds, f.exit_code, f.output);
+  CHECK(f.all_gone);
+  CHECK(f.seconds < 60.0);
+  CHECK(f.exit_code != 0);
+  // A survivor's watchdog timed out in an allreduce and named the stopped rank, and only it.
+  CHECK(f.output.find("has not completed after 6 s") != std::string::npos);
+  CHECK(named_stopped(f.output) == std::set<int>{victim});
+  check_rank_files(f, nproc, victim);
+}
+
+void check_death(int nproc, int victim, const std::vector<std::string>& extra = {}) {
+  TempDir dir;
+  const RankFault f = run_rank_fault(dir, nproc, victim, SIGKILL, extra);
+  CAPTURE(f.seconds, f.exit_code, f.output);
+  CHECK(f.all_gone);
+  CHECK(f.seconds < 60.0);
+  CHECK(f.exit_code != 0);
+  // mpirun names the dead rank ("process rank R with PID ... exited on signal 9") when it notices
+  // first; a survivor's watchdog names it when it times out first ("rank R is gone (process ...").
+  const std::string r = std::to_string(victim);
+  CHECK((f.output.find("process rank " + r + " with PID") != std::string::npos ||
+         f.output.find("rank " + r + " is gone (process ") != std::string::npos));
+  check_rank_files(f, nproc, victim);
+}
+
 }  // namespace
+
+TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 2-rank job is named by the watchdog, all exit, all files open",
+          "[trainer][mpi][fault]") {
+  check_hang(2, 1);
+}
+
+TEST_CASE("wb-train: a rank stopped by SIGSTOP in a 4-rank job is named by the watchdog, all exit, all files open",
+          "[trainer][mpi][fault]") {
+  check_hang(4, 2);
+}
+
+TEST_CASE("wb-train: a rank killed by SIGKILL in a 2-rank job is named, all exit, all files open, its own incomplete",
+          "[trainer][mpi][fault]") {
+  check_death(2, 1);
+}
+
+TEST_CASE("wb-train: a rank killed by SIGKILL in a 4-rank job is named, all exit, all files open, its own incomplete",
+          "[trainer][mpi][fault]") {
+  check_death(4, 2);
+}
+
+TEST_CASE("wb-train over NCCL: a rank stopped by SIGSTOP, then one killed, are named, all exit, all files open",
+          "[trainer][mpi][fault][cuda]") {
+  const int devices = wb::backend::cuda_device_count();
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
+  std::vector<std::string> extra = {"--device", "cuda"};
+  if (devices == 1) extra = with(extra, {"--ranks-per-gpu", "2"});
+  check_hang(2, 1, extra);
+  check_death(2, 1, extra);
+}
 
 TEST_CASE("wb-train: the disk fills while recording: training goes on, one report, losses counted, run incomplete",
           "[trainer]") {

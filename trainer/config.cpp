@@ -89,6 +89,7 @@ const Option kOptions[] = {
     {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
     {"sync_bn", &TrainConfig::sync_bn, "off|local|global: SyncBatchNorm, batch statistics over this host's ranks or all ranks (default off)"},
     {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
+    {"watchdog_s", &TrainConfig::watchdog_s, "S: abort the job when an allreduce has not completed after S seconds, naming the rank whose heartbeat stopped (default 30; 0: never)"},
     {"on_nonfinite", &TrainConfig::on_nonfinite, "stop|skip: a NaN/Inf loss stops the run (default), or skips that step's update"},
     {"check_finite", &TrainConfig::check_finite, "check every activation for NaN/Inf, so a non-finite loss names the first tensor it appeared in"},
     {"poison_step", &TrainConfig::poison_step, "N: put a NaN into rank 0's input batch of step N (testing aid)"},
@@ -417,6 +418,7 @@ void validate(const TrainConfig& c) {
                               ": expected a step number counted from 0 (or -1 for no dump)");
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
+  need(c.watchdog_s >= 0 && std::isfinite(c.watchdog_s), "--watchdog-s: expected a non-negative number of seconds (0: no watchdog)");
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
   need(c.sync_bn == "off" || c.sync_bn == "local" || c.sync_bn == "global",
        "--sync-bn: expected off, local or global, got '" + c.sync_bn + "'");

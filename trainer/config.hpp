@@ -90,6 +90,7 @@ struct TrainConfig {
   // batch norm over that group's batches.
   std::string sync_bn = "off";
   bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
+  double watchdog_s = 30.0;      // abort a job whose allreduce has not completed after this long; 0: never
   // A NaN or Inf loss on any rank: "stop" ends the run after that step (exit 1), "skip" drops that
   // step's update (parameters, momentum and batch-norm statistics stay as before it) and goes on.
   std::string on_nonfinite = "stop";

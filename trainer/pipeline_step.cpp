@@ -546,6 +546,7 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
     parallel::SyncOptions so;
     // On a GPU, each bucket's allreduce waits for the accumulation queued for it (a no-op on the CPU).
     so.on_ready = [&group](const parallel::Bucket&, float* data) { group.mark_ready(data); };
+    so.watchdog_timeout_s = cfg.watchdog_s;
     profiler::Recorder* recorder = recording.recorder;
     const int shift = d.p0;
     so.on_span = [recorder, shift](const parallel::BucketSpan& s) {

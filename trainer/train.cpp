@@ -255,7 +255,8 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
 
 struct Gradients {
   std::vector<parallel::Bucket> buckets;
-  std::unique_ptr<parallel::GradientSync> sync;  // null for a single rank
+  std::unique_ptr<parallel::Heartbeat> heartbeat;  // this rank's, next to the rank files (several ranks)
+  std::unique_ptr<parallel::GradientSync> sync;    // null for a single rank
 };
 
 Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& learner, Recording& rec,
@@ -286,6 +287,12 @@ Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& lear
     };
     parallel::Communicator* comm = &place.comms.main();
     so.on_ready = [comm](const parallel::Bucket&, float* data) { comm->mark_ready(data); };
+    so.watchdog_timeout_s = cfg.watchdog_s;
+    if (cfg.watchdog_s > 0) {
+      g.heartbeat = std::make_unique<parallel::Heartbeat>(rec.run_dir, place.rank, place.world,
+                                                          parallel::Heartbeat::interval_for(cfg.watchdog_s));
+      so.heartbeat = g.heartbeat.get();
+    }
     g.sync = std::make_unique<parallel::GradientSync>(*comm, g.buckets, learner.model->grad_buffer().data_as<float>(), so);
   }
   return g;

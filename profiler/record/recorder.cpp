@@ -256,6 +256,9 @@ struct Recorder::Impl {
       } else {
         if (!range_rows.empty()) writer.add(std::span<const store::RangeRow>(range_rows));
         if (!counter_rows.empty()) writer.add(std::span<const store::CounterRow>(counter_rows));
+        // Committed now rather than at the Writer's next interval: a kill loses at most one flush
+        // interval and one commit of events (docs/ARCHITECTURE.md).
+        if (!range_rows.empty() || !counter_rows.empty()) writer.commit_soon();
       }
       if (newly_dropped > 0) {
         dropped.fetch_add(newly_dropped, std::memory_order_relaxed);

@@ -63,6 +63,14 @@ void ImageDecoder::decode(const uint8_t* data, std::size_t size, const std::stri
 
 namespace {
 
+// Refuses an image over PIL's decompression-bomb limit before its pixels are allocated.
+void check_pixels(const std::string& name, const char* format, std::uint64_t w, std::uint64_t h) {
+  if (w * h > kMaxImagePixels) {
+    throw DataError(name + ": " + format + " of " + std::to_string(w) + "x" + std::to_string(h) + " pixels, over the " +
+                    std::to_string(kMaxImagePixels) + "-pixel limit (PIL's decompression-bomb limit)");
+  }
+}
+
 // PIL's MULDIV255: round(a * b / 255) in integers.
 inline int muldiv255(int a, int b) {
   const int t = a * b + 128;
@@ -145,6 +153,7 @@ void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std:
     throw DataError(name + ": corrupt JPEG header (libjpeg-turbo: " + tjGetErrorStr2(h) + ")");
   }
   if (w < 1 || ht < 1) throw DataError(name + ": JPEG of " + std::to_string(w) + "x" + std::to_string(ht) + " pixels");
+  check_pixels(name, "JPEG", static_cast<std::uint64_t>(w), static_cast<std::uint64_t>(ht));
   out.width = w;
   out.height = ht;
   const std::size_t px = static_cast<std::size_t>(w) * static_cast<std::size_t>(ht);
@@ -193,6 +202,16 @@ void ImageDecoder::decode_png(const uint8_t* data, std::size_t size, const std::
   if (ihdr.width < 1 || ihdr.height < 1 || ihdr.width > (1u << 16) || ihdr.height > (1u << 16)) {
     throw DataError(name + ": PNG of " + std::to_string(ihdr.width) + "x" + std::to_string(ihdr.height) +
                     " pixels, expected 1..65536 on each side");
+  }
+  check_pixels(name, "PNG", ihdr.width, ihdr.height);
+  // The filtered rows (a filter byte and the packed samples per row) come out of deflate, which expands
+  // at most 1032 times: a file shorter than that bound cannot hold the image, however its IDATs end.
+  const std::uint64_t channels_of[7] = {1, 0, 3, 1, 2, 0, 4};
+  const std::uint64_t bits = (ihdr.color_type < 7 ? channels_of[ihdr.color_type] : 1) * ihdr.bit_depth;
+  const std::uint64_t raw = static_cast<std::uint64_t>(ihdr.height) * (1 + (ihdr.width * bits + 7) / 8);
+  if (raw > 1032 * static_cast<std::uint64_t>(size) + 1024) {
+    throw DataError(name + ": truncated PNG (" + std::to_string(size) + " bytes cannot hold " +
+                    std::to_string(ihdr.width) + "x" + std::to_string(ihdr.height) + " pixels)");
   }
   out.width = static_cast<int>(ihdr.width);
   out.height = static_cast<int>(ihdr.height);

@@ -9,6 +9,9 @@
 //   byte, 16-bit grey is clipped to 0..255 (PIL opens it as mode "I" and clips in convert), 1/2/4-bit
 //   grey scaled to 0..255. Gamma and tRNS are ignored, as in PIL.
 // EXIF orientation is not applied (neither torchvision's loader nor convert() applies it).
+// An image of more than kMaxImagePixels is refused before anything is allocated, as PIL refuses one
+// (DecompressionBombError); so is a PNG whose compressed data is too short to hold the pixels its
+// header claims (deflate shrinks at most 1032:1): a file of a few bytes never costs gigabytes.
 
 #include <cstdint>
 #include <filesystem>
@@ -25,6 +28,9 @@ struct RgbImage {
   int height = 0;
   std::vector<uint8_t> pixels;  // (height, width, 3)
 };
+
+// PIL's limit: Image.open raises DecompressionBombError above 2 * MAX_IMAGE_PIXELS (89,478,485).
+inline constexpr std::uint64_t kMaxImagePixels = 2 * 89'478'485ull;
 
 enum class ImageFormat { kUnknown, kJpeg, kPng, kOther };
 

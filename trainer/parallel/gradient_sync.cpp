@@ -22,7 +22,11 @@ GradientSync::GradientSync(Communicator& comm, std::vector<Bucket> buckets, floa
   param_ready_.assign(bucket_of_param_.size(), 0);
   pending_.assign(buckets_.size(), 0);
   ready_ns_.assign(buckets_.size(), 0);
-  if (options_.watchdog_timeout_s > 0.0) watchdog_ = std::make_unique<Watchdog>(comm_, options_.watchdog_timeout_s);
+  if (options_.watchdog_timeout_s > 0.0) {
+    Watchdog::Diagnose diagnose;
+    if (Heartbeat* hb = options_.heartbeat) diagnose = [hb] { return hb->diagnose(); };
+    watchdog_ = std::make_unique<Watchdog>(comm_, options_.watchdog_timeout_s, std::move(diagnose));
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -49,6 +53,7 @@ void GradientSync::begin_step(int step) {
   for (const auto& b : buckets_) pending_[static_cast<std::size_t>(b.index)] = b.tensors();
   std::fill(ready_ns_.begin(), ready_ns_.end(), 0);
   spans_.clear();
+  if (options_.heartbeat) options_.heartbeat->set_step(step);
 }
 
 void GradientSync::on_grads_ready(int first_param, int last_param_exclusive) {
@@ -103,16 +108,17 @@ void GradientSync::run() {
 
     std::exception_ptr error;
     span.start_ns = now_ns();
+    const std::string what =
+        "allreduce of bucket " + std::to_string(bucket.index) + " (step " + std::to_string(span.step) + ")";
+    if (options_.heartbeat) options_.heartbeat->set_doing(what);
     try {
       std::unique_ptr<Watchdog::Guard> guard;
-      if (watchdog_) {
-        guard = std::make_unique<Watchdog::Guard>(watchdog_->watch(
-            "allreduce of bucket " + std::to_string(bucket.index) + " (step " + std::to_string(span.step) + ")"));
-      }
+      if (watchdog_) guard = std::make_unique<Watchdog::Guard>(watchdog_->watch(what));
       comm_.allreduce(grads_ + bucket.offset, static_cast<std::size_t>(bucket.numel), options_.op);
     } catch (...) {
       error = std::current_exception();
     }
+    if (options_.heartbeat) options_.heartbeat->set_doing({});
     span.end_ns = now_ns();
     if (!error && options_.on_span) {
       try {

@@ -10,7 +10,7 @@
 // Per step, each bucket's span is recorded: ready (its last gradient reported), start and end of its
 // allreduce (CLOCK_MONOTONIC ns, rank-local; the profiler applies the clock offset). Every collective
 // is watched by a Watchdog: after the timeout the job is aborted with a message naming the bucket
-// and step instead of hanging.
+// and step instead of hanging, and, given this rank's Heartbeat, the peer whose heartbeat stopped.
 //
 // Typical step:
 //   sync.begin_step(step);
@@ -29,6 +29,7 @@
 
 #include "trainer/parallel/buckets.hpp"
 #include "trainer/parallel/communicator.hpp"
+#include "trainer/parallel/heartbeat.hpp"
 #include "trainer/parallel/watchdog.hpp"
 
 namespace wb::parallel {
@@ -54,6 +55,9 @@ struct SyncOptions {
   ReduceOp op = ReduceOp::mean;
   // Collectives running longer than this abort the job (see watchdog.hpp); <= 0 disables the watchdog.
   double watchdog_timeout_s = kDefaultWatchdogSeconds;
+  // This rank's heartbeat (optional; must outlive the GradientSync): it carries the step and the
+  // collective in progress, and the watchdog's message names the peer whose heartbeat stopped.
+  Heartbeat* heartbeat = nullptr;
   // Called on the communication thread after every bucket's allreduce (e.g. to record the span).
   std::function<void(const BucketSpan&)> on_span;
   // Called when a bucket becomes ready, on the thread that reported its last gradient, while the

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 #include <vector>
 
@@ -9,15 +10,15 @@
 
 namespace wb::parallel {
 
-std::string timeout_message(int rank, const std::string& what, double timeout_s) {
+std::string timeout_message(int rank, const std::string& what, double timeout_s, const std::string& cause) {
   std::ostringstream out;
   out << "rank " << rank << ": " << what << " has not completed after " << timeout_s
-      << " s: a peer rank is lost";
+      << " s: " << (cause.empty() ? "a peer rank is lost" : cause);
   return out.str();
 }
 
-Watchdog::Watchdog(int rank, double timeout_s, Action action)
-    : rank_(rank), timeout_s_(timeout_s), action_(std::move(action)) {
+Watchdog::Watchdog(int rank, double timeout_s, Action action, Diagnose diagnose)
+    : rank_(rank), timeout_s_(timeout_s), action_(std::move(action)), diagnose_(std::move(diagnose)) {
   if (!(timeout_s > 0.0) || !std::isfinite(timeout_s)) {
     std::ostringstream msg;
     msg << "watchdog timeout " << timeout_s << " s: expected a positive number of seconds";
@@ -26,12 +27,15 @@ Watchdog::Watchdog(int rank, double timeout_s, Action action)
   thread_ = std::thread([this] { run(); });
 }
 
-Watchdog::Watchdog(Communicator& comm, double timeout_s)
-    : Watchdog(comm.rank(), timeout_s, [&comm](const std::string& message) {
-        std::fprintf(stderr, "%s\n", message.c_str());
-        std::fflush(stderr);
-        comm.abort_job(kWatchdogExitCode);
-      }) {}
+Watchdog::Watchdog(Communicator& comm, double timeout_s, Diagnose diagnose)
+    : Watchdog(
+          comm.rank(), timeout_s,
+          [&comm](const std::string& message) {
+            std::fprintf(stderr, "%s\n", message.c_str());
+            std::fflush(stderr);
+            comm.abort_job(kWatchdogExitCode);
+          },
+          std::move(diagnose)) {}
 
 Watchdog::~Watchdog() {
   {
@@ -81,7 +85,7 @@ void Watchdog::run() {
     const auto now = Clock::now();
     for (auto it = entries_.begin(); it != entries_.end();) {
       if (it->second.deadline <= now) {
-        expired.push_back(timeout_message(rank_, it->second.what, timeout_s_));
+        expired.push_back(std::move(it->second.what));
         it = entries_.erase(it);
       } else {
         ++it;
@@ -89,7 +93,17 @@ void Watchdog::run() {
     }
     // The action may not return (MPI_Abort) and must not run under the lock guards take.
     lock.unlock();
-    for (const auto& message : expired) action_(message);
+    for (const auto& what : expired) {
+      std::string cause;
+      if (diagnose_) {
+        try {
+          cause = diagnose_();
+        } catch (const std::exception& e) {
+          cause = std::string("a peer rank is lost (its heartbeat could not be read: ") + e.what() + ")";
+        }
+      }
+      action_(timeout_message(rank_, what, timeout_s_, cause));
+    }
     lock.lock();
   }
 }
