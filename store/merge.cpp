@@ -235,6 +235,10 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
                   t("end_ns") + ", x.busy_ns, x.wait_act_ns, x.wait_grad_ns, x.wait_allreduce_ns FROM src.pipeline_step x "
                   "ORDER BY x.rowid");
         }
+        if (has_table(db, "src", "memory"))
+          db.exec("INSERT INTO main.memory(rank, t_ns, step, bytes, live_bytes, role, name_id) SELECT x.rank, " +
+                  t("t_ns") + ", x.step, x.bytes, x.live_bytes, x.role, smap.new FROM src.memory x CROSS JOIN smap "
+                  "ON smap.old = x.name_id ORDER BY x.rowid");
         db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
                 "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
                 "DROP TABLE temp.smap;");
