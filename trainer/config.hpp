@@ -70,6 +70,7 @@ struct TrainConfig {
   bool nvtx = false;               // cuda: NVTX ranges named like our ops, for Nsight Systems
   std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
   bool profile = true;
+  bool memory_profile = true;  // record every backend allocation and free (memory table); --no-memory-profile
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
   // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:

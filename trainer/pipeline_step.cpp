@@ -10,6 +10,7 @@
 #include "profiler/record/clock.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/writer.hpp"
+#include "trainer/backend/memory.hpp"
 #include "trainer/parallel/buckets.hpp"
 
 namespace wb::trainer {
@@ -359,10 +360,12 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   model.set_observer(this);
   auto& be = d.be;
   const std::int64_t side = cfg.image_size;
+  std::optional<backend::MemoryTagScope> tag(std::in_place, backend::MemoryRole::data);
   for (int k = 0; k < d.slots; ++k) {
     d.images.push_back(d.first ? be.empty(Shape{d.mb, 3, side, side}, backend::DType::f32) : Tensor());
     d.labels.push_back(d.last ? be.empty(Shape{d.mb}, backend::DType::i32) : Tensor());
   }
+  tag.emplace(backend::MemoryRole::activation);
   if (!d.first) {
     d.in_shape = unit_output_shape(d.u0 - 1, d.mb, side);
     d.in_count = static_cast<std::size_t>(numel(d.in_shape));
@@ -371,8 +374,10 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   if (!d.last) {
     d.out_shape = unit_output_shape(d.u1 - 1, d.mb, side);
     d.out_count = static_cast<std::size_t>(numel(d.out_shape));
+    tag.emplace(backend::MemoryRole::gradient);
     d.dy = be.empty(Shape(d.out_shape), backend::DType::f32);
   }
+  tag.reset();
   d.recv_act.assign(static_cast<std::size_t>(M), std::vector<float>(d.in_count));
   d.send_grad.assign(static_cast<std::size_t>(M), std::vector<float>(d.in_count));
   d.recv_grad.assign(static_cast<std::size_t>(M), std::vector<float>(d.out_count));
