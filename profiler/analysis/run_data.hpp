@@ -45,6 +45,7 @@ struct RunData {
   std::vector<store::EvaluationRow> evaluations;  // wb-train --eval results
   std::vector<store::PipelineSpanRow> pipeline_spans;  // pipeline runs only
   std::vector<store::PipelineStepRow> pipeline_steps;
+  std::vector<store::MemoryRow> memory;  // allocations and frees, by rank then time (memory.hpp)
   std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;    // stream tracks, by start
   std::int64_t kernel_rows = 0;
 
