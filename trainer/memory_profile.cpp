@@ -55,9 +55,17 @@ void MemoryProfile::record(std::int64_t bytes, backend::MemoryTag tag) noexcept 
     if (rows_.size() < kFlushRows) return;
     full.swap(rows_);
   }
+  try {
+    hand_over(full);
+  } catch (...) {
+    recorder_.writer().count_dropped(full.size());
+  }
+}
+
+void MemoryProfile::hand_over(std::vector<store::MemoryRow>& rows) {
   const profiler::ClockMap map = recorder_.clock();
-  for (store::MemoryRow& r : full) r.t_ns = map.to_rank0(r.t_ns);
-  recorder_.writer().add(std::span<const store::MemoryRow>(full));
+  for (store::MemoryRow& r : rows) r.t_ns = map.to_rank0(r.t_ns);
+  recorder_.writer().add(std::span<const store::MemoryRow>(rows));
 }
 
 void MemoryProfile::on_alloc(std::size_t bytes, backend::MemoryTag tag) noexcept {
@@ -76,9 +84,7 @@ void MemoryProfile::flush() {
     rows.swap(rows_);
     rows_.reserve(kFlushRows);
   }
-  const profiler::ClockMap map = recorder_.clock();
-  for (store::MemoryRow& r : rows) r.t_ns = map.to_rank0(r.t_ns);
-  recorder_.writer().add(std::span<const store::MemoryRow>(rows));
+  hand_over(rows);
 }
 
 std::int64_t MemoryProfile::live_bytes() const {

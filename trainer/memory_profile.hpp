@@ -39,6 +39,8 @@ class MemoryProfile final : public backend::MemoryListener {
 
  private:
   void record(std::int64_t bytes, backend::MemoryTag tag) noexcept;
+  // Maps the rows' times to rank 0's clock and gives them to the Writer.
+  void hand_over(std::vector<store::MemoryRow>& rows);
 
   profiler::Recorder& recorder_;
   int rank_;
