@@ -57,6 +57,52 @@ Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, 
   return backward_thread ? Category::backward : Category::forward;
 }
 
+// The memory events of one device type as memory rows: the live bytes from the event's "Total
+// Allocated" (or summed from 0 when absent), the step from its time, the name from the range it falls
+// in on its thread: the layer of the innermost op (layer_map.hpp), else the op itself.
+template <class StepAt, class RunId>
+std::int64_t write_memory(const ParsedTrace& tr, const std::vector<Thread>& threads, std::int64_t base_ns, int rank,
+                          int device_type, const StepAt& step_at, const RunId& run_id, store::Writer& w) {
+  std::map<std::string, const Thread*> by_key;
+  for (const Thread& t : threads) by_key.emplace(t.key, &t);
+  const std::uint32_t unnamed = w.intern("pytorch");
+  std::vector<store::MemoryRow> rows;
+  std::int64_t live = 0;
+  for (const TraceMemoryEvent& e : tr.memory) {
+    if (e.device_type != device_type || e.bytes == 0) continue;
+    const std::int64_t t = e.ts_ns - base_ns;
+    live = e.total >= 0 ? e.total : live + e.bytes;
+    store::MemoryRow r;
+    r.rank = rank;
+    r.t_ns = t;
+    r.step = step_at(t);
+    r.bytes = e.bytes;
+    r.live_bytes = live;
+    r.role = static_cast<std::uint8_t>(store::kMemoryRoles - 1);
+    r.name = unnamed;
+    auto it = by_key.find(tr.strings[e.pid] + "/" + tr.strings[e.tid]);
+    const Thread* th = it != by_key.end() ? it->second : (threads.empty() ? nullptr : &threads.front());
+    if (th) {
+      // The innermost node containing t: nodes are sorted by start, enclosing ones first.
+      std::int32_t inner = -1;
+      for (std::size_t i = 0; i < th->nodes.size() && th->nodes[i].start <= t; ++i)
+        if (t < th->nodes[i].end || (th->nodes[i].end == th->nodes[i].start && t == th->nodes[i].start))
+          inner = static_cast<std::int32_t>(i);
+      for (std::int32_t k = inner; k >= 0; k = th->nodes[static_cast<std::size_t>(k)].parent) {
+        const Node& n = th->nodes[static_cast<std::size_t>(k)];
+        if (n.added || n.layer != 0) {
+          r.name = run_id(n.added ? n.name : n.layer);
+          break;
+        }
+        if (k == inner) r.name = run_id(n.name);
+      }
+    }
+    rows.push_back(r);
+  }
+  w.add(std::span<const store::MemoryRow>(rows));
+  return static_cast<std::int64_t>(rows.size());
+}
+
 struct RankTrace {
   ParsedTrace trace;
   std::filesystem::path file;
@@ -289,6 +335,8 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     }
   }
   info.steps = main_steps;
+  info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
+  if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
   for (auto& [label, krs] : stream_rows) {
     std::uint32_t track = w.add_track(store::TrackKind::stream, label);
     for (auto& k : krs) {

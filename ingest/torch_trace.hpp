@@ -11,7 +11,10 @@
 //    "correlation");
 //  - layer ranges named like wb-train's modules ("layer2.0.conv2", forward and backward, "loss",
 //    "optimizer") are added around PyTorch's ops, see layer_map.hpp, so a layer's time compares with
-//    ours by name; meta.layer_match says how each layer was found.
+//    ours by name; meta.layer_match says how each layer was found;
+//  - "[memory]" instants (profile_memory=True) of the run's device become `memory` rows, named after
+//    the layer (else the op) they happened in; torch.cuda.max_memory_allocated, when the trace carries
+//    it (a "wb_memory" metadata event, torch_step.py --profile), becomes meta.max_memory_allocated.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +52,7 @@ struct TraceImport {
   std::int64_t linked_by_external_id = 0; // device rows linked to their launching op
   std::int64_t linked_by_correlation = 0; // ... to their runtime call only
   std::int64_t steps = 0;
+  std::int64_t memory_events = 0;         // memory rows written (the run's device only)
   LayerMatchCounts layers;
 };
 

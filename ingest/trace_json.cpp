@@ -477,6 +477,12 @@ class TraceReader {
       std::string_view n = out_.strings[ev.name];
       if (n == "thread_name") out_.thread_names[(std::uint64_t{ev.pid} << 32) | ev.tid] = arg_name;
       if (n == "process_name") out_.process_names[ev.pid] = arg_name;
+      if (n == "wb_memory" && ev.mem_total >= 0) out_.max_memory_allocated = ev.mem_total;
+      return;
+    }
+    if ((ev.ph == 'i' || ev.ph == 'I') && have_ts && out_.strings[ev.name] == "[memory]") {
+      out_.memory.push_back(TraceMemoryEvent{ev.ts_ns, ev.mem_bytes, ev.mem_total, ev.device_type, ev.pid, ev.tid});
+      ++out_.events_by_cat[static_cast<int>(EventCat::other)];
       return;
     }
     if (ev.ph != 'X' || !have_ts) {
@@ -501,10 +507,13 @@ class TraceReader {
         else if (key == "Sequence number") slot = &ev.sequence;
         else if (key == "Fwd thread id") slot = &ev.fwd_tid;
         else if (key == "bytes") slot = &ev.bytes;
+        else if (key == "Bytes") slot = &ev.mem_bytes;
+        else if (key == "Total Allocated" || key == "max_memory_allocated") slot = &ev.mem_total;
         std::string_view num = s_.number();
         if (slot) *slot = to_int(num);
         else if (key == "device") ev.device = static_cast<std::int32_t>(to_int(num));
         else if (key == "stream") ev.stream = static_cast<std::int32_t>(to_int(num));
+        else if (key == "Device Type") ev.device_type = static_cast<std::int32_t>(to_int(num));
         continue;
       }
       if (c == '[' && (key == "grid" || key == "block")) {

@@ -56,6 +56,9 @@ struct TraceEvent {
   std::int64_t sequence = -1;     // args["Sequence number"]
   std::int64_t fwd_tid = -1;      // args["Fwd thread id"]
   std::int64_t bytes = 0;         // args["bytes"] of memcpys and memsets
+  std::int64_t mem_bytes = 0;     // args["Bytes"] of memory events
+  std::int64_t mem_total = -1;    // args["Total Allocated"] of memory events, args["max_memory_allocated"] of wb_memory
+  std::int32_t device_type = 0;   // args["Device Type"] of memory events
   std::int32_t grid[3] = {0, 0, 0};
   std::int32_t block[3] = {0, 0, 0};
   std::uint32_t name = 0;
@@ -65,6 +68,16 @@ struct TraceEvent {
   std::int32_t stream = -1;  // args["stream"] of GPU events
   EventCat cat = EventCat::none;
   char ph = 0;
+};
+
+// One memory event: Kineto's "[memory]" instants (profile_memory=True), or the ones torch_step.py
+// --profile adds to a legacy trace from each op's self_cpu_memory_usage.
+struct TraceMemoryEvent {
+  std::int64_t ts_ns = 0;
+  std::int64_t bytes = 0;            // args["Bytes"]: > 0 allocated, < 0 freed
+  std::int64_t total = -1;           // args["Total Allocated"]: the allocator's total after it, -1 absent
+  std::int32_t device_type = 0;      // args["Device Type"]: 0 CPU, 1 CUDA
+  std::uint32_t pid = 0, tid = 0;
 };
 
 enum class TraceFormat { legacy, kineto };
@@ -79,6 +92,10 @@ struct ParsedTrace {
   // thread_name / process_name metadata events: (pid, tid) text ids -> name
   std::unordered_map<std::uint64_t, std::string> thread_names;
   std::unordered_map<std::uint32_t, std::string> process_names;
+  std::vector<TraceMemoryEvent> memory;  // in file order
+  // The "wb_memory" metadata event torch_step.py --profile adds on CUDA: torch.cuda.max_memory_allocated
+  // over the profiled steps; -1 when absent.
+  std::int64_t max_memory_allocated = -1;
 };
 
 // Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that

@@ -238,6 +238,10 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
         // Every rank's captured windows (each rank file holds its own rows).
         if (has_table(db, "src", "capture_window"))
           db.exec("INSERT INTO main.capture_window SELECT * FROM src.capture_window ORDER BY rowid;");
+        if (has_table(db, "src", "memory"))
+          db.exec("INSERT INTO main.memory(rank, t_ns, step, bytes, live_bytes, role, name_id) SELECT x.rank, " +
+                  t("t_ns") + ", x.step, x.bytes, x.live_bytes, x.role, smap.new FROM src.memory x CROSS JOIN smap "
+                  "ON smap.old = x.name_id ORDER BY x.rowid");
         db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
                 "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
                 "DROP TABLE temp.smap;");

@@ -286,6 +286,20 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
   });
 }
 
+std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
+  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'memory'") == 0) return {};
+  static constexpr const char* kCols = "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory";
+  auto& st = rank ? db_->prepare(std::string(kCols) + " WHERE rank = ? ORDER BY t_ns, rowid")
+                  : db_->prepare(std::string(kCols) + " ORDER BY rank, t_ns, rowid");
+  if (rank) st.bind(1, *rank);
+  return collect<MemoryRow>(st, [](sqlite3_stmt* h) {
+    return MemoryRow{sqlite3_column_int(h, 0), sqlite3_column_int64(h, 1), sqlite3_column_int(h, 2),
+                     sqlite3_column_int64(h, 3), sqlite3_column_int64(h, 4),
+                     static_cast<std::uint8_t>(std::clamp(sqlite3_column_int(h, 5), 0, kMemoryRoles - 1)),
+                     static_cast<std::uint32_t>(sqlite3_column_int64(h, 6))};
+  });
+}
+
 std::vector<EvaluationRow> Reader::evaluations() {
   if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'evaluation'") == 0) return {};
   auto& st = db_->prepare("SELECT step, top1, top5, images, seconds FROM evaluation ORDER BY rowid");

@@ -59,6 +59,8 @@ class Reader {
   std::vector<PipelineSpanRow> pipeline_spans();
   std::vector<PipelineStepRow> pipeline_steps();
   std::vector<ParamRow> params();
+  // Memory events by rank, in time order; none for runs recorded without them or before the table existed.
+  std::vector<MemoryRow> memory(std::optional<std::int32_t> rank = std::nullopt);
 
   // Tensor metadata (no data), ordered by source, step, rank, exec_order.
   std::vector<TensorInfo> tensors(std::optional<std::string_view> source = std::nullopt);

@@ -103,4 +103,10 @@ std::vector<std::int64_t> shape_from_json(std::string_view text) {
   return shape;
 }
 
+std::string_view memory_role_name(int role) {
+  static constexpr std::string_view kNames[kMemoryRoles] = {"activation", "gradient", "parameter", "momentum",
+                                                             "workspace",  "data",     "other"};
+  return role >= 0 && role < kMemoryRoles ? kNames[role] : kNames[kMemoryRoles - 1];
+}
+
 }  // namespace wb::store

@@ -55,6 +55,22 @@ struct CounterRow {
   bool operator==(const CounterRow&) const = default;
 };
 
+// One allocation (bytes > 0) or free (bytes < 0) of a rank's device or host tensor memory (memory).
+// role: 0 activation, 1 gradient, 2 parameter, 3 momentum, 4 workspace, 5 data, 6 other.
+struct MemoryRow {
+  std::int32_t rank = 0;
+  std::int64_t t_ns = 0;
+  std::int32_t step = -1;
+  std::int64_t bytes = 0;
+  std::int64_t live_bytes = 0;
+  std::uint8_t role = 6;
+  std::uint32_t name = 0;
+  bool operator==(const MemoryRow&) const = default;
+};
+inline constexpr int kMemoryRoles = 7;
+// "activation", ..., "other"; "other" for codes out of range.
+std::string_view memory_role_name(int role);
+
 // One gradient bucket's allreduce: parameters [first_param, last_param] (inclusive), when its last
 // gradient was ready, and when the collective ran.
 struct AllreduceRow {

@@ -216,3 +216,19 @@ CREATE TABLE capture_window (
   trigger_step INTEGER NOT NULL,  -- the step that triggered it: the slow step, the step SIGUSR1 arrived in, A
   detail       TEXT NOT NULL      -- in words: the slow step's time against the median, other triggers merged in
 );
+
+-- Memory (wb-train records it unless --no-memory-profile; a PyTorch import stores what its trace has):
+-- every allocation and free of the backend's storage on one rank, with the rank's total after it. The
+-- CPU backend keeps its tensors from one step to the next, so after the first step it allocates
+-- nothing and live_bytes stays at what it holds; the CUDA caching allocator reports each block handed
+-- out and returned to its cache. Absent from files written before memory was recorded.
+CREATE TABLE memory (
+  rank       INTEGER NOT NULL,
+  t_ns       INTEGER NOT NULL,
+  step       INTEGER NOT NULL,  -- training step, -1 outside a step (building the model)
+  bytes      INTEGER NOT NULL,  -- > 0 allocated, < 0 freed: what the allocator holds for it (rounding included)
+  live_bytes INTEGER NOT NULL,  -- the rank's memory held after this event
+  role       INTEGER NOT NULL,  -- 0 activation, 1 gradient, 2 parameter, 3 momentum, 4 workspace, 5 data, 6 other
+  name_id    INTEGER NOT NULL   -- string.id: the module whose op allocated it ("layer1.0.conv1", "loss"), or the
+                                --   buffer ("parameters", "gradients", "momentum", "batch") or op of another tool
+);

@@ -177,10 +177,12 @@ struct Writer::Pending {
   std::vector<CaptureWindowRow> capture_windows;
   std::vector<PipelineSpanRow> pipeline_spans;
   std::vector<PipelineStepRow> pipeline_steps;
+  std::vector<MemoryRow> memory;
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
-           tensors.size() + evaluations.size() + capture_windows.size() + pipeline_spans.size() + pipeline_steps.size();
+           tensors.size() + evaluations.size() + capture_windows.size() + pipeline_spans.size() + pipeline_steps.size() +
+           memory.size();
   }
   bool empty() const {
     return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
@@ -198,6 +200,7 @@ struct Writer::Pending {
     capture_windows.clear();
     pipeline_spans.clear();
     pipeline_steps.clear();
+    memory.clear();
   }
 };
 
@@ -346,6 +349,7 @@ WB_WRITER_ADD(AllreduceRow, allreduces)
 WB_WRITER_ADD(StepRow, steps)
 WB_WRITER_ADD(PipelineSpanRow, pipeline_spans)
 WB_WRITER_ADD(PipelineStepRow, pipeline_steps)
+WB_WRITER_ADD(MemoryRow, memory)
 #undef WB_WRITER_ADD
 
 void Writer::add(const EvaluationRow& row) {
@@ -581,6 +585,13 @@ bool Writer::commit(Pending& batch) {
       for (const PipelineStepRow& p : batch.pipeline_steps)
         st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.replica).bind(5, p.start_ns).bind(6, p.end_ns)
             .bind(7, p.busy_ns).bind(8, p.wait_act_ns).bind(9, p.wait_grad_ns).bind(10, p.wait_allreduce_ns).run();
+    }
+    if (!batch.memory.empty()) {
+      auto& st = db.prepare(
+          "INSERT INTO memory(rank, t_ns, step, bytes, live_bytes, role, name_id) VALUES (?, ?, ?, ?, ?, ?, ?)");
+      for (const MemoryRow& m : batch.memory)
+        st.bind(1, m.rank).bind(2, m.t_ns).bind(3, m.step).bind(4, m.bytes).bind(5, m.live_bytes)
+            .bind(6, static_cast<std::int64_t>(m.role)).bind(7, static_cast<std::int64_t>(m.name)).run();
     }
     if (!batch.params.empty()) {
       auto& st = db.prepare(

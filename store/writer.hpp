@@ -97,6 +97,8 @@ class Writer {
   void add(std::span<const StepRow> rows);
   void add(const EvaluationRow& row);
   void add(const CaptureWindowRow& row);
+  void add(const MemoryRow& row);
+  void add(std::span<const MemoryRow> rows);
   void add(const PipelineSpanRow& row);
   void add(std::span<const PipelineSpanRow> rows);
   void add(const PipelineStepRow& row);

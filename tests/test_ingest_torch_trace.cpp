@@ -16,6 +16,7 @@
 #include "ingest/layer_map.hpp"
 #include "ingest/torch_trace.hpp"
 #include "profiler/analysis/layer_diff.hpp"
+#include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/run_data.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
@@ -232,6 +233,80 @@ TEST_CASE("a legacy trace of Debian's PyTorch 1.13: layers by module name forwar
     ++checked;
   }
   CHECK(checked == 158);
+
+  // Memory: torch_profile.py added a [memory] event per op from the legacy profiler's per-op memory,
+  // counted from what the step held before its first op: ResNet-50's 23,528,522 parameters (10
+  // classes), their gradients from the warm-up step and momentum, the buffers and the batch of 2.
+  CHECK(named.memory_events > 100);
+  REQUIRE(run.memory.size() == static_cast<std::size_t>(named.memory_events));
+  const std::int64_t weights = 3 * 4 * std::int64_t{23528522};
+  const std::int64_t held = run.memory.front().live_bytes - run.memory.front().bytes;
+  CHECK(held >= weights + 4 * 2 * 3 * 32 * 32);
+  CHECK(held <= weights + (std::int64_t{1} << 20));  // buffers: 2 x 26,560 floats of statistics, 53 counters
+  const analysis::MemoryAnalysis mem = analysis::analyze_memory(run);
+  REQUIRE(mem.steps.size() == 1);
+  const analysis::StepMemory& m = mem.steps.front();
+  std::int64_t max_live = 0;
+  for (const auto& e : run.memory) max_live = std::max(max_live, e.live_bytes);
+  CHECK(m.peak_bytes == max_live);
+  CHECK(m.peak_bytes > held);
+  std::set<std::string> holders;
+  std::int64_t sum = 0;
+  for (const auto& h : m.holders) {
+    holders.insert(h.name);
+    sum += h.bytes;
+  }
+  CHECK(sum == m.peak_bytes);
+  CHECK(holders.count("(before the recording)") == 1);
+  CHECK(holders.count("layer4.0.conv2") == 1);  // its weight's gradient (9 MiB) is allocated in its backward
+}
+
+TEST_CASE("a GPU trace's memory: the device's [memory] events and max_memory_allocated, compared by wb diff", "[ingest]") {
+  wb::test::TempDir dir;
+  const fs::path trace = dir / "gpu.json";
+  // One step: a conv on the host launching a kernel; memory on the GPU (Device Type 1) and on the host
+  // (0, not this run's device); torch.cuda.max_memory_allocated as torch_profile.py adds it.
+  wb::test::write_text(trace, R"({"traceEvents": [
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#4", "pid": 1, "tid": 1, "ts": 1000, "dur": 100},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::zeros", "pid": 1, "tid": 1, "ts": 1002, "dur": 4, "args": {"External id": 2}},
+    {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1003,
+     "args": {"Total Allocated": 2000, "Bytes": 2000, "Addr": 3, "Device Type": 1, "Device Id": 0}},
+    {"ph": "X", "cat": "user_annotation", "name": "conv1", "pid": 1, "tid": 1, "ts": 1010, "dur": 30},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::conv2d", "pid": 1, "tid": 1, "ts": 1011, "dur": 20, "args": {"External id": 3}},
+    {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1012,
+     "args": {"Total Reserved": 4194304, "Total Allocated": 3000, "Bytes": 1000, "Addr": 1, "Device Type": 1, "Device Id": 0}},
+    {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1013,
+     "args": {"Total Allocated": 500, "Bytes": 500, "Addr": 2, "Device Type": 0, "Device Id": -1}},
+    {"ph": "X", "cat": "cpu_op", "name": "aten::relu", "pid": 1, "tid": 1, "ts": 1050, "dur": 10, "args": {"External id": 4}},
+    {"ph": "i", "s": "t", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1, "ts": 1055,
+     "args": {"Total Allocated": 2600, "Bytes": -400, "Addr": 1, "Device Type": 1, "Device Id": 0}},
+    {"ph": "X", "cat": "kernel", "name": "conv_kernel", "pid": 0, "tid": 7, "ts": 1020, "dur": 5,
+     "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 3}},
+    {"name": "wb_memory", "ph": "M", "pid": 0, "tid": 0, "args": {"max_memory_allocated": 123456789}}
+  ]})");
+  auto t = ingest::import_torch_traces({trace}, dir / "gpu.sqlite").traces.at(0);
+  CHECK(t.device == "cuda:0");
+  CHECK(t.memory_events == 3);
+  analysis::RunData run = analysis::load_run(dir / "gpu.sqlite");
+  REQUIRE(run.memory.size() == 3);
+  CHECK(run.name(run.memory[0].name) == "aten::zeros");  // no layer around it: the op
+  CHECK(run.memory[1].bytes == 1000);
+  CHECK(run.memory[1].live_bytes == 3000);
+  CHECK(run.memory[1].step == 4);
+  CHECK(run.name(run.memory[1].name) == "conv1");  // the layer it happened in
+  CHECK(run.name(run.memory[2].name) == "loss");   // the ops after the last layer are the loss's (layer_map.hpp)
+  CHECK(run.memory[2].bytes == -400);
+  CHECK(run.meta.at("max_memory_allocated") == "123456789");
+  const auto mem = analysis::analyze_memory(run);
+  REQUIRE(mem.steps.size() == 1);
+  CHECK(mem.steps[0].peak_bytes == 3000);
+  CHECK(mem.steps[0].peak_op == "conv1");
+  // wb diff prefers the allocator's own high-water mark when the trace has it.
+  analysis::LayerOptions o;
+  o.skip_steps = 0;
+  const analysis::RunLayers layers = analysis::layer_times(run, o);
+  CHECK(layers.peak_memory == 123456789);
+  CHECK(layers.peak_memory_source == "max_memory_allocated");
 }
 
 TEST_CASE("wb import, report, export chrome and diff on imported traces", "[ingest]") {

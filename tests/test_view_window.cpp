@@ -71,7 +71,7 @@ Runs& runs() {
 
 TEST_CASE("each view of a real 2-rank run renders a distinct, non-blank screenshot", "[app]") {
   Runs& r = runs();
-  const char* views[] = {"overview", "timeline", "ops", "queue", "allreduce", "precision"};
+  const char* views[] = {"overview", "timeline", "ops", "queue", "allreduce", "precision", "memory"};
   std::map<std::string, Image> shots;
   for (const char* v : views) {
     CAPTURE(v);

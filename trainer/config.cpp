@@ -79,6 +79,7 @@ const Option kOptions[] = {
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
     {"capture", &TrainConfig::capture, "slow:K|signal|steps:A-B: keep only some steps' events (the step table stays whole): steps over K x the running median with --capture-window steps each side; the next window after a SIGUSR1; steps A..B (default: every step)"},
     {"capture_window", &TrainConfig::capture_window, "N: steps kept each side of a slow step, or after a SIGUSR1 (default 5)"},
+    {"memory_profile", &TrainConfig::memory_profile, "record every tensor allocation and free with its role and layer (default on with profiling; --no-memory-profile turns it off)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
     {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
@@ -286,6 +287,7 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
       continue;
     }
     if (a == "--no-profile") { cfg.profile = false; continue; }
+    if (a == "--no-memory-profile") { cfg.memory_profile = false; continue; }
     if (a == "--no-random-flip") { cfg.random_flip = false; continue; }
     if (a == "--dump-ranks") {
       if (!has_value) {
@@ -459,6 +461,7 @@ std::string usage() {
     if (is_hidden(o2.key)) continue;
     std::string flag = std::string_view(o2.key) == "config_file" ? "--config" : flag_of(o2.key);
     if (std::string_view(o2.key) == "profile") flag = "--no-profile";
+    if (std::string_view(o2.key) == "memory_profile") flag = "--no-memory-profile";
     if (std::string_view(o2.key) == "random_flip") flag = "--no-random-flip";
     o << "  " << flag;
     for (size_t n = flag.size(); n < 22; ++n) o << ' ';

@@ -75,6 +75,7 @@ struct TrainConfig {
   // steps:A-B keep only the windows they trigger (the step table stays whole). capture_window: N.
   std::string capture;
   int64_t capture_window = 5;
+  bool memory_profile = true;  // record every backend allocation and free (memory table); --no-memory-profile
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
   // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:

@@ -10,6 +10,7 @@
 #include "profiler/record/clock.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/writer.hpp"
+#include "trainer/backend/memory.hpp"
 #include "trainer/dump/dump.hpp"
 #include "trainer/parallel/buckets.hpp"
 
@@ -498,10 +499,12 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   model.set_observer(this);
   auto& be = d.be;
   const std::int64_t side = cfg.image_size;
+  std::optional<backend::MemoryTagScope> tag(std::in_place, backend::MemoryRole::data);
   for (int k = 0; k < d.slots; ++k) {
     d.images.push_back(d.first ? be.empty(Shape{d.mb, 3, side, side}, backend::DType::f32) : Tensor());
     d.labels.push_back(d.last ? be.empty(Shape{d.mb}, backend::DType::i32) : Tensor());
   }
+  tag.emplace(backend::MemoryRole::activation);
   if (!d.first) {
     d.in_shape = unit_output_shape(d.u0 - 1, d.mb, side);
     d.in_count = static_cast<std::size_t>(numel(d.in_shape));
@@ -510,18 +513,25 @@ PipelineStep::PipelineStep(const TrainConfig& cfg, const PipelinePlan& plan, int
   if (!d.last) {
     d.out_shape = unit_output_shape(d.u1 - 1, d.mb, side);
     d.out_count = static_cast<std::size_t>(numel(d.out_shape));
+    tag.emplace(backend::MemoryRole::gradient);
     d.dy = be.empty(Shape(d.out_shape), backend::DType::f32);
   }
+  // The message buffers: activations in, gradients out (and the reverse), as the memory profile's roles.
   for (int m = 0; m < M && S > 1; ++m) {
     if (!d.first) {
+      tag.emplace(backend::MemoryRole::activation);
       d.recv_act.push_back(be.empty(Shape(d.in_shape), backend::DType::f32));
+      tag.emplace(backend::MemoryRole::gradient);
       d.send_grad.push_back(be.empty(Shape(d.in_shape), backend::DType::f32));
     }
     if (!d.last) {
+      tag.emplace(backend::MemoryRole::gradient);
       d.recv_grad.push_back(be.empty(Shape(d.out_shape), backend::DType::f32));
+      tag.emplace(backend::MemoryRole::activation);
       d.send_act.push_back(be.empty(Shape(d.out_shape), backend::DType::f32));
     }
   }
+  tag.reset();
   d.recv_act_p.resize(static_cast<std::size_t>(M));
   d.recv_grad_p.resize(static_cast<std::size_t>(M));
   d.losses.assign(static_cast<std::size_t>(M), 0.0f);

@@ -45,6 +45,7 @@
 #include "trainer/gpu_trace.hpp"
 #include "trainer/input.hpp"
 #include "trainer/model/resnet50.hpp"
+#include "trainer/memory_profile.hpp"
 #include "trainer/observers.hpp"
 #include "trainer/optim/lr_schedule.hpp"
 #include "trainer/optim/sgd.hpp"
@@ -92,6 +93,7 @@ struct Recording {
   std::unique_ptr<profiler::Capture> capture;    // --capture: outlives the recorder, which feeds it
   std::unique_ptr<profiler::Recorder> recorder;  // null with --no-profile
   std::unique_ptr<GpuTrace> gpu_trace;           // null on the CPU, or when CUPTI refused
+  std::unique_ptr<MemoryProfile> memory;         // null with --no-memory-profile or --no-profile
 };
 
 // The run file's path, agreed by every rank: --run, else runs/<UTC time>.sqlite from rank 0's clock.
@@ -169,6 +171,8 @@ Recording open_recording(const TrainConfig& cfg, Placement& place) {
     profiler::set_thread_name("main");
     // Started before the backend, so that its first kernels are traced too.
     if (device.cuda) r.gpu_trace = start_gpu_trace(*r.recorder, w, cfg.nvtx, place.rank);
+    // Before the backend and the model, so that their parameters and buffers are counted too.
+    if (cfg.memory_profile) r.memory = std::make_unique<MemoryProfile>(*r.recorder, place.rank);
   }
   return r;
 }
@@ -418,6 +422,7 @@ bool parameters_agree(Job& job, std::int64_t step) {
 }
 
 void record_step(Job& job, const store::StepRow& row) {
+  if (job.rec.memory) job.rec.memory->flush();
   if (job.rec.recorder) {
     job.rec.recorder->add(row);
     return;
@@ -640,6 +645,7 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
     char ns[32];
     std::snprintf(ns, sizeof ns, "%.2f", profiler::measure_ns_per_event());
     writer.set_meta("profiler_ns_per_event", ns);
+    rec.memory.reset();  // its last rows; what is freed from here on is not recorded
     rec.recorder->stop();
     if (rec.capture) {
       rec.capture->finish();  // after the recorder's last drain: the windows are cut at the last step

@@ -151,6 +151,7 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   model->warnings = analysis::run_warnings(run);
   model->stragglers = analysis::find_stragglers(run);
   model->straggle = analysis::analyse_stragglers(run);
+  model->memory = analysis::analyze_memory(run);
   stage("split model", 0.97);
   try {
     model->split_model = analysis::build_split_model(run);

@@ -18,6 +18,7 @@
 
 #include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/pipeline.hpp"
 #include "profiler/analysis/report.hpp"
@@ -53,6 +54,7 @@ struct RunModel {
   std::vector<analysis::Warning> warnings;
   std::vector<analysis::Straggler> stragglers;
   analysis::StragglerAnalysis straggle;  // per step the last rank and every rank's wait for it
+  analysis::MemoryAnalysis memory;       // per rank and step the peak and what holds it
   std::optional<analysis::SplitModel> split_model;
   std::string split_model_error;  // why there is none
   std::optional<analysis::PipelineAnalysis> pipeline;  // pipeline runs only

@@ -32,6 +32,7 @@ const char* view_name(ViewId v) {
     case ViewId::queue: return "queue";
     case ViewId::allreduce: return "allreduce";
     case ViewId::precision: return "precision";
+    case ViewId::memory: return "memory";
   }
   return "overview";
 }
@@ -44,6 +45,7 @@ const char* view_title(ViewId v) {
     case ViewId::queue: return "Data queue";
     case ViewId::allreduce: return "AllReduce tuner";
     case ViewId::precision: return "Precision";
+    case ViewId::memory: return "Memory";
   }
   return "Overview";
 }
@@ -238,6 +240,7 @@ void App::frame() {
             case ViewId::queue: draw_queue(*this); break;
             case ViewId::allreduce: draw_allreduce(*this); break;
             case ViewId::precision: draw_precision(*this); break;
+            case ViewId::memory: draw_memory(*this); break;
           }
         }
         ImGui::EndChild();

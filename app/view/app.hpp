@@ -24,9 +24,9 @@
 
 namespace wb::view {
 
-enum class ViewId { overview, timeline, ops, queue, allreduce, precision };
-inline constexpr ViewId kAllViews[] = {ViewId::overview, ViewId::timeline, ViewId::ops,
-                                       ViewId::queue,    ViewId::allreduce, ViewId::precision};
+enum class ViewId { overview, timeline, ops, queue, allreduce, precision, memory };
+inline constexpr ViewId kAllViews[] = {ViewId::overview,  ViewId::timeline,  ViewId::ops,   ViewId::queue,
+                                       ViewId::allreduce, ViewId::precision, ViewId::memory};
 const char* view_name(ViewId v);   // "overview", ...
 const char* view_title(ViewId v);  // "Overview", ...
 std::optional<ViewId> view_from_name(std::string_view name);
@@ -102,6 +102,11 @@ struct PrecisionState {
   std::unique_ptr<app_model::TensorDetail> detail;
   std::string detail_error;
   char reference_path[1024] = {};
+};
+
+struct MemoryState {
+  int rank = -1;
+  int step_index = -1;  // into RunModel::memory.steps; -1: the rank's largest peak
 };
 
 struct TunerState {
@@ -200,6 +205,7 @@ class App {
   // Where the Overview drew each captured window's row last frame (its centre, screen pixels), so
   // scripted input can click one.
   std::vector<std::pair<float, float>> capture_rows;
+  MemoryState memory;
   ViewId current = ViewId::overview;
   bool force_tab = true;  // select `current` in the tab bar on the next frame
 
@@ -245,6 +251,7 @@ void draw_overview(App& app);
 void draw_timeline(App& app);
 void draw_ops(App& app);
 void draw_queue(App& app);
+void draw_memory(App& app);
 void draw_allreduce(App& app);
 void draw_precision(App& app);
 

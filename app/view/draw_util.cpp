@@ -7,6 +7,7 @@
 
 #include "app/model/plot_logic.hpp"
 #include "app/model/timeline_logic.hpp"
+#include "profiler/analysis/memory.hpp"
 
 namespace wb::view {
 
@@ -69,14 +70,7 @@ std::string fmt_ns(double ns) {
   return buf;
 }
 
-std::string fmt_bytes(double b) {
-  char buf[48];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else if (b >= 1024.0 * 1024) std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  else if (b >= 1024.0) std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024.0);
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
+std::string fmt_bytes(double b) { return analysis::format_bytes(b); }
 
 std::string fmt_num(double v, int precision) {
   char buf[48];

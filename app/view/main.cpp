@@ -43,7 +43,7 @@ class UsageError : public std::runtime_error {
 };
 
 const char* kUsage =
-    "usage: wb-view [RUN.sqlite] [--view overview|timeline|ops|queue|allreduce|precision]\n"
+    "usage: wb-view [RUN.sqlite] [--view overview|timeline|ops|queue|allreduce|precision|memory]\n"
     "               [--compare RUN2.sqlite] [--reference REF.safetensors|.npz|.npy|DIR|RUN]\n"
     "               [--screenshot OUT.png [--size WxH]]\n"
     "scripted actions (what a click would do, for scripts and tests):\n"
@@ -81,7 +81,7 @@ Args parse(int argc, char** argv) {
     } else if (s == "--view") {
       std::string v = value("--view");
       auto id = wb::view::view_from_name(v);
-      if (!id) throw UsageError("--view " + v + ": expected overview, timeline, ops, queue, allreduce or precision");
+      if (!id) throw UsageError("--view " + v + ": expected overview, timeline, ops, queue, allreduce, precision or memory");
       a.app.view = *id;
       view_given = true;
     } else if (s == "--screenshot") {

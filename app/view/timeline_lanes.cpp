@@ -453,6 +453,79 @@ class PipelineLane final : public Lane {
 
 }  // namespace
 
+// A rank's memory: the backend's live bytes after every allocation and free (the memory table), as an
+// area scaled to the rank's most, with each step's peak marked; the tooltip gives the level, the step's
+// peak and the op at it.
+class MemoryLane final : public Lane {
+ public:
+  MemoryLane(const RunModel& m, int rank) : model_(m), rank_(rank) {
+    for (const auto& e : m.run.memory) {
+      if (e.rank != rank) continue;
+      samples_.push_back(store::CounterRow{0, e.t_ns, static_cast<double>(e.live_bytes)});
+      max_ = std::max(max_, static_cast<double>(e.live_bytes));
+    }
+    if (max_ <= 0) max_ = 1;
+  }
+  bool empty() const { return samples_.empty(); }
+  std::string label() const override { return "memory"; }
+  int rank() const override { return rank_; }
+  float height(float row_h) const override { return row_h * 2.6f; }
+  std::pair<std::int64_t, std::int64_t> time_range() const override {
+    if (samples_.empty()) return {INT64_MAX, INT64_MIN};
+    return {samples_.front().t_ns, samples_.back().t_ns};
+  }
+  void draw(LaneContext& ctx, float y) override {
+    const float h = height(ctx.row_h) - 4.0f;
+    const float top = y + 2.0f, bottom = top + h;
+    auto vy = [&](double v) { return bottom - static_cast<float>(v / max_) * (h - 2.0f); };
+    const int cols = std::max(1, static_cast<int>(ctx.view.width_px));
+    // counter_columns carries the level into columns without an event; it ends with the recording.
+    auto ext = counter_columns(samples_, ctx.view, cols);
+    const ImU32 fill = with_alpha(kColor, 130);
+    for (int c = 0; c < cols; ++c) {
+      const auto& e = ext[static_cast<std::size_t>(c)];
+      if (std::isnan(e.hi) || ctx.view.to_time(static_cast<double>(c)) > static_cast<double>(model_.t_max_ns)) continue;
+      float x = ctx.x0 + static_cast<float>(c);
+      ctx.dl->AddRectFilled(ImVec2(x, vy(e.lo)), ImVec2(x + 1.0f, bottom), fill);
+      ctx.dl->AddRectFilled(ImVec2(x, vy(e.hi)), ImVec2(x + 1.0f, vy(e.lo) + 1.0f), kColor);
+    }
+    const analysis::StepMemory* at = nullptr;
+    if (model_.ready()) {
+      for (const auto& m : model_.memory.steps) {
+        if (m.rank != rank_) continue;
+        const float px = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(m.peak_ns)));
+        if (px >= ctx.x0 && px <= ctx.x0 + ctx.view.width_px)
+          ctx.dl->AddTriangleFilled(ImVec2(px - 4, top), ImVec2(px + 4, top), ImVec2(px, top + 6), color::kWarn);
+        if (ctx.mouse_in) {
+          const double t = ctx.view.to_time(ctx.mouse.x - ctx.x0);
+          if (t >= static_cast<double>(m.start_ns) && t <= static_cast<double>(m.end_ns)) at = &m;
+        }
+      }
+    }
+    if (ctx.mouse_in && ctx.mouse.y >= top && ctx.mouse.y < bottom) {
+      const double t = ctx.view.to_time(ctx.mouse.x - ctx.x0);
+      auto it = std::partition_point(samples_.begin(), samples_.end(),
+                                     [&](const store::CounterRow& s) { return static_cast<double>(s.t_ns) <= t; });
+      ImGui::BeginTooltip();
+      ImGui::TextColored(to_vec4(kColor), "memory (rank %d)", rank_);
+      if (it != samples_.begin()) ImGui::Text("live       %s", fmt_bytes(std::prev(it)->value).c_str());
+      if (at) {
+        ImGui::Text("step %d peak %s at %s", at->step, fmt_bytes(static_cast<double>(at->peak_bytes)).c_str(),
+                    at->peak_op.c_str());
+      }
+      ImGui::TextColored(to_vec4(color::kDim), "live bytes after every allocation and free; marks: each step's peak");
+      ImGui::EndTooltip();
+    }
+  }
+
+ private:
+  static constexpr ImU32 kColor = IM_COL32(175, 120, 225, 255);
+  const RunModel& model_;
+  int rank_;
+  std::vector<store::CounterRow> samples_;
+  double max_ = 0.0;
+};
+
 std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
   std::vector<std::shared_ptr<Lane>> lanes;
   auto pipeline_ys = std::make_shared<PipelineLaneYs>();
@@ -472,6 +545,8 @@ std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
     for (auto* t : threads) lanes.push_back(std::make_shared<HostLane>(m, *t));
     for (auto* t : streams) lanes.push_back(std::make_shared<StreamLane>(m, *t));
     for (auto* t : queues) lanes.push_back(std::make_shared<QueueLane>(m, *t));
+    auto mem = std::make_shared<MemoryLane>(m, rank);
+    if (!mem->empty()) lanes.push_back(mem);
     auto ar = std::make_shared<AllreduceLane>(m, rank);
     if (!ar->empty()) lanes.push_back(ar);
   }

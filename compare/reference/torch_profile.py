@@ -7,6 +7,12 @@ with record_shapes and with_modules, after `warmup` untimed steps, and writes th
 (forward pre- and post-hooks), so the trace names the layers ("layer2.0.conv2") even where PyTorch is
 built without Kineto and its exporter writes neither categories nor module names (Debian's 1.13).
 
+Memory: the profiler runs with profile_memory=True. Kineto's trace holds its own "[memory]" events;
+a legacy trace gets one "[memory]" instant per op whose self_cpu_memory_usage is not 0 (at the op's
+start, "Total Allocated" counted from what the step holds before its first op: parameters, momentum
+buffers, the gradients its zero_grad frees and the batch). On CUDA, torch.cuda.max_memory_allocated over the profiled steps is added as
+a "wb_memory" metadata event. `wb import torch-trace` stores both, and `wb diff` compares the peaks.
+
 Also usable without a run file, for tests and for a trace of any batch:
 
     torch_profile.py --out-trace T.json [--steps N] [--warmup W] [--batch-size B] [--image-size S]
@@ -69,12 +75,15 @@ def profile_steps(model, optimizer, criterion, batch, steps, out_trace, warmup=1
 
     def ready(prof):
         prof.export_chrome_trace(str(out_trace))
+        add_memory(out_trace, prof, held_bytes(model, optimizer, batch), device)
         written.append(out_trace)
 
     try:
-        with profile(activities=activities, record_shapes=True, with_modules=True,
+        with profile(activities=activities, record_shapes=True, with_modules=True, profile_memory=True,
                      schedule=schedule(wait=0, warmup=warmup, active=steps), on_trace_ready=ready) as prof:
             for i in range(warmup + steps):
+                if i == warmup and str(device).startswith("cuda"):
+                    torch.cuda.reset_peak_memory_stats(device)
                 optimizer.zero_grad(set_to_none=True)
                 loss = criterion(model(inputs), labels)
                 loss.backward()
@@ -90,6 +99,42 @@ def profile_steps(model, optimizer, criterion, batch, steps, out_trace, warmup=1
     if not written:
         raise RuntimeError("torch.profiler wrote no trace (its schedule never reached the active steps)")
     return steps
+
+
+def held_bytes(model, optimizer, batch):
+    """What a step holds before its first op: parameters and their gradients from the step before (its
+    zero_grad frees them), buffers, the optimizer's state tensors, the batch."""
+    import torch
+
+    params = list(model.parameters())
+    tensors = params + [p.grad for p in params if p.grad is not None] + list(model.buffers()) + list(batch)
+    for state in optimizer.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def add_memory(out_trace, prof, held, device):
+    """Adds what `wb import torch-trace` reads of memory to the trace just written (see the top)."""
+    import json
+    import torch
+
+    path = pathlib.Path(out_trace)
+    trace = json.loads(path.read_text())
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    if not any(e.get("name") == "[memory]" for e in events if isinstance(e, dict)):
+        # The legacy profiler keeps memory per op only: its net allocation at the op's start.
+        total = held
+        for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+            if e.device_type != torch.autograd.DeviceType.CPU or not e.self_cpu_memory_usage:
+                continue
+            total += e.self_cpu_memory_usage
+            events.append({"name": "[memory]", "ph": "i", "s": "t", "ts": e.time_range.start,
+                           "pid": "CPU functions", "tid": e.thread,
+                           "args": {"Bytes": e.self_cpu_memory_usage, "Total Allocated": total, "Device Type": 0}})
+    if str(device).startswith("cuda"):
+        events.append({"name": "wb_memory", "ph": "M", "pid": 0, "tid": 0,
+                       "args": {"max_memory_allocated": torch.cuda.max_memory_allocated(device)}})
+    path.write_text(json.dumps(trace))
 
 
 def profile_run(run_path, out_trace, steps, warmup=1, threads=0, device="cpu", progress=None):

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/steps.hpp"
 
@@ -116,6 +117,24 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
     step_start[s.step] = s.start_ns;
   }
   const double n = static_cast<double>(steps.size());
+
+  if (auto it = run.meta.find("max_memory_allocated"); it != run.meta.end()) {
+    try {
+      out.peak_memory = std::stoll(it->second);
+      out.peak_memory_source = "max_memory_allocated";
+    } catch (const std::exception&) {
+      out.peak_memory = 0;
+    }
+  }
+  if (out.peak_memory <= 0) {
+    const std::set<int> measured(out.steps.begin(), out.steps.end());
+    for (const StepMemory& m : analyze_memory(run).steps)
+      if (m.rank == options.rank && measured.count(m.step) && m.peak_bytes > out.peak_memory) {
+        out.peak_memory = m.peak_bytes;
+        out.peak_memory_source = "memory events";
+        out.peak_memory_op = m.peak_op;
+      }
+  }
 
   // How the importer found each layer; wb-train's own layers are named by the trainer.
   nlohmann::json match = nlohmann::json::object();
@@ -297,6 +316,9 @@ nlohmann::json run_json(const RunLayers& r) {
           {"data_wait_ns", r.split.data_wait_ns},
           {"comm_exposed_ns", r.split.comm_exposed_ns},
           {"other_ns", r.split.other_ns},
+          {"peak_memory_bytes", r.peak_memory},
+          {"peak_memory_source", r.peak_memory_source},
+          {"peak_memory_op", r.peak_memory_op},
           {"type_ns", types}};
 }
 
@@ -382,6 +404,16 @@ std::string to_text(const LayerDiff& d, bool all_rows) {
   split_row("data wait", d.a.split.data_wait_ns, d.b.split.data_wait_ns);
   split_row("exposed comm", d.a.split.comm_exposed_ns, d.b.split.comm_exposed_ns);
   split_row("other", d.a.split.other_ns, d.b.split.other_ns);
+
+  auto peak_text = [](const RunLayers& r) {
+    if (r.peak_memory <= 0) return std::string("not recorded");
+    return format_bytes(static_cast<double>(r.peak_memory)) + " (" + r.peak_memory_source +
+           (r.peak_memory_op.empty() ? "" : ", at " + r.peak_memory_op) + ")";
+  };
+  o << "\npeak memory A vs B: " << peak_text(d.a) << " vs " << peak_text(d.b);
+  if (d.a.peak_memory > 0 && d.b.peak_memory > 0)
+    o << ", ratio " << ratio_text(static_cast<double>(d.a.peak_memory), static_cast<double>(d.b.peak_memory));
+  o << "\n";
 
   o << "\nBy op type (leaf layers, forward + backward; other = the rest of the step)\n";
   std::snprintf(line, sizeof line, "  %-14s %12s %12s %8s %12s\n", "type", "A", "B", "ratio", "lost");

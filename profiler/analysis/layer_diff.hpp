@@ -57,6 +57,12 @@ struct RunLayers {
   std::vector<LayerTime> layers;  // forward (execution order), loss, backward, optimizer
   std::map<OpType, double> type_ns;  // per step, leaf layers only; OpType::other = the step's rest
   StepSplit split;
+  // The largest memory peak of the measured steps (memory.hpp), or the allocator's own high-water
+  // mark when the run recorded one (meta.max_memory_allocated: torch.cuda.max_memory_allocated over
+  // the profiled steps); 0 when the run has neither.
+  std::int64_t peak_memory = 0;
+  std::string peak_memory_source;  // "memory events", "max_memory_allocated"
+  std::string peak_memory_op;      // the op at the peak (memory events only)
 };
 
 struct LayerOptions {

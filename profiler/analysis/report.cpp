@@ -15,6 +15,7 @@
 
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/kernel_stats.hpp"
+#include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/pipeline.hpp"
 #include "profiler/analysis/split_model.hpp"
@@ -439,6 +440,7 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
         << " images/s per worker\n";
   }
 
+  write_memory_section(run, out);
   write_stragglers(run, out);
 
   if (!run.allreduces.empty()) {

@@ -146,6 +146,7 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.params = reader.params();
   run.pipeline_spans = reader.pipeline_spans();
   run.pipeline_steps = reader.pipeline_steps();
+  run.memory = reader.memory();
   check_cancel();
   return run;
 }

@@ -46,6 +46,7 @@ struct RunData {
   std::vector<store::CaptureWindowRow> capture_windows;  // wb-train --capture: the steps whose events were kept
   std::vector<store::PipelineSpanRow> pipeline_spans;  // pipeline runs only
   std::vector<store::PipelineStepRow> pipeline_steps;
+  std::vector<store::MemoryRow> memory;  // allocations and frees, by rank then time (memory.hpp)
   std::map<std::uint32_t, std::vector<store::KernelRow>> kernels;    // stream tracks, by start
   std::int64_t kernel_rows = 0;
 

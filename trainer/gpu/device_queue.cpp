@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "profiler/record/recorder.hpp"
+#include "trainer/backend/memory.hpp"
 #include "trainer/backend/cuda/cuda_backend.hpp"
 #include "trainer/data/clock.hpp"
 #include "trainer/gpu/staging_pool.hpp"
@@ -210,6 +211,7 @@ DeviceQueue::DeviceQueue(data::Pipeline& host, backend::Backend& be, const Devic
     q.stats.staging_bytes = static_cast<std::int64_t>((q.image_staging->capacity() + q.label_staging->capacity()) *
                                                       static_cast<std::size_t>(options.slots));
     q.slots.resize(static_cast<std::size_t>(options.slots));
+    backend::MemoryTagScope batch_tag(backend::MemoryRole::data);
     for (Slot& s : q.slots) {
       s.images = be.empty(backend::Shape{n, 3, side, side}, backend::DType::f32);
       s.labels = be.empty(backend::Shape{n}, backend::DType::i32);

@@ -235,10 +235,16 @@ void ResNet50::build() {
                            std::to_string(kParamTensors));
 
   auto& be = backend_;
-  param_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
-  grad_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
-  momentum_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
-  stats_buf_ = be.empty(Shape{static_cast<std::int64_t>(stats_count_)}, backend::DType::f32);
+  using backend::MemoryRole;
+  using backend::MemoryTagScope;
+  const auto flat = [&](std::size_t n, MemoryRole role) {
+    MemoryTagScope tag(role);
+    return be.empty(Shape{static_cast<std::int64_t>(n)}, backend::DType::f32);
+  };
+  param_buf_ = flat(param_count_, MemoryRole::parameter);
+  grad_buf_ = flat(param_count_, MemoryRole::gradient);
+  momentum_buf_ = flat(param_count_, MemoryRole::momentum);
+  stats_buf_ = flat(stats_count_, MemoryRole::parameter);
   be.fill(grad_buf_, 0.0f);
   be.fill(momentum_buf_, 0.0f);
 
@@ -277,6 +283,7 @@ void ResNet50::build() {
   L.fc_db = be.view(grad_buf_, fb.offset, Shape(fb.shape));
 
   const std::int64_t n = config_.batch_size, s = config_.image_size;
+  MemoryTagScope batch_tag(MemoryRole::data);
   images_ = be.empty(Shape{n, 3, s, s}, backend::DType::f32);
   labels_ = be.empty(Shape{n}, backend::DType::i32);
 }
@@ -584,7 +591,7 @@ void ResNet50::backward() {
   if (!training_) throw ModelError("backward: the model is in eval mode (set_training(true) first)");
   if (!have_forward_) throw ModelError("backward: no training forward to differentiate");
   Layers& L = *layers_;
-  begin(loss_module_id(), Phase::loss);
+  begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
   backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
   end(loss_module_id(), Phase::loss);
 
@@ -693,6 +700,7 @@ void ResNet50::use_gradient_scratch() {
   if (slots_.size() > 1) throw ModelError("use_gradient_scratch: call it before set_activation_slots");
   if (scratch_buf_.defined()) return;
   auto& be = backend_;
+  backend::MemoryTagScope tag(backend::MemoryRole::gradient);
   scratch_buf_ = be.empty(Shape{static_cast<std::int64_t>(param_count_)}, backend::DType::f32);
   be.fill(scratch_buf_, 0.0f);
   Layers& L = *layers_;
@@ -838,7 +846,7 @@ const Tensor& ResNet50::backward_units(const Tensor& dy) {
   const Tensor* d = &dy;
   for (int u = units_end_ - 1; u >= units_first_; --u) {
     if (u == kUnits - 1) {
-      begin(loss_module_id(), Phase::loss);
+      begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
       backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
       end(loss_module_id(), Phase::loss);
       begin(L.fc_module, Phase::backward);

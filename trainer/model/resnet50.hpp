@@ -11,8 +11,10 @@
 //
 // A training step:   model.forward(images, labels) -> loss;  model.backward();  sgd.step(model, lr);
 
+#include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "trainer/backend/backend.hpp"
+#include "trainer/backend/memory.hpp"
 #include "trainer/model/batch_norm_sync.hpp"
 #include "trainer/model/observer.hpp"
 
@@ -166,11 +169,21 @@ class ResNet50 {
 
   void build();
   void init_parameters();
-  void begin(int id, Phase phase) const {
+  // Around each module: the observer's calls, and the memory tag (trainer/backend/memory.hpp) that
+  // names the module as the owner of what the backend allocates inside, as an activation in forward
+  // and a gradient in backward (`role` overrides: the loss's backward).
+  void begin(int id, Phase phase, std::optional<backend::MemoryRole> role = std::nullopt) const {
+    if (tag_depth_ < kTagDepth) tag_stack_[static_cast<std::size_t>(tag_depth_)] = backend::memory_tag();
+    ++tag_depth_;
+    backend::set_memory_tag({role ? *role : phase == Phase::backward ? backend::MemoryRole::gradient
+                                          : phase == Phase::optimizer ? backend::MemoryRole::momentum
+                                                                      : backend::MemoryRole::activation,
+                             id});
     if (observer_) observer_->on_module_begin(id, phase);
   }
   void end(int id, Phase phase) const {
     if (observer_) observer_->on_module_end(id, phase);
+    if (--tag_depth_ < kTagDepth) backend::set_memory_tag(tag_stack_[static_cast<std::size_t>(tag_depth_)]);
   }
   void emit(std::string_view name, const backend::Tensor& t) const {
     if (emit_) observer_->on_output(name, t);
@@ -188,6 +201,10 @@ class ResNet50 {
   void consumed(backend::Tensor& t) const;
   void block_forward(Block& blk, const backend::Tensor& x);
   const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
+
+  static constexpr int kTagDepth = 8;
+  mutable std::array<backend::MemoryTag, kTagDepth> tag_stack_{};  // the tags begin() replaced
+  mutable int tag_depth_ = 0;
 
   backend::Backend& backend_;
   ModelConfig config_;

@@ -23,14 +23,21 @@ std::size_t round64(std::size_t bytes) { return (std::max<std::size_t>(bytes, 64
 
 }  // namespace
 
-std::shared_ptr<void> CpuBackend::storage(std::size_t bytes) {
+std::shared_ptr<void> CpuBackend::storage(std::size_t bytes, bool workspace) {
   const std::size_t body = round64(bytes);
-  void* p = std::aligned_alloc(64, body + kTailSlack + kCanaryBytes);
+  const std::size_t held = body + kTailSlack + kCanaryBytes;
+  void* p = std::aligned_alloc(64, held);
   if (!p) throw BackendError("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
   auto* c = static_cast<unsigned char*>(p);
   std::memset(c + bytes, 0, body + kTailSlack - bytes);
   std::memset(c + body + kTailSlack, kCanaryByte, kCanaryBytes);
-  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
+  MemoryTag tag = memory_tag();
+  if (workspace) tag.role = MemoryRole::workspace;
+  const std::uint64_t ticket = memory_allocated(held, tag);
+  std::shared_ptr<void> owner(p, [ticket, held, tag](void* q) {
+    std::free(q);
+    memory_freed(ticket, held, tag);
+  });
   if (guards_.size() >= 2 * live_guards_ + 64) {
     std::erase_if(guards_, [](const Guard& g) { return g.owner.expired(); });
     live_guards_ = guards_.size();
@@ -140,7 +147,7 @@ Slot CpuBackend::make_slot(const memory::desc& m) {
   ++stats_.allocations;
   Slot s;
   s.md = m;
-  s.storage = storage(m.get_size());
+  s.storage = storage(m.get_size(), /*workspace=*/true);
   s.mem = memory(m, engine_, s.storage.get());
   return s;
 }
@@ -220,7 +227,7 @@ void CpuBackend::reorder(const memory& src, const memory& dst) {
 void CpuBackend::grow_scratch(std::size_t bytes) {
   if (bytes <= scratch_bytes_) return;
   ++stats_.allocations;
-  scratch_ = storage(bytes);
+  scratch_ = storage(bytes, /*workspace=*/true);
   scratch_bytes_ = bytes;
 }
 

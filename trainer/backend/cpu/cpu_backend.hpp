@@ -23,6 +23,7 @@
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/cache_key.hpp"
 #include "trainer/backend/checks.hpp"
+#include "trainer/backend/memory.hpp"
 
 namespace wb::backend::cpu {
 
@@ -201,8 +202,10 @@ class CpuBackend final : public Backend {
   };
 
   int layout_id(const dnnl::memory::desc& md);
-  // A 64-byte aligned allocation of `bytes` with the tail slack and canary described at kTailSlack.
-  std::shared_ptr<void> storage(std::size_t bytes);
+  // A 64-byte aligned allocation of `bytes` with the tail slack and canary described at kTailSlack,
+  // reported to the memory listener under this thread's tag (role workspace for the backend's own
+  // buffers: slots, the scratchpad).
+  std::shared_ptr<void> storage(std::size_t bytes, bool workspace = false);
   void grow_scratch(std::size_t bytes);
 
   int threads_ = 0;

@@ -34,7 +34,7 @@ std::size_t CachingAllocator::round_size(std::size_t bytes) {
   return (bytes + kLarge - 1) / kLarge * kLarge;
 }
 
-std::shared_ptr<void> CachingAllocator::allocate(std::size_t bytes) {
+std::shared_ptr<void> CachingAllocator::allocate(std::size_t bytes, bool workspace) {
   const std::size_t rounded = round_size(bytes);
   void* p = nullptr;
   {
@@ -71,11 +71,15 @@ std::shared_ptr<void> CachingAllocator::allocate(std::size_t bytes) {
     stats_.in_use_bytes += static_cast<std::int64_t>(rounded);
     stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
   }
+  MemoryTag tag = memory_tag();
+  if (workspace) tag.role = MemoryRole::workspace;
+  const std::uint64_t ticket = memory_allocated(rounded, tag);
   auto self = shared_from_this();
-  return std::shared_ptr<void>(p, [self, rounded](void* q) { self->give_back(q, rounded); });
+  return std::shared_ptr<void>(p, [self, rounded, ticket, tag](void* q) { self->give_back(q, rounded, ticket, tag); });
 }
 
-void CachingAllocator::give_back(void* p, std::size_t rounded) noexcept {
+void CachingAllocator::give_back(void* p, std::size_t rounded, std::uint64_t ticket, MemoryTag tag) noexcept {
+  memory_freed(ticket, rounded, tag);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.in_use_bytes -= static_cast<std::int64_t>(rounded);
   try {

@@ -133,7 +133,7 @@ void* CudaBackend::scratch(ScratchSlot slot, std::size_t bytes) {
     // The old block returns to the cache; work already queued on the stream finishes with it before any
     // later user of the block, which is queued behind that work.
     s.block.reset();
-    s.block = alloc_->allocate(bytes);
+    s.block = alloc_->allocate(bytes, /*workspace=*/true);
     s.bytes = bytes;
   }
   return s.block.get();
@@ -143,7 +143,7 @@ void* CudaBackend::workspace(std::size_t bytes) {
   if (bytes == 0) return workspace_.block.get();
   if (!workspace_.block || workspace_.bytes < bytes) {
     workspace_.block.reset();
-    workspace_.block = alloc_->allocate(bytes);
+    workspace_.block = alloc_->allocate(bytes, /*workspace=*/true);
     workspace_.bytes = bytes;
   }
   return workspace_.block.get();
@@ -175,7 +175,7 @@ const void* CudaBackend::weights_as(const Tensor& w, Layout layout, bool bf16, W
   const std::size_t bytes = static_cast<std::size_t>(wi.shape.numel()) * (bf16 ? 2 : 4);
   if (!wc.block || wc.bytes != bytes) {
     wc.block.reset();
-    wc.block = alloc_->allocate(bytes);
+    wc.block = alloc_->allocate(bytes, /*workspace=*/true);
     wc.bytes = bytes;
   }
   // OIHW -> OHWI is NCHW -> NHWC with (N, C, H, W) = (O, I, K, K).

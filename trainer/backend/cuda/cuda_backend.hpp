@@ -32,6 +32,7 @@
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/cache_key.hpp"
 #include "trainer/backend/checks.hpp"
+#include "trainer/backend/memory.hpp"
 
 namespace wb::backend::cuda {
 
@@ -64,8 +65,10 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // A device block of at least `bytes` (256-byte aligned); its deleter returns it to the cache.
-  std::shared_ptr<void> allocate(std::size_t bytes);
+  // A device block of at least `bytes` (256-byte aligned); its deleter returns it to the cache. The
+  // rounded size is reported to the memory listener (trainer/backend/memory.hpp) under this thread's
+  // tag, as role workspace for the backend's own buffers, and its return to the cache as a free.
+  std::shared_ptr<void> allocate(std::size_t bytes, bool workspace = false);
   // cudaFree every cached (free) block.
   void release_cached();
   Stats stats() const;
@@ -74,7 +77,7 @@ class CachingAllocator : public std::enable_shared_from_this<CachingAllocator> {
 
  private:
   explicit CachingAllocator(int device) : device_(device) {}
-  void give_back(void* p, std::size_t rounded) noexcept;
+  void give_back(void* p, std::size_t rounded, std::uint64_t ticket, MemoryTag tag) noexcept;
 
   int device_;
   mutable std::mutex mu_;

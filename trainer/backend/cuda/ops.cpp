@@ -278,7 +278,7 @@ void CudaBackend::sgd_update(const Tensor& params, const Tensor& grads, const Te
     sgd_nchunks_ = static_cast<std::int64_t>(chunks.size());
     if (!chunks.empty()) {
       const std::size_t bytes = chunks.size() * sizeof(kernels::SgdChunk);
-      sgd_chunks_ = alloc_->allocate(bytes);
+      sgd_chunks_ = alloc_->allocate(bytes, /*workspace=*/true);
       // From pageable memory: the call returns once `chunks` has been staged, so it may go out of scope.
       WB_CUDA_CHECK(cudaMemcpyAsync(sgd_chunks_.get(), chunks.data(), bytes, cudaMemcpyHostToDevice, stream_));
       WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
