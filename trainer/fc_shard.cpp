@@ -25,13 +25,15 @@ ShardedClassifier::ShardedClassifier(std::unique_ptr<parallel::GroupComm> group,
                                      profiler::Recorder* recorder)
     : group_(std::move(group)), across_(std::move(across)), replicas_(replicas) {
   if (!recorder) return;
-  for (int e = 0; e <= static_cast<int>(FcExchange::state); ++e) {
+  for (int e = 0; e <= static_cast<int>(FcExchange::sync); ++e) {
     names_.push_back(recorder->intern(fc_shard_range_name(static_cast<FcExchange>(e))));
   }
 }
 
+// The gathers for a step dump and a checkpoint (logits, state) are no part of the step's algorithm and
+// stay unrecorded, so that `wb report` counts what every step pays.
 void ShardedClassifier::record(FcExchange what, std::int64_t t0) const {
-  if (names_.empty()) return;
+  if (names_.empty() || what == FcExchange::logits || what == FcExchange::state) return;
   profiler::record_range(names_[static_cast<std::size_t>(what)], store::Category::comm, t0, profiler::now_ns());
 }
 
@@ -64,10 +66,9 @@ void ShardedClassifier::sync_grads(std::span<float> grads) {
   record(FcExchange::sync, t0);
 }
 
-std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cuda, int rank, int world,
-                                                 parallel::Communicator& host, profiler::Recorder* recorder) {
+void check_fc_shard(const TrainConfig& cfg, bool cuda, int world) {
   const int n = cfg.shard_fc;
-  if (n <= 1) return nullptr;
+  if (n <= 1) return;
   const std::string flag = "--shard-fc " + std::to_string(n);
   if (cuda) throw ConfigError(flag + ": the sharded classifier runs on the CPU backend only so far (use --device cpu)");
   if (world % n != 0) {
@@ -75,6 +76,13 @@ std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cu
                       " rank(s) (the ranks form groups of " + std::to_string(n) + "; run a multiple of " +
                       std::to_string(n) + " ranks)");
   }
+}
+
+std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cuda, int rank, int world,
+                                                 parallel::Communicator& host, profiler::Recorder* recorder) {
+  const int n = cfg.shard_fc;
+  if (n <= 1) return nullptr;
+  check_fc_shard(cfg, cuda, world);
   // Every rank takes part in both splits, in the same order.
   auto group = parallel::split_group_comm(host, rank / n);
   auto across = parallel::split_group_comm(host, rank % n);

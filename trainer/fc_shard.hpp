@@ -8,6 +8,7 @@
 //   fc.shard_target  each row's labelled logit and sum of logits
 //   fc.shard_grad    the features' gradient, reduce-scattered back (backward)
 //   fc.shard_sync    the slice's gradients over the shard groups (only when world > N)
+// (a step dump's and a checkpoint's gathers of the full logits and the slices are not recorded).
 // `wb report` adds them up (profiler/analysis/fc_shard.hpp). The slices' gradients stay out of the
 // data-parallel buckets (trim_buckets).
 #pragma once
@@ -47,12 +48,15 @@ class ShardedClassifier final : public model::FcShard {
   void record(model::FcExchange what, std::int64_t t0) const;
   std::unique_ptr<parallel::GroupComm> group_, across_;
   int replicas_;
-  std::vector<profiler::NameId> names_;  // by FcExchange; empty when nothing is recorded
+  std::vector<profiler::NameId> names_;  // by FcExchange up to sync; empty when nothing is recorded
   bool full_logits_ = false;
 };
 
+// Throws ConfigError naming --shard-fc when N does not divide the world, or on a device without it.
+void check_fc_shard(const TrainConfig& cfg, bool cuda, int world);
+
 // --shard-fc's group on this rank, from the job's host communicator; null when off (1). Rank 0 prints
-// the groups on stdout. Throws ConfigError when N does not divide the world, or on a device without it.
+// the groups on stdout. Throws as check_fc_shard.
 std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cuda, int rank, int world,
                                                  parallel::Communicator& host, profiler::Recorder* recorder);
 

@@ -696,6 +696,7 @@ int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
+  check_fc_shard(cfg, place.device.cuda, place.world);  // before anything is written
   const PipelinePlan plan = plan_pipeline(cfg, place.world);
   if (plan.stages > 1) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
   Recording rec = open_recording(cfg, place);
