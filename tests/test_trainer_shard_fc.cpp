@@ -211,8 +211,9 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global equal 1 process on the concaten
 
   // Bounds as in the --sync-bn test: oneDNN's batch norm in this reference rounds differently from the
   // synchronised path's double statistics, and batch norm over 8 values per channel in layer4 amplifies
-  // it on the way back (1.6e-2 there against PyTorch). The classifier's own gradients come before any of
-  // that: they are held to 1e-4.
+  // it on the way back (1.6e-2 there against PyTorch). The classifier's own gradients come before most of
+  // that (8e-5 here; smoothing spread over the slice's 5 classes instead of all 10 puts them 7e-2 off):
+  // held to 1e-3.
   std::string g_name, fc_name, p_name, s_name;
   const double loss_err = std::fabs(run_loss - ref.loss) / std::fabs(ref.loss);
   const double g = worst(run, "grad", ref.grad, &g_name);
@@ -223,7 +224,7 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global equal 1 process on the concaten
        << loss_err << ", grad " << g << " (" << g_name << "), grad of fc " << fc << " (" << fc_name
        << "), running stats " << s << " (" << s_name << "), param_after " << p << " (" << p_name << ")");
   CHECK(loss_err < 1e-5);
-  CHECK(fc < 1e-4);
+  CHECK(fc < 1e-3);
   CHECK(g < 0.1);
   CHECK(s < 1e-3);
   CHECK(p < 0.1);
@@ -308,7 +309,7 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global: torch_step.py replays the step
   CHECK(cmp.exit_code == 0);
   CHECK(cmp.output.find("1139 tensors: 1139 pass, 0 fail") != std::string::npos);
 
-  // The worst rel-L2 per kind of rank 0's dump against the replay; the classifier's gradients to 1e-4.
+  // The worst rel-L2 per kind of rank 0's dump against the replay; the classifier's gradients to 1e-3.
   wb::store::Reader run(r.dir / "global.sqlite");
   const auto torch = wb::test::read_checkpoint(ref);
   std::map<std::string, double> by_kind;
@@ -326,7 +327,7 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global: torch_step.py replays the step
   }
   WARN("2 ranks --shard-fc 2 --sync-bn global vs torch_step.py, worst rel-L2 per kind:" << describe(by_kind)
        << "; grad of fc " << fc);
-  CHECK(fc < 1e-4);
+  CHECK(fc < 1e-3);
   CHECK(by_kind["loss"] < 1e-5);
 }
 
