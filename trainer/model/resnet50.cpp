@@ -4,13 +4,13 @@
 // conv1 halves S, maxpool halves it again, layer2..4 each halve it in their first block.
 #include "trainer/model/resnet50.hpp"
 
-#include "trainer/backend/checks.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <numbers>
 #include <random>
+
+#include "trainer/backend/checks.hpp"
 
 namespace wb::model {
 
