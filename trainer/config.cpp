@@ -84,7 +84,7 @@ const Option kOptions[] = {
     {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
     {"sync_bn", &TrainConfig::sync_bn, "off|local|global: SyncBatchNorm, batch statistics over this host's ranks or all ranks (default off)"},
     {"shard_fc", &TrainConfig::shard_fc, "N: the classifier (fc) split on its classes over groups of N ranks, parallel cross-entropy (CPU; default 1: off)"},
-    {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
+    {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks (--shard-fc slices excepted)"},
     {"on_nonfinite", &TrainConfig::on_nonfinite, "stop|skip: a NaN/Inf loss stops the run (default), or skips that step's update"},
     {"check_finite", &TrainConfig::check_finite, "check every activation for NaN/Inf, so a non-finite loss names the first tensor it appeared in"},
     {"poison_step", &TrainConfig::poison_step, "N: put a NaN into rank 0's input batch of step N (testing aid)"},
