@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "profiler/record/recorder.hpp"
 #include "trainer/config.hpp"
