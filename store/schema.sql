@@ -119,7 +119,7 @@ CREATE TABLE param (
   name   TEXT NOT NULL,        -- torchvision name, e.g. "layer1.0.conv1.weight"
   shape  TEXT NOT NULL,        -- JSON array, e.g. "[64,3,7,7]"
   numel  INTEGER NOT NULL,
-  bucket INTEGER NOT NULL,     -- allreduce bucket (allreduce.bucket)
+  bucket INTEGER NOT NULL,     -- allreduce bucket (allreduce.bucket); -1: in none (a --shard-fc slice)
   decay  INTEGER NOT NULL      -- 1 when weight decay applies
 );
 

@@ -1,13 +1,15 @@
 // SyncBatchNorm's collectives in a run (profiler/analysis/sync_bn.hpp) on a hand-built 2-rank run with
 // known answers: the step breakdown moves them from compute to exposed communication, the summary gives
 // their time per step, its forward and backward parts, the part spent waiting for the slower rank, and
-// the layers; `wb report`'s section says so, and a run without them has no section.
+// the layers; `wb report`'s section says so, and a run without them has no section. The sharded
+// classifier's (profiler/analysis/fc_shard.hpp) the same, on the same run with its range names.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
 #include <sstream>
 #include <string>
 
+#include "profiler/analysis/fc_shard.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/steps.hpp"
 #include "profiler/analysis/sync_bn.hpp"
@@ -30,8 +32,9 @@ store::RangeRow rr(std::uint32_t track, std::uint32_t name, std::int64_t s, std:
 
 // Two 10 ms steps per rank: forward 0-4 ms with bn1 at 1-3 ms, backward 4-9 ms with bn1 at 5-7 ms, and
 // inside bn1 its exchanges: rank 0 1.0 ms in forward and 0.5 ms in backward, rank 1 1.3 ms and 1.0 ms
-// (it arrives first and waits for rank 0). With `sync` false, the same run without exchanges.
-fs::path write_run(const fs::path& dir, bool sync) {
+// (it arrives first and waits for rank 0). With `sync` false, the same run without exchanges. With
+// `fc_shard`, the exchanges are the sharded classifier's fc.shard_max and fc.shard_grad.
+fs::path write_run(const fs::path& dir, bool sync, bool fc_shard = false) {
   fs::create_directories(dir / "run");
   for (int rank : {0, 1}) {
     store::WriterOptions o;
@@ -39,8 +42,13 @@ fs::path write_run(const fs::path& dir, bool sync) {
     o.rank = rank;
     o.handle_signals = false;
     store::Writer w(o);
-    w.set_meta("config_json", sync ? R"({"sync_bn": "global"})" : R"({"sync_bn": "off"})");
-    if (sync) w.set_meta("sync_bn_group_size", "2");
+    if (fc_shard) {
+      w.set_meta("config_json", R"({"sync_bn": "off", "shard_fc": 2})");
+      w.set_meta("fc_shard_group_size", "2");
+    } else {
+      w.set_meta("config_json", sync ? R"({"sync_bn": "global"})" : R"({"sync_bn": "off"})");
+      if (sync) w.set_meta("sync_bn_group_size", "2");
+    }
     w.set_meta("world_size", "2");
     store::RankRow row;
     row.rank = rank;
@@ -48,7 +56,8 @@ fs::path write_run(const fs::path& dir, bool sync) {
     w.set_rank(row);
     const std::uint32_t main = w.add_track(store::TrackKind::thread, "main");
     const std::uint32_t step = w.intern("step"), fwd = w.intern("layer1"), bwd = w.intern("layer1"),
-                        bn = w.intern("bn1"), stats = w.intern("bn1.sync_stats"), grads = w.intern("bn1.sync_grads");
+                        bn = w.intern("bn1"), stats = w.intern(fc_shard ? "fc.shard_max" : "bn1.sync_stats"),
+                        grads = w.intern(fc_shard ? "fc.shard_grad" : "bn1.sync_grads");
     const std::int64_t stats_ns = rank == 0 ? 1000 * kUs : 1300 * kUs, grads_ns = rank == 0 ? 500 * kUs : 1000 * kUs;
     for (int i = 0; i < 2; ++i) {
       const std::int64_t t = i * 10 * kMs;
@@ -127,4 +136,35 @@ TEST_CASE("SyncBatchNorm summary: time per step, its parts, the wait for the slo
   std::ostringstream out2;
   analysis::write_report(off, out2);
   CHECK(out2.str().find("SyncBatchNorm") == std::string::npos);
+}
+
+TEST_CASE("The sharded classifier's exchanges: exposed communication, and wb report's section", "[analysis]") {
+  wb::test::TempDir tmp("fcshard-analysis");
+  auto run = analysis::load_run(write_run(tmp.path(), true, true));
+  for (const auto& b : analysis::step_breakdown(run)) {
+    CAPTURE(b.rank, b.step);
+    const std::int64_t sync = b.rank == 0 ? 1500 * kUs : 2300 * kUs;
+    CHECK(b.fc_shard_ns == sync);
+    CHECK(b.sync_bn_ns == 0);
+    CHECK(b.compute_ns == 9 * kMs - sync);
+    CHECK(b.comm_exposed_ns == sync);
+  }
+  const auto s = analysis::fc_shard_summary(run);
+  CHECK(s.sync_ns == Approx(1900.0 * kUs));
+  CHECK(s.forward_ns == Approx(1150.0 * kUs));  // fc.shard_max
+  CHECK(s.backward_ns == Approx(750.0 * kUs));  // fc.shard_grad
+  CHECK(s.skew_ns == Approx(400.0 * kUs));
+  REQUIRE(s.layers.size() == 2);
+  CHECK(s.layers[0].layer == "fc.shard_max");
+  CHECK(s.layers[1].layer == "fc.shard_grad");
+  CHECK(analysis::sync_bn_summary(run).ranks == 0);
+  std::ostringstream out;
+  analysis::write_report(run, out);
+  const std::string text = out.str();
+  CAPTURE(text);
+  CHECK(text.find("Sharded classifier (--shard-fc 2, groups of 2 rank(s))") != std::string::npos);
+  CHECK(text.find("2 collectives, 1.900 ms = 19.0% of the step (10.000 ms), all of it exposed") != std::string::npos);
+  CHECK(text.find("by exchange (all ranks and steps): fc.shard_max 4.600 ms, fc.shard_grad 3.000 ms") !=
+        std::string::npos);
+  CHECK(text.find("SyncBatchNorm") == std::string::npos);
 }

@@ -22,15 +22,15 @@ store::HostTensor host_tensor(const std::string& name, store::DType dtype, const
 
 }  // namespace
 
-void save_checkpoint(const std::filesystem::path& path, const model::ResNet50& model, const optim::Sgd& sgd) {
-  std::vector<float> params = model.params_to_host();
-  std::vector<float> momentum = model.momentum_to_host();
+void save_checkpoint(const std::filesystem::path& path, const model::ResNet50& model, const optim::Sgd& sgd,
+                     std::span<const float> params, std::span<const float> momentum) {
+  const std::vector<model::ParamInfo> table = model.full_params();
   std::vector<float> stats = model.running_stats_to_host();
   auto counts = const_cast<model::ResNet50&>(model).num_batches_tracked();
   std::vector<store::HostTensor> out;
   for (const model::StateEntry& e : model.state_dict()) {
     if (e.is_param) {
-      const auto& p = model.params()[e.index];
+      const auto& p = table[e.index];
       out.push_back(host_tensor(p.name, store::DType::F32, p.shape, params.data() + p.offset, p.numel * sizeof(float)));
     } else {
       const auto& b = model.buffers()[e.index];
@@ -41,7 +41,7 @@ void save_checkpoint(const std::filesystem::path& path, const model::ResNet50& m
       }
     }
   }
-  for (const auto& p : model.params()) {
+  for (const auto& p : table) {
     out.push_back(host_tensor("momentum." + p.name, store::DType::F32, p.shape, momentum.data() + p.offset,
                               p.numel * sizeof(float)));
   }
@@ -66,11 +66,13 @@ void load_checkpoint(const std::filesystem::path& path, model::ResNet50& model, 
     }
     return it->second;
   };
-  std::vector<float> params = model.params_to_host();
+  // The whole model's tensors, then this model's part of them (its slice of a sharded classifier).
+  const std::vector<model::ParamInfo> table = model.full_params();
+  std::vector<float> full(table.back().offset + table.back().numel);
   std::vector<float> stats = model.running_stats_to_host();
-  for (const auto& p : model.params()) {
+  for (const auto& p : table) {
     const store::HostTensor* t = find(p.name, store::DType::F32, p.shape);
-    std::memcpy(params.data() + p.offset, t->data.data(), p.numel * sizeof(float));
+    std::memcpy(full.data() + p.offset, t->data.data(), p.numel * sizeof(float));
   }
   auto counts = model.num_batches_tracked();
   for (const auto& b : model.buffers()) {
@@ -82,16 +84,15 @@ void load_checkpoint(const std::filesystem::path& path, model::ResNet50& model, 
       std::memcpy(stats.data() + b.offset, t->data.data(), b.numel * sizeof(float));
     }
   }
-  model.params_from_host(params);
+  model.params_from_host(model.slice_of_full(full));
   model.running_stats_from_host(stats);
   // Momentum is optional: a plain torchvision state_dict has none, and SGD then starts fresh.
   if (by_name.count("momentum." + model.params().front().name)) {
-    std::vector<float> momentum(model.param_count());
-    for (const auto& p : model.params()) {
+    for (const auto& p : table) {
       const store::HostTensor* t = find("momentum." + p.name, store::DType::F32, p.shape);
-      std::memcpy(momentum.data() + p.offset, t->data.data(), p.numel * sizeof(float));
+      std::memcpy(full.data() + p.offset, t->data.data(), p.numel * sizeof(float));
     }
-    model.compute_backend().from_host(model.momentum_buffer(), momentum);
+    model.compute_backend().from_host(model.momentum_buffer(), model.slice_of_full(full));
     auto it = meta.find("wb.sgd_steps");
     sgd.set_steps(it != meta.end() ? std::stoll(it->second) : 1);
   }

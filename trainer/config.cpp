@@ -89,7 +89,8 @@ const Option kOptions[] = {
     {"save", &TrainConfig::save, "F.safetensors: save a checkpoint (torchvision names) at the end"},
     {"resume", &TrainConfig::resume, "F.safetensors: go on from a checkpoint (--steps stays the total count)"},
     {"sync_bn", &TrainConfig::sync_bn, "off|local|global: SyncBatchNorm, batch statistics over this host's ranks or all ranks (default off)"},
-    {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks"},
+    {"shard_fc", &TrainConfig::shard_fc, "N: the classifier (fc) split on its classes over groups of N ranks, parallel cross-entropy (CPU; default 1: off)"},
+    {"check_sync", &TrainConfig::check_sync, "after every step, fail unless parameters are bit-identical on all ranks (--shard-fc slices excepted)"},
     {"watchdog_s", &TrainConfig::watchdog_s, "S: abort the job when an allreduce has not completed after S seconds, naming the rank whose heartbeat stopped (default 30; 0: never)"},
     {"on_nonfinite", &TrainConfig::on_nonfinite, "stop|skip: a NaN/Inf loss stops the run (default), or skips that step's update"},
     {"check_finite", &TrainConfig::check_finite, "check every activation for NaN/Inf, so a non-finite loss names the first tensor it appeared in"},
@@ -359,6 +360,29 @@ SlowRank parse_slow_rank(const std::string& text) {
   return s;
 }
 
+namespace {
+// --shard-fc's own checks and its combinations; the world is checked when it is known (make_fc_shard).
+void validate_shard_fc(const TrainConfig& c) {
+  const std::string flag = "--shard-fc " + std::to_string(c.shard_fc);
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) throw ConfigError(flag + ": " + msg);
+  };
+  need(c.shard_fc >= 1, "expected a number of ranks, at least 1 (1: the classifier whole on every rank)");
+  if (c.shard_fc == 1) return;
+  need(c.num_classes % c.shard_fc == 0, "does not divide --num-classes " + std::to_string(c.num_classes) +
+                                            " (each rank holds an equal slice of the classes)");
+  need(c.nproc == 0 || c.nproc % c.shard_fc == 0, "does not divide --nproc " + std::to_string(c.nproc) +
+                                                     " (the ranks form groups of " + std::to_string(c.shard_fc) + ")");
+  // --device auto is checked once the device is known (make_fc_shard).
+  need(c.device != "cuda", "the sharded classifier runs on the CPU backend only so far (use --device cpu)");
+  need(c.pipeline_stages <= 1 && c.micro_batches <= 1,
+       "not supported with --pipeline-stages/--micro-batches (a stage's classifier would need a shard group of its "
+       "own); drop one of them");
+  need(!c.eval, "--eval is not supported with a sharded classifier (evaluate a --save checkpoint without --shard-fc)");
+  need(c.shard.empty(), "--shard is a single-process aid; a sharded classifier needs its whole group of ranks");
+}
+}  // namespace
+
 void validate(const TrainConfig& c) {
   auto need = [](bool ok, const std::string& msg) {
     if (!ok) throw ConfigError(msg);
@@ -437,6 +461,7 @@ void validate(const TrainConfig& c) {
        "--sync-bn " + c.sync_bn + " and --pipeline-stages " + std::to_string(c.pipeline_stages) +
            ": SyncBatchNorm is not supported with pipeline stages (each stage's batch norms would need rank "
            "groups of their own); drop one of them");
+  validate_shard_fc(c);
   if (!c.shard.empty()) {
     parse_shard(c.shard);
     need(c.nproc <= 1, "--shard: a single-process aid; drop --nproc " + std::to_string(c.nproc));

@@ -90,6 +90,9 @@ struct TrainConfig {
   // SyncBatchNorm: off | local (the ranks of one host) | global (every rank): batch statistics of each
   // batch norm over that group's batches.
   std::string sync_bn = "off";
+  // The sharded classifier: fc.weight and fc.bias split on the output dimension over groups of N
+  // consecutive ranks (trainer/fc_shard.hpp); 1: off. N divides num_classes and the world.
+  int shard_fc = 1;
   bool check_sync = false;       // after every step, check the parameters are bit-identical on every rank
   double watchdog_s = 30.0;      // abort a job whose allreduce has not completed after this long; 0: never
   // A NaN or Inf loss on any rank: "stop" ends the run after that step (exit 1), "skip" drops that

@@ -42,6 +42,7 @@
 #include "trainer/batch_source.hpp"
 #include "trainer/checkpoint.hpp"
 #include "trainer/dump/dump.hpp"
+#include "trainer/fc_shard.hpp"
 #include "trainer/gpu_trace.hpp"
 #include "trainer/input.hpp"
 #include "trainer/model/resnet50.hpp"
@@ -215,7 +216,14 @@ optim::LrScheduleConfig lr_schedule_config(const TrainConfig& cfg, std::int64_t 
   return lc;
 }
 
-Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t total_steps) {
+// The parameters every rank holds alike: all of them, or all but a sharded classifier's slices (the
+// last two tensors, fc.weight and fc.bias), whose members hold different rows.
+std::size_t replicated_params(const model::ResNet50& m) {
+  return m.fc_sharded() ? m.params()[m.params().size() - 2].offset : m.param_count();
+}
+
+Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t total_steps,
+                     ShardedClassifier* fc_shard) {
   Learner l;
   l.backend = make_backend(cfg, place);
   // Device collectives (NCCL) wait for the compute stream's work; a no-op elsewhere.
@@ -227,7 +235,12 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
   mc.seed = cfg.seed;
   mc.loss.convention = cfg.loss_convention == "torch" ? backend::LossConvention::torch : backend::LossConvention::mindspore;
   mc.loss.smoothing = static_cast<float>(cfg.label_smoothing);
+  if (fc_shard) {
+    mc.fc_shards = fc_shard->shards();
+    mc.fc_shard = fc_shard->shard();
+  }
   l.model = std::make_unique<model::ResNet50>(*l.backend, mc);
+  l.model->set_fc_shard(fc_shard);
   l.sgd = std::make_unique<optim::Sgd>(
       optim::SgdConfig{static_cast<float>(cfg.momentum), static_cast<float>(cfg.weight_decay), cfg.nesterov});
   // A checkpoint carries the number of steps behind it; --steps/--epochs remain the schedule's total,
@@ -244,10 +257,12 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
   l.schedule = std::make_unique<optim::LrSchedule>(
       lr_schedule_config(cfg, total_steps, place.world / cfg.pipeline_stages));  // data-parallel replicas
   // Parameters and BN buffers from rank 0 (MindSpore's parameter_broadcast). The buffers live where
-  // the backend keeps them, and the communicator speaks the same memory: MPI host, NCCL device.
+  // the backend keeps them, and the communicator speaks the same memory: MPI host, NCCL device. A
+  // sharded classifier's slices are not broadcast: every rank drew (or loaded) the whole classifier
+  // alike and kept its own rows.
   if (place.world > 1) {
     model::ResNet50& m = *l.model;
-    place.comms.main().broadcast(m.param_buffer().data_as<float>(), m.param_count(), 0);
+    place.comms.main().broadcast(m.param_buffer().data_as<float>(), replicated_params(m), 0);
     place.comms.main().broadcast(m.running_stats().data_as<float>(), static_cast<std::size_t>(m.running_stats().numel()),
                                  0);
     l.backend->params_written();  // drop weight copies cached from the pre-broadcast values
@@ -267,21 +282,30 @@ Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& lear
                          const std::string& banner) {
   const model::ResNet50& model = *learner.model;
   Gradients g;
-  g.buckets = parallel::plan_buckets(parallel::param_extents(model.params()), cfg.allreduce_split, cfg.bucket_mb);
+  const auto extents = parallel::param_extents(model.params());
+  g.buckets = parallel::plan_buckets(extents, cfg.allreduce_split, cfg.bucket_mb);
+  // A sharded classifier's slices (fc.weight, fc.bias) are reduced by their own rank groups.
+  if (model.fc_sharded()) {
+    g.buckets = parallel::buckets_before(extents, g.buckets, static_cast<int>(model.params().size()) - 2);
+  }
   const std::vector<int> bucket_of = parallel::bucket_of_params(g.buckets);
   std::vector<std::string> names;
   for (const auto& p : model.params()) names.push_back(p.name);
   if (place.rank == 0) {
     std::cout << banner << "wb-train: allreduce buckets (" << g.buckets.size() << "):\n"
-              << parallel::format_buckets(g.buckets, names) << std::flush;
+              << parallel::format_buckets(g.buckets, names)
+              << (model.fc_sharded() ? "wb-train: fc.weight and fc.bias: sharded, reduced over their shard groups\n" : "")
+              << std::flush;
   }
   for (std::size_t i = 0; i < model.params().size(); ++i) {
     const auto& p = model.params()[i];
+    const int bucket = i < bucket_of.size() ? bucket_of[i] : -1;  // -1: a sharded slice, in no bucket
     rec.writer->add(store::ParamRow{static_cast<int32_t>(i), p.name, p.shape, static_cast<int64_t>(p.numel),
-                                    bucket_of[i], p.decay});
+                                    bucket, p.decay});
   }
   if (place.world > 1 && cfg.pipeline_stages == 1 && cfg.micro_batches == 1) {  // a pipeline syncs per stage
     parallel::SyncOptions so;
+    so.param_count = static_cast<int>(model.params().size());
     profiler::Recorder* recorder = rec.recorder.get();
     so.on_span = [recorder](const parallel::BucketSpan& s) {
       if (recorder) {
@@ -390,16 +414,25 @@ struct Job {
   Input& input;
   StepObserver& observer;
   StepSchedule& schedule;
+  ShardedClassifier* fc_shard;  // null without --shard-fc
 };
 
 // The step-N dump, when this is its step and rank: the batch and the state the step starts from.
+// A sharded classifier's slices are gathered on every rank of its group, dumping or not, and the step's
+// forward gathers the full logits of each rank's rows (the dump's act.fc).
 std::unique_ptr<dump::StepDump> start_dump(Job& job, std::int64_t step, Batch& batch) {
-  if (step != job.cfg.dump_step || !(job.place.rank == 0 || job.cfg.dump_all_ranks)) return nullptr;
+  if (step != job.cfg.dump_step) return nullptr;
+  const model::ResNet50& model = *job.learner.model;
+  const bool dumping = job.place.rank == 0 || job.cfg.dump_all_ranks;
+  if (!dumping && !model.fc_sharded()) return nullptr;
+  if (job.fc_shard) job.fc_shard->set_full_logits(true);
+  const std::vector<float> params = model.full_to_host(model.param_buffer());
+  if (!dumping) return nullptr;
   auto dump = std::make_unique<dump::StepDump>(*job.rec.writer, static_cast<int>(step), job.place.rank);
   std::vector<float> images;
   std::vector<std::int32_t> labels;
   batch.to_host(images, labels);
-  dump->before_step(*job.learner.model, images, labels);
+  dump->before_step(model, params, images, labels);
   if (job.input.train_set.kind == data::DatasetKind::kImageFolder) {
     job.rec.writer->set_meta("dump_input.rank" + std::to_string(job.place.rank),
                              describe_image_batch(job.input.train_set, *job.input.pipeline, step).dump());
@@ -407,11 +440,25 @@ std::unique_ptr<dump::StepDump> start_dump(Job& job, std::int64_t step, Batch& b
   return dump;
 }
 
+// The end of the dumped step: the gradients, parameters and momentum the step left (a sharded
+// classifier's gathered on every rank of its group, as in start_dump).
+void finish_dump(Job& job, dump::StepDump* dump, float loss) {
+  model::ResNet50& model = *job.learner.model;
+  if (!dump && !model.fc_sharded()) return;
+  if (job.fc_shard) job.fc_shard->set_full_logits(false);
+  const std::vector<float> grads = model.full_to_host(model.grad_buffer());
+  const std::vector<float> params = model.full_to_host(model.param_buffer());
+  const std::vector<float> momentum = model.full_to_host(model.momentum_buffer());
+  if (dump) dump->after_step(model, loss, grads, params, momentum);
+}
+
 // Data parallelism's invariant: every rank holds the same parameters after every step (BN running
-// statistics are per rank by design and not checked). A collective on all ranks; false on a mismatch.
+// statistics are per rank by design and not checked; a sharded classifier's slices differ by design).
+// A collective on all ranks; false on a mismatch.
 bool parameters_agree(Job& job, std::int64_t step) {
   parallel::Communicator& comm = job.place.comms.main();
-  const std::vector<float> params = job.learner.model->params_to_host();  // the buffer may live on a GPU
+  std::vector<float> params = job.learner.model->params_to_host();  // the buffer may live on a GPU
+  params.resize(replicated_params(*job.learner.model));
   if (parallel::identical_across_ranks(comm, params.data(), params.size())) return true;
   // One write, so the ranks' lines do not interleave on the shared stderr.
   std::ostringstream msg;
@@ -570,8 +617,10 @@ TrainResult train(Job& job) {
         saved.restore(model);  // the forward's batch-norm statistics go too
       }
       batch.step_done();
-      if (step == cfg.dump_step) job.schedule.after_dump(step, dump.get());
-      if (dump) dump->after_step(model, loss);
+      if (step == cfg.dump_step) {
+        job.schedule.after_dump(step, dump.get());
+        finish_dump(job, dump.get(), loss);
+      }
       if (step == slow_step.step) std::this_thread::sleep_for(std::chrono::microseconds(slow_step.us));  // --slow-step
     }
     row.end_ns = profiler::now_ns();
@@ -629,9 +678,15 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
     writer.set_meta("eval_top1", std::to_string(acc.top1));
     writer.set_meta("eval_top5", std::to_string(acc.top5));
   }
-  if (!cfg.save.empty() && rank == 0) {
-    save_checkpoint(cfg.save, *learner.model, *learner.sgd);
-    std::cout << "wb-train: checkpoint saved to " << cfg.save.string() << "\n";
+  // A checkpoint holds the whole model: a sharded classifier's slices are gathered on every rank.
+  const model::ResNet50& model = *learner.model;
+  if (!cfg.save.empty() && (rank == 0 || model.fc_sharded())) {
+    const std::vector<float> params = model.full_to_host(model.param_buffer());
+    const std::vector<float> momentum = model.full_to_host(model.momentum_buffer());
+    if (rank == 0) {
+      save_checkpoint(cfg.save, model, *learner.sgd, params, momentum);
+      std::cout << "wb-train: checkpoint saved to " << cfg.save.string() << "\n";
+    }
   }
   const profiler::ClockSync clock_end = measure_offset(*place.comms.host);
   rec.rank_row.clock_offset_end_ns = clock_end.offset_ns;
@@ -687,11 +742,16 @@ int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
+  check_fc_shard(cfg, place.device.cuda, place.world);  // before anything is written
   const PipelinePlan plan = plan_pipeline(cfg, place.world);
   if (plan.stages > 1) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
   Recording rec = open_recording(cfg, place);
+  // --shard-fc: the classifier's slice and its rank groups (null: off), before the model is built.
+  std::unique_ptr<ShardedClassifier> fc_shard =
+      make_fc_shard(cfg, place.device.cuda, place.rank, place.world, *place.comms.host, rec.recorder.get());
+  if (fc_shard) rec.writer->set_meta("fc_shard_group_size", std::to_string(fc_shard->shards()));
   Input input = open_input(cfg, place, rec.run);
-  Learner learner = make_learner(cfg, place, input.total_steps);
+  Learner learner = make_learner(cfg, place, input.total_steps, fc_shard.get());
   // Steps count from 0 everywhere a user sees them (--dump-step, the run file, wb report).
   if (cfg.dump_step >= 0 && (cfg.dump_step < learner.start_step || cfg.dump_step >= input.total_steps)) {
     throw ConfigError("--dump-step " + std::to_string(cfg.dump_step) + ": this run trains steps " +
@@ -726,7 +786,7 @@ int run_training(const TrainConfig& cfg_in) {
   } else {
     schedule = std::make_unique<DataParallelStep>(*learner.model, gradients.sync.get(), rec.recorder.get());
   }
-  Job job{cfg, place, rec, learner, input, observer, *schedule};
+  Job job{cfg, place, rec, learner, input, observer, *schedule, fc_shard.get()};
   const TrainResult result = train(job);
   // A checkpoint holds the whole model: a pipeline's stages first hand rank 0 their parts.
   if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done, nullptr);

@@ -21,6 +21,7 @@
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 #include "profiler/analysis/stragglers.hpp"
+#include "profiler/analysis/fc_shard.hpp"
 #include "profiler/analysis/sync_bn.hpp"
 
 namespace wb::analysis {
@@ -400,6 +401,7 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   }
 
   write_sync_bn_section(run, out);
+  write_fc_shard_section(run, out);
 
   Starvation st = starvation(run);
   out << "\nInput pipeline\n";

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/fc_shard.hpp"
 #include "profiler/analysis/sync_bn.hpp"
 
 namespace wb::analysis {
@@ -52,8 +53,9 @@ std::vector<std::int64_t> outermost_durations(const std::vector<store::RangeRow>
 std::vector<StepBreakdown> step_breakdown(const RunData& run) {
   std::map<std::pair<int, int>, std::int64_t> exposed;
   for (const auto& c : step_comms(run)) exposed[{c.rank, c.step}] = c.exposed_ns;
-  const std::vector<bool> sync_bn = sync_bn_name_ids(run);
+  const std::vector<bool> sync_bn = sync_bn_name_ids(run), fc_shard = fc_shard_name_ids(run);
   const bool have_sync_bn = std::find(sync_bn.begin(), sync_bn.end(), true) != sync_bn.end();
+  const bool have_fc_shard = std::find(fc_shard.begin(), fc_shard.end(), true) != fc_shard.end();
   std::vector<StepBreakdown> out;
   for (const auto& s : run.steps) {
     StepBreakdown b;
@@ -66,17 +68,20 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
     for (const auto& r : rows)
       if (is_compute(r.category) && r.end_ns > s.start_ns && r.start_ns < s.end_ns) compute.emplace_back(r.start_ns, r.end_ns);
     b.compute_ns = union_length(compute, s.start_ns, s.end_ns);
-    // SyncBatchNorm's collectives run inside the batch norms' ranges and block the training thread:
-    // exposed communication, taken out of compute.
-    if (have_sync_bn) {
+    // SyncBatchNorm's and the sharded classifier's collectives run inside the modules' ranges and block
+    // the training thread: exposed communication, taken out of compute.
+    auto blocking = [&](const std::vector<bool>& ids) {
       Intervals sync;
       for (const auto& r : rows)
-        if (r.category == static_cast<std::uint8_t>(store::Category::comm) && r.name < sync_bn.size() && sync_bn[r.name] &&
+        if (r.category == static_cast<std::uint8_t>(store::Category::comm) && r.name < ids.size() && ids[r.name] &&
             r.end_ns > s.start_ns && r.start_ns < s.end_ns)
           sync.emplace_back(r.start_ns, r.end_ns);
-      b.sync_bn_ns = union_length(sync, s.start_ns, s.end_ns);
-      b.compute_ns = std::max<std::int64_t>(0, b.compute_ns - b.sync_bn_ns);
-    }
+      const std::int64_t ns = union_length(sync, s.start_ns, s.end_ns);
+      b.compute_ns = std::max<std::int64_t>(0, b.compute_ns - ns);
+      return ns;
+    };
+    if (have_sync_bn) b.sync_bn_ns = blocking(sync_bn);
+    if (have_fc_shard) b.fc_shard_ns = blocking(fc_shard);
     b.data_wait_ns = s.data_wait_ns > 0
                          ? s.data_wait_ns
                          : union_length(intervals_of(rows, static_cast<std::uint8_t>(store::Category::data), s.start_ns, s.end_ns),
@@ -84,7 +89,7 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
     b.h2d_ns = union_length(intervals_of(rows, static_cast<std::uint8_t>(store::Category::h2d), s.start_ns, s.end_ns),
                             s.start_ns, s.end_ns);
     auto it = exposed.find({s.rank, s.step});
-    b.comm_exposed_ns = (it != exposed.end() ? it->second : s.comm_exposed_ns) + b.sync_bn_ns;
+    b.comm_exposed_ns = (it != exposed.end() ? it->second : s.comm_exposed_ns) + b.sync_bn_ns + b.fc_shard_ns;
     b.other_ns = std::max<std::int64_t>(0, b.total_ns - b.compute_ns - b.data_wait_ns - b.comm_exposed_ns);
     out.push_back(b);
   }

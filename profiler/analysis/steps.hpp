@@ -19,8 +19,9 @@ struct StepBreakdown {
   std::int64_t compute_ns = 0;       // union of forward/backward/loss/optimizer ranges on the main track
   std::int64_t data_wait_ns = 0;     // step.data_wait_ns, else union of data ranges on the main track
   std::int64_t h2d_ns = 0;           // union of h2d ranges on the main track (part of "other")
-  std::int64_t comm_exposed_ns = 0;  // DDP exposed time from allreduce rows, else step.comm_exposed_ns; + sync_bn_ns
+  std::int64_t comm_exposed_ns = 0;  // DDP exposed time from allreduce rows, else step.comm_exposed_ns; + sync_bn_ns + fc_shard_ns
   std::int64_t sync_bn_ns = 0;       // SyncBatchNorm's collectives (sync_bn.hpp), all exposed
+  std::int64_t fc_shard_ns = 0;      // the sharded classifier's collectives (fc_shard.hpp), all exposed
   std::int64_t other_ns = 0;         // the rest of the step, never negative
 };
 

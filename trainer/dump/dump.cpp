@@ -1,6 +1,7 @@
 #include "trainer/dump/dump.hpp"
 
 #include <cstring>
+#include <stdexcept>
 
 #include "store/writer.hpp"
 
@@ -22,9 +23,14 @@ void StepDump::add(std::string kind, std::string name, std::vector<std::int64_t>
   writer_.add(std::move(row));
 }
 
-void StepDump::add_params(const model::ResNet50& model, const std::vector<float>& values, std::string_view kind,
+void StepDump::add_params(const model::ResNet50& model, std::span<const float> values, std::string_view kind,
                           bool reverse) {
-  const auto& params = model.params();
+  const std::vector<model::ParamInfo> params = model.full_params();
+  const model::ParamInfo& last = params.back();
+  if (values.size() != last.offset + last.numel) {
+    throw std::invalid_argument("StepDump: " + std::to_string(values.size()) + " values of " + std::string(kind) +
+                                ", expected the whole model's " + std::to_string(last.offset + last.numel));
+  }
   for (std::size_t k = 0; k < params.size(); ++k) {
     const model::ParamInfo& p = params[reverse ? params.size() - 1 - k : k];
     add_floats(std::string(kind), p.name, p.shape, values.data() + p.offset, p.numel);
@@ -43,14 +49,14 @@ void StepDump::add_buffers(model::ResNet50& model, std::string_view kind) {
   }
 }
 
-void StepDump::before_step(const model::ResNet50& model, std::span<const float> images,
-                           std::span<const std::int32_t> labels) {
+void StepDump::before_step(const model::ResNet50& model, std::span<const float> params,
+                           std::span<const float> images, std::span<const std::int32_t> labels) {
   const auto& cfg = model.config();
   // The batch's own size: a pipeline's model is built for one micro-batch, the dump holds the step's batch.
   const auto batch = static_cast<std::int64_t>(labels.size());
   add_floats("input", "input", {batch, 3, cfg.image_size, cfg.image_size}, images.data(), images.size());
   add("label", "label", {static_cast<std::int64_t>(labels.size())}, labels.data(), labels.size_bytes(), "I32");
-  add_params(model, model.params_to_host(), "param", false);
+  add_params(model, params, "param", false);
   add_buffers(const_cast<model::ResNet50&>(model), "buffer");
 }
 
@@ -64,12 +70,13 @@ void StepDump::activation(std::string_view name, std::vector<std::int64_t> shape
   add_floats("act", std::string(name), std::move(shape), data.data(), data.size());
 }
 
-void StepDump::after_step(model::ResNet50& model, float loss) {
+void StepDump::after_step(model::ResNet50& model, float loss, std::span<const float> grads,
+                          std::span<const float> params, std::span<const float> momentum) {
   add_floats("loss", "loss", {}, &loss, 1);
-  add_params(model, model.grads_to_host(), "grad", true);
-  add_params(model, model.params_to_host(), "param_after", false);
+  add_params(model, grads, "grad", true);
+  add_params(model, params, "param_after", false);
   add_buffers(model, "buffer_after");
-  add_params(model, model.momentum_to_host(), "momentum", false);
+  add_params(model, momentum, "momentum", false);
 }
 
 }  // namespace wb::dump

@@ -24,14 +24,18 @@ class StepDump {
  public:
   StepDump(store::Writer& writer, int step, int rank) : writer_(writer), step_(step), rank_(rank) {}
 
-  // Before forward: the preprocessed batch, and the state the step starts from.
-  void before_step(const model::ResNet50& model, std::span<const float> images, std::span<const std::int32_t> labels);
+  // Before forward: the preprocessed batch, and the state the step starts from. Parameter-sized values
+  // (`params` here, the gradients, parameters and momentum after the step) are laid out by
+  // model.full_params() (ResNet50::full_to_host): the whole classifier also when it is sharded.
+  void before_step(const model::ResNet50& model, std::span<const float> params, std::span<const float> images,
+                   std::span<const std::int32_t> labels);
   // One forward output (from ModelObserver::on_output), copied to the host.
   void activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t);
   // The same from host data (plain row-major in `shape`): a pipeline's outputs gathered from its stages.
   void activation(std::string_view name, std::vector<std::int64_t> shape, std::span<const float> data);
   // After the optimizer: loss, gradients (as the optimizer used them), and the state after the update.
-  void after_step(model::ResNet50& model, float loss);
+  void after_step(model::ResNet50& model, float loss, std::span<const float> grads, std::span<const float> params,
+                  std::span<const float> momentum);
   int tensors() const { return order_; }
 
  private:
@@ -41,8 +45,7 @@ class StepDump {
                   std::size_t n) {
     add(std::move(kind), std::move(name), std::move(shape), data, n * sizeof(float), "F32");
   }
-  void add_params(const model::ResNet50& model, const std::vector<float>& values, std::string_view kind,
-                  bool reverse);
+  void add_params(const model::ResNet50& model, std::span<const float> values, std::string_view kind, bool reverse);
   void add_buffers(model::ResNet50& model, std::string_view kind);
 
   store::Writer& writer_;

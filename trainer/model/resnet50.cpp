@@ -10,6 +10,8 @@
 #include <numbers>
 #include <random>
 
+#include "trainer/backend/checks.hpp"
+
 namespace wb::model {
 
 using backend::Shape;
@@ -152,6 +154,11 @@ ResNet50::ResNet50(backend::Backend& backend, const ModelConfig& config)
   if (config.image_size < 32 || config.image_size > 224) {
     throw ModelError("model config: image_size must be in 32..224, got " + std::to_string(config.image_size));
   }
+  if (config.fc_shards < 1 || config.fc_shard < 0 || config.fc_shard >= config.fc_shards ||
+      config.num_classes % config.fc_shards != 0) {
+    throw ModelError("model config: fc_shards " + std::to_string(config.fc_shards) + " (shard " +
+                     std::to_string(config.fc_shard) + ") must divide num_classes " + std::to_string(config.num_classes));
+  }
   if (config.batch_size < 1) {
     throw ModelError("model config: batch_size must be >= 1, got " + std::to_string(config.batch_size));
   }
@@ -227,8 +234,9 @@ void ResNet50::build() {
   }
   L.avgpool_module = module++;
   L.fc_module = module++;
-  L.fc_param = add_param("fc.weight", {config_.num_classes, in}, kFcWeight);
-  add_param("fc.bias", {config_.num_classes}, kFcBias);
+  const std::int64_t fc_rows = config_.num_classes / config_.fc_shards;  // this model's slice of the classes
+  L.fc_param = add_param("fc.weight", {fc_rows, in}, kFcWeight);
+  add_param("fc.bias", {fc_rows}, kFcBias);
   if (module != loss_module_id()) throw std::logic_error("resnet50: module table out of step with the layers");
   if (params_.size() != static_cast<std::size_t>(kParamTensors))
     throw std::logic_error("resnet50: " + std::to_string(params_.size()) + " parameter tensors, kParamTensors says " +
@@ -305,8 +313,14 @@ void ResNet50::init_parameters() {
       case kBnBeta: std::fill_n(dst, p.numel, 0.0f); break;
       case kFcWeight:
       case kFcBias: {  // nn.Linear's default: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias
+        // Drawn for all K rows, so that a shard holds the rows of the whole classifier's init.
         const double bound = 1.0 / std::sqrt(static_cast<double>(params_[static_cast<std::size_t>(layers_->fc_param)].shape[1]));
-        for (std::size_t k = 0; k < p.numel; ++k) dst[k] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+        const std::size_t first = p.numel * static_cast<std::size_t>(config_.fc_shard);
+        const std::size_t all = p.numel * static_cast<std::size_t>(config_.fc_shards);
+        for (std::size_t k = 0; k < all; ++k) {
+          const float v = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+          if (k >= first && k < first + p.numel) dst[k - first] = v;
+        }
         break;
       }
     }
@@ -350,6 +364,60 @@ std::vector<float> whole(backend::Backend& be, const Tensor& t) {
 std::vector<float> ResNet50::params_to_host() const { return whole(backend_, param_buf_); }
 std::vector<float> ResNet50::grads_to_host() const { return whole(backend_, grad_buf_); }
 std::vector<float> ResNet50::momentum_to_host() const { return whole(backend_, momentum_buf_); }
+
+// fc.weight and fc.bias are the last two parameters: the full table differs from params() in their
+// shapes and fc.bias's offset only.
+std::vector<ParamInfo> ResNet50::full_params() const {
+  std::vector<ParamInfo> full = params_;
+  const auto n = static_cast<std::size_t>(config_.fc_shards);
+  ParamInfo& w = full[static_cast<std::size_t>(layers_->fc_param)];
+  ParamInfo& b = full[static_cast<std::size_t>(layers_->fc_param) + 1];
+  w.shape[0] = b.shape[0] = config_.num_classes;
+  w.numel *= n;
+  b.numel *= n;
+  b.offset = w.offset + w.numel;
+  return full;
+}
+
+std::vector<float> ResNet50::full_to_host(const Tensor& buffer) const {
+  std::vector<float> local = whole(backend_, buffer);
+  if (!fc_sharded()) return local;
+  if (!fc_shard_) throw ModelError("full_to_host: a sharded classifier needs its FcShard (set_fc_shard)");
+  const ParamInfo& w = params_[static_cast<std::size_t>(layers_->fc_param)];
+  const std::size_t slice = w.numel + params_.back().numel;  // one member's fc.weight and fc.bias rows
+  std::vector<float> gathered(slice * static_cast<std::size_t>(config_.fc_shards));
+  fc_shard_->gather(FcExchange::state, std::span<const float>(local).subspan(w.offset, slice), gathered);
+  // Member s's block is [its weight rows, its bias rows]; the full layout has all weight rows, then all biases.
+  std::vector<float> full(local.begin(), local.begin() + static_cast<std::ptrdiff_t>(w.offset));
+  full.resize(w.offset + slice * static_cast<std::size_t>(config_.fc_shards));
+  const std::size_t bias_at = w.offset + w.numel * static_cast<std::size_t>(config_.fc_shards);
+  for (std::size_t m = 0; m < static_cast<std::size_t>(config_.fc_shards); ++m) {
+    const float* block = gathered.data() + m * slice;
+    std::copy(block, block + w.numel, full.begin() + static_cast<std::ptrdiff_t>(w.offset + m * w.numel));
+    std::copy(block + w.numel, block + slice,
+              full.begin() + static_cast<std::ptrdiff_t>(bias_at + m * params_.back().numel));
+  }
+  return full;
+}
+
+std::vector<float> ResNet50::slice_of_full(std::span<const float> full) const {
+  const std::vector<ParamInfo> table = full_params();
+  const ParamInfo& last = table.back();
+  if (full.size() != last.offset + last.numel) {
+    throw ModelError("slice_of_full: " + std::to_string(full.size()) + " values, expected " +
+                     std::to_string(last.offset + last.numel));
+  }
+  std::vector<float> local(param_count_);
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    // A slice's rows are contiguous in both fc tensors: the part at fc_shard * (its numel).
+    const std::size_t from = table[i].offset + (table[i].numel == params_[i].numel
+                                                    ? 0
+                                                    : params_[i].numel * static_cast<std::size_t>(config_.fc_shard));
+    std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(from), params_[i].numel,
+                local.begin() + static_cast<std::ptrdiff_t>(params_[i].offset));
+  }
+  return local;
+}
 std::vector<float> ResNet50::running_stats_to_host() const { return whole(backend_, stats_buf_); }
 std::vector<float> ResNet50::logits_to_host() const {
   if (!logits_.defined()) throw ModelError("logits_to_host: no forward has run yet");
@@ -476,6 +544,11 @@ float ResNet50::forward(const Tensor& images, const Tensor& labels) {
   backend_.global_avgpool_forward(*x, L.gap_y);                                 // (N, 2048, 1, 1)
   end(L.avgpool_module, Phase::forward);
   emit("avgpool", L.gap_y);
+  if (fc_sharded()) {
+    last_loss_ = sharded_fc_forward(labels);
+    have_forward_ = training_;
+    return last_loss_;
+  }
   begin(L.fc_module, Phase::forward);
   backend_.linear_forward(L.gap_y, L.fc_w, L.fc_b, logits_);                    // (N, classes)
   end(L.fc_module, Phase::forward);
@@ -486,6 +559,158 @@ float ResNet50::forward(const Tensor& images, const Tensor& labels) {
   backend_.to_host(loss_, std::span<float>(&last_loss_, 1));
   have_forward_ = training_;
   return last_loss_;
+}
+
+// ---- the sharded classifier -------------------------------------------------------------------------
+//
+// Member s of a group of N holds classes [s * K/N, (s + 1) * K/N). Its rows of the group batch are
+// [s * B, (s + 1) * B): the group batch is the members' batches in member order. With t the smoothed
+// targets (they sum to 1 over the K classes: t = on for the label, off elsewhere), each row's loss is
+//   -sum_j t_j log softmax(z)_j = M + log S - (on - off) * z_label - off * sum_j z_j
+// with M the row's maximum and S = sum_j exp(z_j - M): three sums over the members, in double. Each
+// member reports the mean over its own rows, as a data-parallel rank does for its batch, and backward
+// gives d/dz = (softmax(z) - t) / B over all the group's rows: the features' gradient, summed over the
+// members and scattered back, is then the gradient of this rank's own loss, and the slice's gradient the
+// sum of the members' (over every shard group with FcShard::sync_grads), which the division by
+// replicas() turns into data parallel's mean.
+
+struct ResNet50::ShardedFc {
+  std::vector<float> mine, all;          // this rank's features and labels; the group's
+  std::vector<float> features;           // the group's features (N * B, F)
+  std::vector<std::int32_t> labels;      // the group's labels
+  std::vector<float> z, probs, dz, dx;   // logits slice, its softmax, its gradient; the group's feature gradient
+  std::vector<double> max, sum, target;  // per group row; target holds [labelled logit, sum of logits]
+  Tensor x, dx_t, full_logits;           // features (N * B, F, 1, 1); their gradient; own rows' full logits
+};
+
+float ResNet50::sharded_fc_forward(const Tensor& labels) {
+  if (!fc_shard_) throw ModelError("forward: a sharded classifier needs its FcShard (set_fc_shard)");
+  if (fc_shard_->shards() != config_.fc_shards || fc_shard_->shard() != config_.fc_shard) {
+    throw ModelError("forward: the FcShard's group (" + std::to_string(fc_shard_->shard()) + " of " +
+                     std::to_string(fc_shard_->shards()) + ") is not the model's");
+  }
+  Layers& L = *layers_;
+  if (!sharded_) sharded_ = std::make_unique<ShardedFc>();
+  ShardedFc& h = *sharded_;
+  const std::int64_t b = config_.batch_size, f = L.gap_y.shape()[1], n = config_.fc_shards;
+  const std::int64_t rows = n * b, k = config_.num_classes, kl = k / n, c0 = config_.fc_shard * kl;
+  const auto ub = static_cast<std::size_t>(b), uf = static_cast<std::size_t>(f), un = static_cast<std::size_t>(n);
+  const auto ukl = static_cast<std::size_t>(kl), urows = static_cast<std::size_t>(rows);
+
+  begin(L.fc_module, Phase::forward);
+  // The group's features and labels (labels travel as floats: exact below 2^24 classes).
+  h.mine.resize(ub * (uf + 1));
+  backend_.to_host(L.gap_y, std::span<float>(h.mine).first(ub * uf));
+  std::vector<std::int32_t> own(ub);
+  backend_.to_host(labels, std::span<std::int32_t>(own));
+  for (std::size_t i = 0; i < ub; ++i) h.mine[ub * uf + i] = static_cast<float>(own[i]);
+  h.all.resize(un * h.mine.size());
+  fc_shard_->gather(FcExchange::features, h.mine, h.all);
+  h.features.resize(urows * uf);
+  h.labels.resize(urows);
+  for (std::size_t m = 0; m < un; ++m) {
+    const float* block = h.all.data() + m * h.mine.size();
+    std::copy_n(block, ub * uf, h.features.begin() + static_cast<std::ptrdiff_t>(m * ub * uf));
+    for (std::size_t i = 0; i < ub; ++i) h.labels[m * ub + i] = static_cast<std::int32_t>(block[ub * uf + i]);
+  }
+  backend::check_label_range(h.labels, k, "forward (sharded classifier)");
+  if (!h.x.defined()) h.x = backend_.empty(Shape{rows, f, 1, 1}, backend::DType::f32);
+  backend_.from_host(h.x, h.features);
+  backend_.linear_forward(h.x, L.fc_w, L.fc_b, logits_);  // (N * B, K/N): this slice, every row of the group
+  end(L.fc_module, Phase::forward);
+
+  begin(loss_module_id(), Phase::loss);
+  h.z.resize(urows * ukl);
+  backend_.to_host(logits_, h.z);
+  const backend::LossTargets t = backend::loss_targets(config_.loss, k, "forward (sharded classifier)");
+  h.max.assign(urows, -HUGE_VAL);
+  for (std::size_t i = 0; i < urows; ++i)
+    for (std::size_t j = 0; j < ukl; ++j) h.max[i] = std::max(h.max[i], static_cast<double>(h.z[i * ukl + j]));
+  fc_shard_->allreduce(FcExchange::max, h.max);
+  h.sum.assign(urows, 0.0);
+  h.target.assign(2 * urows, 0.0);
+  for (std::size_t i = 0; i < urows; ++i) {
+    const std::int64_t label = h.labels[i] - c0;  // in this slice when 0 <= label < K/N
+    for (std::size_t j = 0; j < ukl; ++j) {
+      const double z = h.z[i * ukl + j];
+      h.sum[i] += std::exp(z - h.max[i]);
+      h.target[2 * i + 1] += z;
+    }
+    if (label >= 0 && label < kl) h.target[2 * i] = h.z[i * ukl + static_cast<std::size_t>(label)];
+  }
+  fc_shard_->allreduce(FcExchange::sum, h.sum);
+  fc_shard_->allreduce(FcExchange::target, h.target);
+  h.probs.resize(h.z.size());
+  for (std::size_t i = 0; i < urows; ++i) {
+    for (std::size_t j = 0; j < ukl; ++j) {
+      h.probs[i * ukl + j] = static_cast<float>(std::exp(static_cast<double>(h.z[i * ukl + j]) - h.max[i]) / h.sum[i]);
+    }
+  }
+  double total = 0.0;
+  for (std::size_t i = ub * static_cast<std::size_t>(config_.fc_shard), e = i + ub; i < e; ++i) {
+    total += h.max[i] + std::log(h.sum[i]) - (t.on - t.off) * h.target[2 * i] - t.off * h.target[2 * i + 1];
+  }
+  end(loss_module_id(), Phase::loss);
+
+  // A step dump's "fc": this rank's rows of the full logits, from every member's slice.
+  if (fc_shard_->full_logits()) {
+    std::vector<float> slices(un * h.z.size()), full(ub * static_cast<std::size_t>(k));
+    fc_shard_->gather(FcExchange::logits, h.z, slices);
+    for (std::size_t i = 0; i < ub; ++i) {
+      const std::size_t row = ub * static_cast<std::size_t>(config_.fc_shard) + i;
+      for (std::size_t m = 0; m < un; ++m) {
+        std::copy_n(slices.begin() + static_cast<std::ptrdiff_t>(m * h.z.size() + row * ukl), ukl,
+                    full.begin() + static_cast<std::ptrdiff_t>(i * static_cast<std::size_t>(k) + m * ukl));
+      }
+    }
+    if (!h.full_logits.defined()) h.full_logits = backend_.empty(Shape{b, k}, backend::DType::f32);
+    backend_.from_host(h.full_logits, full);
+    emit("fc", h.full_logits);
+  }
+  return static_cast<float>(total / static_cast<double>(b));
+}
+
+void ResNet50::sharded_fc_backward() {
+  Layers& L = *layers_;
+  ShardedFc& h = *sharded_;
+  const std::int64_t b = config_.batch_size, f = L.gap_y.shape()[1], kl = config_.num_classes / config_.fc_shards;
+  const std::int64_t c0 = config_.fc_shard * kl;
+  const std::size_t rows = h.labels.size(), ukl = static_cast<std::size_t>(kl);
+  const backend::LossTargets t = backend::loss_targets(config_.loss, config_.num_classes, "backward (sharded classifier)");
+  begin(loss_module_id(), Phase::loss);
+  h.dz.resize(h.probs.size());
+  const double inv_b = 1.0 / static_cast<double>(b);
+  for (std::size_t i = 0; i < rows; ++i) {
+    for (std::size_t j = 0; j < ukl; ++j) {
+      const bool labelled = h.labels[i] == c0 + static_cast<std::int64_t>(j);
+      h.dz[i * ukl + j] = static_cast<float>((h.probs[i * ukl + j] - (labelled ? t.on : t.off)) * inv_b);
+    }
+  }
+  if (!dlogits_.defined()) dlogits_ = backend_.empty(Shape{static_cast<std::int64_t>(rows), kl}, backend::DType::f32);
+  backend_.from_host(dlogits_, h.dz);
+  end(loss_module_id(), Phase::loss);
+
+  begin(L.fc_module, Phase::backward);
+  backend_.linear_backward(h.x, L.fc_w, dlogits_, h.dx_t, L.fc_dw, L.fc_db);
+  // This rank's features' gradient: the members' parts summed, its own rows kept.
+  h.dx.resize(rows * static_cast<std::size_t>(f));
+  backend_.to_host(h.dx_t, h.dx);
+  std::vector<float> mine(static_cast<std::size_t>(b * f));
+  fc_shard_->reduce_scatter(FcExchange::grads, h.dx, mine);
+  if (!L.gap_dx.defined()) L.gap_dx = backend_.empty(L.gap_y.shape(), backend::DType::f32);
+  backend_.from_host(L.gap_dx, mine);
+  // The slice's gradients: summed over the shard groups, then data parallel's mean over the replicas.
+  const ParamInfo& w = params_[static_cast<std::size_t>(L.fc_param)];
+  std::vector<float> grads(w.numel + params_.back().numel);
+  backend_.to_host(L.fc_dw, std::span<float>(grads).first(w.numel));
+  backend_.to_host(L.fc_db, std::span<float>(grads).subspan(w.numel));
+  fc_shard_->sync_grads(grads);
+  const float inv_replicas = 1.0f / static_cast<float>(fc_shard_->replicas());
+  for (float& g : grads) g *= inv_replicas;
+  backend_.from_host(L.fc_dw, std::span<const float>(grads).first(w.numel));
+  backend_.from_host(L.fc_db, std::span<const float>(grads).subspan(w.numel));
+  grads_ready(L.fc_param, L.fc_param + 2);
+  end(L.fc_module, Phase::backward);
 }
 
 // ---- backward -------------------------------------------------------------------------------------
@@ -591,14 +816,18 @@ void ResNet50::backward() {
   if (!training_) throw ModelError("backward: the model is in eval mode (set_training(true) first)");
   if (!have_forward_) throw ModelError("backward: no training forward to differentiate");
   Layers& L = *layers_;
-  begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
-  backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
-  end(loss_module_id(), Phase::loss);
+  if (fc_sharded()) {
+    sharded_fc_backward();
+  } else {
+    begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
+    backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
+    end(loss_module_id(), Phase::loss);
 
-  begin(L.fc_module, Phase::backward);
-  backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
-  grads_ready(L.fc_param, L.fc_param + 2);
-  end(L.fc_module, Phase::backward);
+    begin(L.fc_module, Phase::backward);
+    backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
+    grads_ready(L.fc_param, L.fc_param + 2);
+    end(L.fc_module, Phase::backward);
+  }
 
   const Tensor& last = L.blocks.back().out;
   begin(L.avgpool_module, Phase::backward);
@@ -777,6 +1006,7 @@ const Tensor& ResNet50::unit_input(int unit) const {
 }
 
 float ResNet50::forward_units(int first, int end_unit, const Tensor& x, const Tensor& labels) {
+  if (fc_sharded()) throw ModelError("forward_units: pipeline stages run the whole classifier (no fc_shards)");
   if (first < 0 || first >= end_unit || end_unit > kUnits) {
     throw ModelError("forward_units: expected 0 <= first < end <= " + std::to_string(kUnits) + ", got [" +
                      std::to_string(first) + ", " + std::to_string(end_unit) + ")");

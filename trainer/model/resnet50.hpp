@@ -24,6 +24,7 @@
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/memory.hpp"
 #include "trainer/model/batch_norm_sync.hpp"
+#include "trainer/model/fc_shard.hpp"
 #include "trainer/model/observer.hpp"
 
 namespace wb::model {
@@ -49,6 +50,11 @@ struct ModelConfig {
   // the backend reallocates for free (Backend::cheap_reallocation: the CUDA caching allocator), 0 never,
   // 1 always.
   int free_consumed_grads = -1;
+  // The sharded classifier (fc_shard.hpp): this model holds the rows [fc_shard * K/fc_shards, ...) of
+  // fc.weight and fc.bias only, and its forward and backward run through an FcShard (set_fc_shard).
+  // num_classes must be divisible by fc_shards. 1: the whole classifier.
+  int fc_shards = 1;
+  int fc_shard = 0;
 };
 
 struct ParamInfo {
@@ -96,6 +102,11 @@ class ResNet50 {
   // `sync` sums over (null: this process's batch alone, the default).
   void set_batchnorm_sync(BatchNormSync* sync) { bn_sync_ = sync; }
   // Batch norm and its ReLU run fused wherever outputs are not observed (dumps observe them).
+  // The sharded classifier's group (required when config().fc_shards > 1). With it, forward's loss is
+  // the mean over this rank's own rows, and backward leaves in fc's gradients the slice's gradient
+  // averaged over FcShard::replicas() ranks, as the data-parallel allreduce leaves the others.
+  void set_fc_shard(FcShard* shard) { fc_shard_ = shard; }
+  bool fc_sharded() const { return config_.fc_shards > 1; }
 
   // ---- parameters and buffers -----------------------------------------------------------------------
   const std::vector<ParamInfo>& params() const { return params_; }                 // kParamTensors, forward order
@@ -117,6 +128,14 @@ class ResNet50 {
   std::vector<float> running_stats_to_host() const;
   void params_from_host(std::span<const float> values);
   void running_stats_from_host(std::span<const float> values);
+  // The parameter table of the whole model, torchvision's (fc at its full K rows), and host copies of
+  // a parameter-sized buffer (param_buffer(), grad_buffer(), momentum_buffer()) laid out by it. With a
+  // sharded classifier full_to_host gathers every member's slice: a collective over the shard group,
+  // which every member calls. Unsharded, these are params() and a plain copy.
+  std::vector<ParamInfo> full_params() const;
+  std::vector<float> full_to_host(const backend::Tensor& buffer) const;
+  // This model's part (params() layout) of values laid out by full_params().
+  std::vector<float> slice_of_full(std::span<const float> full) const;
 
   // ---- outputs and names ----------------------------------------------------------------------------
   const backend::Tensor& logits() const { return logits_; }  // (batch, num_classes) plain
@@ -199,6 +218,9 @@ class ResNet50 {
   void bn_backward(Bn& b, const backend::Tensor& x, const backend::Tensor& dy, bool relu, int relu_module);
   void conv_backward(Conv& c, const backend::Tensor& x, const backend::Tensor& dy, bool need_dx);
   void consumed(backend::Tensor& t) const;
+  // The sharded classifier's forward from the features (after avgpool) and backward down to them.
+  float sharded_fc_forward(const backend::Tensor& labels);
+  void sharded_fc_backward();
   void block_forward(Block& blk, const backend::Tensor& x);
   const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
 
@@ -210,6 +232,9 @@ class ResNet50 {
   ModelConfig config_;
   ModelObserver* observer_ = nullptr;
   BatchNormSync* bn_sync_ = nullptr;
+  FcShard* fc_shard_ = nullptr;
+  struct ShardedFc;                      // the sharded classifier's host buffers
+  std::unique_ptr<ShardedFc> sharded_;
   bool training_ = true;
   bool fused_ = false;  // the last forward fused bn + relu
   bool emit_ = false;   // the current forward calls on_output

@@ -1,5 +1,6 @@
 #include "trainer/parallel/buckets.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
@@ -98,6 +99,16 @@ std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, const std:
   }
   if (split) return buckets_from_split(params, *split);
   return buckets_by_size(params, bucket_mb > 0.0 ? bucket_mb : kDefaultBucketMb);
+}
+
+std::vector<Bucket> buckets_before(std::span<const ParamExtent> params, std::span<const Bucket> buckets, int end_param) {
+  std::vector<Bucket> out;
+  for (const auto& b : buckets) {
+    const int end = std::min(b.end_param, end_param);
+    if (b.first_param < end) out.push_back(make_bucket(params, static_cast<int>(out.size()), b.first_param, end));
+  }
+  if (out.empty()) throw DistError("gradient buckets: no parameter before " + std::to_string(end_param));
+  return out;
 }
 
 std::vector<int> bucket_of_params(std::span<const Bucket> buckets) {

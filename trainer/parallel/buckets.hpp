@@ -64,6 +64,10 @@ std::vector<Bucket> buckets_by_size(std::span<const ParamExtent> params, double 
 std::vector<Bucket> plan_buckets(std::span<const ParamExtent> params, const std::optional<allreduce::SplitPoints>& split,
                                  double bucket_mb);
 
+// `buckets` without the parameters from `end_param` on: each range cut there, the emptied ones dropped,
+// the rest renumbered (a sharded classifier's slices stay out of the data-parallel allreduce).
+std::vector<Bucket> buckets_before(std::span<const ParamExtent> params, std::span<const Bucket> buckets, int end_param);
+
 // For every parameter, the index of the bucket holding it (the store's param.bucket).
 std::vector<int> bucket_of_params(std::span<const Bucket> buckets);
 

@@ -63,11 +63,14 @@ void GradientSync::on_grads_ready(int first_param, int last_param_exclusive) {
   {
     std::lock_guard lock(mutex_);
     if (!active_) throw DistError("GradientSync::on_grads_ready called before begin_step");
-    if (first_param < 0 || last_param_exclusive > count || first_param >= last_param_exclusive) {
+    const int reported = std::max(count, options_.param_count);
+    if (first_param < 0 || last_param_exclusive > reported || first_param >= last_param_exclusive) {
       throw DistError("GradientSync::on_grads_ready(" + std::to_string(first_param) + ", " +
                       std::to_string(last_param_exclusive) + "): expected 0 <= first < last <= " +
-                      std::to_string(count));
+                      std::to_string(reported));
     }
+    if (first_param >= count) return;  // past the buckets: reduced elsewhere
+    last_param_exclusive = std::min(last_param_exclusive, count);
     for (int p = first_param; p < last_param_exclusive; ++p) {
       if (param_ready_[static_cast<std::size_t>(p)]) {
         throw DistError("GradientSync::on_grads_ready: the gradient of parameter " + std::to_string(p) +

@@ -53,6 +53,10 @@ std::int64_t exposed_comm_ns(const std::vector<BucketSpan>& spans, std::int64_t 
 
 struct SyncOptions {
   ReduceOp op = ReduceOp::mean;
+  // The parameters whose gradients on_grads_ready reports (0: those of the buckets). Reports of
+  // parameters past the last bucket are accepted and left alone (a sharded classifier's slices, which
+  // their own rank groups reduce).
+  int param_count = 0;
   // Collectives running longer than this abort the job (see watchdog.hpp); <= 0 disables the watchdog.
   double watchdog_timeout_s = kDefaultWatchdogSeconds;
   // This rank's heartbeat (optional; must outlive the GradientSync): it carries the step and the

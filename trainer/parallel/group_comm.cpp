@@ -17,6 +17,16 @@ class SelfGroup final : public GroupComm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   void allreduce_sum(std::span<double>) override {}
+  void allreduce_sum(std::span<float>) override {}
+  void allreduce_max(std::span<double>) override {}
+  void allgather(std::span<const float> mine, std::span<float> all) override { copy_block(mine, all); }
+  void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override { copy_block(all, mine); }
+
+ private:
+  static void copy_block(std::span<const float> from, std::span<float> to) {
+    if (from.size() != to.size()) throw DistError("a group of one: the blocks differ in size");
+    std::copy(from.begin(), from.end(), to.begin());
+  }
 };
 
 #if WB_PARALLEL_MPI
@@ -28,6 +38,13 @@ class MpiGroup final : public GroupComm {
     } else {
       WB_MPI_CHECK(MPI_Comm_split_type(job.handle(), MPI_COMM_TYPE_SHARED, job.rank(), MPI_INFO_NULL, &comm_));
     }
+    init();
+  }
+  MpiGroup(MpiCommunicator& job, int color) {
+    WB_MPI_CHECK(MPI_Comm_split(job.handle(), color, job.rank(), &comm_));
+    init();
+  }
+  void init() {
     WB_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     WB_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
     WB_MPI_CHECK(MPI_Comm_size(comm_, &size_));
@@ -44,17 +61,48 @@ class MpiGroup final : public GroupComm {
   int size() const override { return size_; }
   void allreduce_sum(std::span<double> values) override {
     if (size_ == 1) return;
-    if (values.size() > static_cast<std::size_t>(INT_MAX)) throw DistError("allreduce_sum: more than INT_MAX values");
-    WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), static_cast<int>(values.size()), MPI_DOUBLE, MPI_SUM,
+    WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), count(values.size()), MPI_DOUBLE, MPI_SUM, comm_));
+  }
+  void allreduce_sum(std::span<float> values) override {
+    if (size_ == 1) return;
+    WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), count(values.size()), MPI_FLOAT, MPI_SUM, comm_));
+  }
+  void allreduce_max(std::span<double> values) override {
+    if (size_ == 1) return;
+    WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), count(values.size()), MPI_DOUBLE, MPI_MAX, comm_));
+  }
+  void allgather(std::span<const float> mine, std::span<float> all) override {
+    check_blocks(mine.size(), all.size(), "allgather");
+    WB_MPI_CHECK(MPI_Allgather(mine.data(), count(mine.size()), MPI_FLOAT, all.data(), count(mine.size()), MPI_FLOAT,
                                comm_));
+  }
+  void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override {
+    check_blocks(mine.size(), all.size(), "reduce_scatter_sum");
+    WB_MPI_CHECK(MPI_Reduce_scatter_block(all.data(), mine.data(), count(mine.size()), MPI_FLOAT, MPI_SUM, comm_));
   }
 
  private:
+  static int count(std::size_t n) {
+    if (n > static_cast<std::size_t>(INT_MAX)) throw DistError("a rank group's collective: more than INT_MAX values");
+    return static_cast<int>(n);
+  }
+  void check_blocks(std::size_t mine, std::size_t all, const char* op) const {
+    if (all != mine * static_cast<std::size_t>(size_)) {
+      throw DistError(std::string(op) + ": " + std::to_string(all) + " values for " + std::to_string(size_) +
+                      " blocks of " + std::to_string(mine));
+    }
+  }
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
 };
 #endif
+
+// Without MPI: a single process is a group of one; anything else cannot be split.
+std::unique_ptr<GroupComm> self_group(Communicator& job) {
+  if (job.size() == 1) return std::make_unique<SelfGroup>();
+  throw DistError(std::string("a rank group needs the job's MPI communicator, got ") + job.backend());
+}
 
 }  // namespace
 
@@ -63,8 +111,15 @@ std::unique_ptr<GroupComm> make_group_comm(Communicator& job, GroupScope scope) 
   if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) return std::make_unique<MpiGroup>(*mpi, scope);
 #endif
   (void)scope;
-  if (job.size() == 1) return std::make_unique<SelfGroup>();
-  throw DistError(std::string("a rank group needs the job's MPI communicator, got ") + job.backend());
+  return self_group(job);
+}
+
+std::unique_ptr<GroupComm> split_group_comm(Communicator& job, int color) {
+#if WB_PARALLEL_MPI
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) return std::make_unique<MpiGroup>(*mpi, color);
+#endif
+  (void)color;
+  return self_group(job);
 }
 
 }  // namespace wb::parallel
