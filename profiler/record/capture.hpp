@@ -11,6 +11,8 @@
 // Windows that overlap merge into one. Every rank takes the same decision: the trainer ORs the ranks'
 // triggers of a step (Capture::triggers) in one tiny allreduce and hands the result to end_step, so each
 // rank file keeps the same windows. Rows outside any step (step -1: before the first step) are dropped.
+// Memory rows (trainer/memory_profile.hpp) do not come here: what is alive at a step is the sum of every
+// allocation before it, so they are written whole, like the step table.
 // Each window becomes a capture_window row (store/schema.sql) once all its steps are decided.
 #pragma once
 
