@@ -35,6 +35,7 @@ namespace {
 using wb::test::Result;
 using wb::test::run_train;
 using wb::test::TempDir;
+using wb::test::spawn_train;
 using wb::test::with;
 namespace fs = std::filesystem;
 
@@ -97,23 +98,6 @@ void require_counters_inside(wb::store::Db& db, std::int64_t first, std::int64_t
   CHECK(db.query_int64("SELECT count(*) FROM counter") > 0);
   CHECK(db.query_int64("SELECT count(*) FROM counter WHERE t_ns <= " + std::to_string(lo) + " OR t_ns >= " +
                        std::to_string(hi)) == 0);
-}
-
-// Starts wb-train with stdout and stderr into files; the pid.
-pid_t spawn_train(std::vector<std::string> args, const fs::path& out, const fs::path& err) {
-  args.insert(args.begin(), WB_TRAIN);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, WB_TRAIN, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(rc == 0);
-  return pid;
 }
 
 // Waits (up to 300 s) until `out` holds `text`; false when the process ended or time ran out first.

@@ -87,17 +87,7 @@ RankFault run_rank_fault(const TempDir& dir, int nproc, int victim, int sig, con
   std::vector<std::string> args = with(small_run(), {"--nproc", std::to_string(nproc), "--steps", "100000",
                                                      "--watchdog-s", "6", "--run", run.string()});
   args = with(args, extra);
-  args.insert(args.begin(), WB_TRAIN);
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t launcher = 0;  // wb-train, which replaces itself with mpirun
-  REQUIRE(posix_spawn(&launcher, WB_TRAIN, &actions, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t launcher = wb::test::spawn_train(args, out, err);  // wb-train, which replaces itself with mpirun
 
   using Clock = std::chrono::steady_clock;
   const auto setup_deadline = Clock::now() + std::chrono::seconds(300);

@@ -465,20 +465,11 @@ TEST_CASE("pipeline: SIGKILL of stage 1's rank ends the job within 60 s, naming 
   TempDir dir;
   const fs::path out = dir / "kill.stdout";
   const fs::path err = dir / "kill.stderr";
-  std::vector<std::string> args = {WB_TRAIN, "--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "8",
+  std::vector<std::string> args = {"--data", "synthetic", "--synthetic-samples", "256", "--batch-size", "8",
                                    "--threads", "1", "--nproc", "2", "--pipeline-stages", "2", "--micro-batches", "2",
                                    "--steps", "100000", "--log-every", "1", "--no-profile", "--run",
                                    (dir / "kill.sqlite").string()};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t launcher = 0;  // wb-train, which replaces itself with mpirun
-  REQUIRE(posix_spawn(&launcher, WB_TRAIN, &actions, nullptr, argv.data(), environ) == 0);
-  posix_spawn_file_actions_destroy(&actions);
+  const pid_t launcher = wb::test::spawn_train(args, out, err);  // wb-train, which replaces itself with mpirun
 
   // Both stages are training once rank 0 reports its second step (a step needs both stages).
   using Clock = std::chrono::steady_clock;

@@ -25,6 +25,7 @@
 #include "store/reader.hpp"
 #include "support/numeric.hpp"
 #include "support/python.hpp"
+#include "test_trainer_reference.hpp"
 #include "test_trainer_util.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
@@ -32,7 +33,12 @@
 
 namespace {
 
+using wb::test::floats;
+using wb::test::labels_of;
+using wb::test::one_process;
 using wb::test::Result;
+using wb::test::StepResult;
+using wb::test::worst;
 using wb::test::run_train;
 using wb::test::TempDir;
 using wb::test::with;
@@ -63,75 +69,6 @@ Runs& runs() {
   return r;
 }
 
-std::vector<float> floats(const wb::store::TensorRow& t) {
-  std::vector<float> out(t.data.size() / sizeof(float));
-  std::memcpy(out.data(), t.data.data(), out.size() * sizeof(float));
-  return out;
-}
-
-std::vector<std::int32_t> labels_of(const wb::store::TensorRow& t) {
-  std::vector<std::int32_t> out(t.data.size() / sizeof(std::int32_t));
-  std::memcpy(out.data(), t.data.data(), out.size() * sizeof(std::int32_t));
-  return out;
-}
-
-// One process's step (the whole classifier) from the state rank 0 dumped, on `images` (n of them).
-struct StepResult {
-  float loss = 0;
-  std::map<std::string, std::vector<float>> grad, param_after, stats_after;
-};
-
-StepResult one_process(wb::store::Reader& run, const std::vector<float>& images, const std::vector<std::int32_t>& labels,
-                       int n) {
-  auto be = wb::backend::make_cpu_backend({1});
-  wb::model::ModelConfig mc;
-  mc.num_classes = 10;
-  mc.image_size = 32;
-  mc.batch_size = n;
-  mc.loss = {wb::backend::LossConvention::mindspore, 0.1f};
-  wb::model::ResNet50 model(*be, mc);
-  std::vector<float> params(model.param_count());
-  for (const auto& p : model.params()) {
-    auto v = floats(run.tensor("run", "param", p.name, 0, 0));
-    REQUIRE(v.size() == p.numel);
-    std::copy(v.begin(), v.end(), params.begin() + static_cast<std::ptrdiff_t>(p.offset));
-  }
-  model.params_from_host(params);
-  StepResult r;
-  r.loss = model.forward(images, labels);
-  model.backward();
-  const std::vector<float> g = model.grads_to_host();
-  wb::optim::Sgd sgd({0.9f, 1e-4f, false});
-  sgd.step(model, 0.05f);
-  const std::vector<float> after = model.params_to_host(), stats_after = model.running_stats_to_host();
-  for (const auto& p : model.params()) {
-    const auto o = static_cast<std::ptrdiff_t>(p.offset), e = o + static_cast<std::ptrdiff_t>(p.numel);
-    r.grad[p.name] = {g.begin() + o, g.begin() + e};
-    r.param_after[p.name] = {after.begin() + o, after.begin() + e};
-  }
-  for (const auto& b : model.buffers()) {
-    if (b.dtype != wb::backend::DType::f32) continue;
-    const auto o = static_cast<std::ptrdiff_t>(b.offset), e = o + static_cast<std::ptrdiff_t>(b.numel);
-    r.stats_after[b.name] = {stats_after.begin() + o, stats_after.begin() + e};
-  }
-  return r;
-}
-
-// The largest rel-L2 of the run's tensors of `kind` (rank 0's dump) against `ref`, over the names that
-// start with `prefix`.
-double worst(wb::store::Reader& run, const std::string& kind, const std::map<std::string, std::vector<float>>& ref,
-             std::string* which, const std::string& prefix = "") {
-  double w = 0;
-  for (const auto& [name, v] : ref) {
-    if (!name.starts_with(prefix)) continue;
-    const double e = wb::test::rel_l2(floats(run.tensor("run", kind, name, 0, 0)), v, 1e-12);
-    if (e >= w) {
-      w = e;
-      *which = name;
-    }
-  }
-  return w;
-}
 
 // The largest rel-L2 per dump kind between two runs' dumps of step 0, over every rank's F32 tensors.
 std::map<std::string, double> worst_by_kind(const fs::path& a_file, const fs::path& b_file, std::string* worst_grad) {
@@ -217,7 +154,7 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global equal 1 process on the concaten
   std::string g_name, fc_name, p_name, s_name;
   const double loss_err = std::fabs(run_loss - ref.loss) / std::fabs(ref.loss);
   const double g = worst(run, "grad", ref.grad, &g_name);
-  const double fc = worst(run, "grad", ref.grad, &fc_name, "fc.");
+  const double fc = worst(run, "grad", ref.grad, &fc_name, {"fc."});
   const double p = worst(run, "param_after", ref.param_after, &p_name);
   const double s = worst(run, "buffer_after", ref.stats_after, &s_name);
   WARN("2 ranks --shard-fc 2 --sync-bn global vs 1 process on the concatenated batch, worst rel-L2: loss "

@@ -3,7 +3,10 @@
 // tests/support.
 #pragma once
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 
@@ -140,6 +143,25 @@ inline bool alive(pid_t pid) {
   const std::string stat = read_text_if_present("/proc/" + std::to_string(pid) + "/stat");
   const auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Starts wb-train with `args` in the background, its stdout and stderr into files; its pid (a
+// multi-rank launch replaces itself with mpirun, whose children are the ranks).
+inline pid_t spawn_train(std::vector<std::string> args, const std::filesystem::path& out,
+                         const std::filesystem::path& err) {
+  args.insert(args.begin(), WB_TRAIN);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, WB_TRAIN, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  REQUIRE(rc == 0);
+  return pid;
 }
 
 }  // namespace wb::test

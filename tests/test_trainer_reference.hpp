@@ -1,0 +1,112 @@
+// The single-process reference of the 2-rank trainer tests (--sync-bn, --shard-fc): one step of the
+// whole model, built here from the state rank 0 dumped, and the rel-L2 of a run's dumped tensors
+// against it.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "store/reader.hpp"
+#include "support/numeric.hpp"
+#include "trainer/backend/backend.hpp"
+#include "trainer/model/resnet50.hpp"
+#include "trainer/optim/sgd.hpp"
+
+namespace wb::test {
+
+inline std::vector<float> floats(const wb::store::TensorRow& t) {
+  std::vector<float> out(t.data.size() / sizeof(float));
+  std::memcpy(out.data(), t.data.data(), out.size() * sizeof(float));
+  return out;
+}
+
+inline std::vector<std::int32_t> labels_of(const wb::store::TensorRow& t) {
+  std::vector<std::int32_t> out;
+  if (t.dtype == "I64") {
+    std::vector<std::int64_t> v(t.data.size() / 8);
+    std::memcpy(v.data(), t.data.data(), v.size() * 8);
+    for (auto x : v) out.push_back(static_cast<std::int32_t>(x));
+  } else {
+    out.resize(t.data.size() / 4);
+    std::memcpy(out.data(), t.data.data(), out.size() * 4);
+  }
+  return out;
+}
+
+// One process's step from the state rank 0 dumped, on `images` (n images) with plain batch norm:
+// loss, gradients, running statistics and parameters after the update, each by name.
+struct StepResult {
+  float loss = 0;
+  std::map<std::string, std::vector<float>> grad, param_after, stats_after;
+};
+
+inline StepResult one_process(wb::store::Reader& run, const std::vector<float>& images, const std::vector<std::int32_t>& labels,
+                       int n) {
+  auto be = wb::backend::make_cpu_backend({1});
+  wb::model::ModelConfig mc;
+  mc.num_classes = 10;
+  mc.image_size = 32;
+  mc.batch_size = n;
+  mc.loss = {wb::backend::LossConvention::mindspore, 0.1f};
+  wb::model::ResNet50 model(*be, mc);
+  std::vector<float> params(model.param_count());
+  for (const auto& p : model.params()) {
+    auto v = floats(run.tensor("run", "param", p.name, 0, 0));
+    REQUIRE(v.size() == p.numel);
+    std::copy(v.begin(), v.end(), params.begin() + static_cast<std::ptrdiff_t>(p.offset));
+  }
+  model.params_from_host(params);
+  std::vector<float> stats = model.running_stats_to_host();
+  for (const auto& b : model.buffers()) {
+    if (b.dtype != wb::backend::DType::f32) continue;
+    auto v = floats(run.tensor("run", "buffer", b.name, 0, 0));
+    REQUIRE(v.size() == b.numel);
+    std::copy(v.begin(), v.end(), stats.begin() + static_cast<std::ptrdiff_t>(b.offset));
+  }
+  model.running_stats_from_host(stats);
+  StepResult r;
+  r.loss = model.forward(images, labels);
+  model.backward();
+  const std::vector<float> g = model.grads_to_host();
+  wb::optim::Sgd sgd({0.9f, 1e-4f, false});
+  sgd.step(model, 0.05f);
+  const std::vector<float> after = model.params_to_host(), stats_after = model.running_stats_to_host();
+  for (const auto& p : model.params()) {
+    const auto o = static_cast<std::ptrdiff_t>(p.offset), e = o + static_cast<std::ptrdiff_t>(p.numel);
+    r.grad[p.name] = {g.begin() + o, g.begin() + e};
+    r.param_after[p.name] = {after.begin() + o, after.begin() + e};
+  }
+  for (const auto& b : model.buffers()) {
+    if (b.dtype != wb::backend::DType::f32) continue;
+    const auto o = static_cast<std::ptrdiff_t>(b.offset), e = o + static_cast<std::ptrdiff_t>(b.numel);
+    r.stats_after[b.name] = {stats_after.begin() + o, stats_after.begin() + e};
+  }
+  return r;
+}
+
+// The largest rel-L2 of the run's tensors of `kind` (rank 0's dump) against `ref`, over the names that
+// start with one of `prefixes` (all names when empty).
+inline double worst(wb::store::Reader& run, const std::string& kind, const std::map<std::string, std::vector<float>>& ref,
+             std::string* which, const std::vector<std::string>& prefixes = {}) {
+  double w = 0;
+  for (const auto& [name, v] : ref) {
+    if (!prefixes.empty() && std::none_of(prefixes.begin(), prefixes.end(),
+                                          [&](const std::string& p) { return name.starts_with(p); })) {
+      continue;
+    }
+    const double e = rel_l2(floats(run.tensor("run", kind, name, 0, 0)), v, 1e-12);
+    if (e >= w) {
+      w = e;
+      *which = name;
+    }
+  }
+  return w;
+}
+
+}  // namespace wb::test
