@@ -812,22 +812,23 @@ const Tensor& ResNet50::block_backward(Block& blk, const Tensor& x, const Tensor
   return blk.c1.dx;
 }
 
+void ResNet50::loss_and_fc_backward() {
+  Layers& L = *layers_;
+  begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
+  backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
+  end(loss_module_id(), Phase::loss);
+  begin(L.fc_module, Phase::backward);
+  backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
+  grads_ready(L.fc_param, L.fc_param + 2);
+  end(L.fc_module, Phase::backward);
+}
+
 void ResNet50::backward() {
   if (!training_) throw ModelError("backward: the model is in eval mode (set_training(true) first)");
   if (!have_forward_) throw ModelError("backward: no training forward to differentiate");
   Layers& L = *layers_;
-  if (fc_sharded()) {
-    sharded_fc_backward();
-  } else {
-    begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
-    backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
-    end(loss_module_id(), Phase::loss);
-
-    begin(L.fc_module, Phase::backward);
-    backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
-    grads_ready(L.fc_param, L.fc_param + 2);
-    end(L.fc_module, Phase::backward);
-  }
+  if (fc_sharded()) sharded_fc_backward();
+  else loss_and_fc_backward();
 
   const Tensor& last = L.blocks.back().out;
   begin(L.avgpool_module, Phase::backward);
@@ -1076,13 +1077,7 @@ const Tensor& ResNet50::backward_units(const Tensor& dy) {
   const Tensor* d = &dy;
   for (int u = units_end_ - 1; u >= units_first_; --u) {
     if (u == kUnits - 1) {
-      begin(loss_module_id(), Phase::loss, backend::MemoryRole::gradient);
-      backend_.softmax_cross_entropy_backward(probs_, label_ref_, config_.loss, dlogits_);
-      end(loss_module_id(), Phase::loss);
-      begin(L.fc_module, Phase::backward);
-      backend_.linear_backward(L.gap_y, L.fc_w, dlogits_, L.gap_dx, L.fc_dw, L.fc_db);
-      grads_ready(L.fc_param, L.fc_param + 2);
-      end(L.fc_module, Phase::backward);
+      loss_and_fc_backward();
       begin(L.avgpool_module, Phase::backward);
       backend_.global_avgpool_backward(unit_input(u), L.gap_dx, L.head_dx);
       end(L.avgpool_module, Phase::backward);

@@ -221,6 +221,8 @@ class ResNet50 {
   // The sharded classifier's forward from the features (after avgpool) and backward down to them.
   float sharded_fc_forward(const backend::Tensor& labels);
   void sharded_fc_backward();
+  // The loss's backward, then the classifier's (fc.weight, fc.bias and the features' gradient).
+  void loss_and_fc_backward();
   void block_forward(Block& blk, const backend::Tensor& x);
   const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
 
