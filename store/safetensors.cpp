@@ -97,7 +97,7 @@ std::vector<HostTensor> read_safetensors(const std::filesystem::path& path,
   OrderedJson header;
   try {
     header = OrderedJson::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
     throw TensorFileError(path, std::string("safetensors header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) throw TensorFileError(path, "safetensors header is not a JSON object");

@@ -263,7 +263,7 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
       nlohmann::json j;
       try {
         j = nlohmann::json::parse(in);
-      } catch (const nlohmann::json::parse_error& e) {
+      } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number too large
         throw ConfigError("--config " + path + ": not valid JSON (" + std::string(e.what()) + ")");
       }
       apply_json(cfg, j, path);
