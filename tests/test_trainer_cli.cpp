@@ -59,6 +59,16 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
     require_one_line_error(run_train(with(base_args(dir), {"--config", cfg.string()})),
                            {cfg.string(), "not valid JSON"});
   }
+  SECTION("--save names a folder, or a file in a folder that does not exist, on one rank and on two") {
+    for (const char* nproc : {"0", "2"}) {
+      CAPTURE(nproc);
+      require_one_line_error(run_train(with(base_args(dir), {"--nproc", nproc, "--save", dir.path().string()})),
+                             {"--save", dir.path().string(), "is a folder"});
+      const std::string missing = (dir / "no-such-folder" / "ckpt.safetensors").string();
+      require_one_line_error(run_train(with(base_args(dir), {"--nproc", nproc, "--save", missing})),
+                             {"--save", missing, "does not exist"});
+    }
+  }
   SECTION("unknown key in --config") {
     const auto cfg = dir / "unknown.json";
     write_text(cfg, "{\"batch_size\": 4, \"bogus_key\": 1}");

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     trainer::validate(cfg);
+    trainer::check_save_path(cfg.save);
     if (cfg.nproc > 0 && parallel::launch_info().launcher == "none") {
       // mpirun hands the ranks a pseudo-terminal; tell them whether the user's stdout really is one.
       setenv("WB_STDOUT_TTY", isatty(STDOUT_FILENO) ? "1" : "0", 1);

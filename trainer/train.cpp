@@ -738,8 +738,21 @@ int finish(const TrainConfig& cfg, Placement& place, Recording& rec, Learner& le
 
 }  // namespace
 
+// --save: a checkpoint file in a folder that exists. Checked on every rank before training, so a bad
+// path is one line at the start, not a failure of rank 0 alone after the last step.
+void check_save_path(const fs::path& save) {
+  if (save.empty()) return;
+  std::error_code ec;
+  if (fs::is_directory(save, ec))
+    throw ConfigError("--save " + save.string() + ": is a folder, expected the checkpoint's file (F.safetensors)");
+  const fs::path dir = save.has_parent_path() ? save.parent_path() : fs::path(".");
+  if (!fs::is_directory(dir, ec))
+    throw ConfigError("--save " + save.string() + ": the folder " + dir.string() + " does not exist");
+}
+
 int run_training(const TrainConfig& cfg_in) {
   TrainConfig cfg = cfg_in;
+  check_save_path(cfg.save);
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
   check_fc_shard(cfg, place.device.cuda, place.world);  // before anything is written
@@ -790,7 +803,16 @@ int run_training(const TrainConfig& cfg_in) {
   const TrainResult result = train(job);
   // A checkpoint holds the whole model: a pipeline's stages first hand rank 0 their parts.
   if (plan.active() && !cfg.save.empty()) schedule->after_dump(result.steps_done, nullptr);
-  return finish(cfg, place, rec, learner, result);
+  try {
+    return finish(cfg, place, rec, learner, result);
+  } catch (const std::exception& e) {
+    if (place.world <= 1) throw;
+    // One rank failed after training (its checkpoint could not be written, say): the others would wait
+    // for it in the closing collectives. Say why, naming the rank, and end the whole job.
+    std::cerr << "wb-train: rank " << place.rank << ": " << e.what() << "\n" << std::flush;
+    place.comms.main().abort_job(1);
+    throw;
+  }
 }
 
 }  // namespace wb::trainer
