@@ -109,15 +109,6 @@ struct RankTrace {
   int rank = 0;
 };
 
-std::string now_utc() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, const std::filesystem::path& path,
                        bool build_indexes) {
   ParsedTrace& tr = rt.trace;
@@ -366,7 +357,6 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
                            {"trace", rt.file.filename().string()},
                            {"trace_format", tr.format == TraceFormat::kineto ? "kineto" : "legacy"}};
   if (!tr.distributed_info.empty()) config["distributed_info"] = tr.distributed_info;
-  w.set_meta("created_utc", now_utc());
   w.set_meta("framework", "pytorch");
   w.set_meta("device", info.device);
   if (!device_name.empty()) w.set_meta("device_name", device_name);
