@@ -2,12 +2,15 @@
 // normalisation, in worker threads) against torchvision's DataLoader with PIL (worker processes) on the
 // same files, with the same worker count and the eval transforms: Resize(R) + CenterCrop(S) +
 // ToTensor + Normalize. The folder is cut from matplotlib's sample photograph by
-// scripts/make_imagefolder.py (ImageNet-like sizes by default). Rounds alternate: one pass of ours,
+// scripts/make_imagefolder.py: ImageNet-like by default, all JPEG (baseline 4:2:0, 4:2:2, 4:4:4,
+// progressive, greyscale, CMYK, EXIF-rotated) of 300-500 pixels a side; `--formats all` adds the PNG
+// variants (a third of the files), whose decode (zlib and PNG's row filters, alike on both sides) costs
+// four times a JPEG's. Rounds alternate: one pass of ours,
 // then one pass of torchvision's (a persistent child process, bench/imagefolder_throughput.py, whose
 // start-up and first pass are not timed). The last line is the ratio ours / torchvision in images/s.
 //
 //   imagefolder_throughput [--workers 1] [--batch 32] [--size 224] [--images 256] [--rounds 3]
-//                          [--sizes 300:500] [--folder DIR]
+//                          [--sizes 300:500] [--formats jpeg|all] [--folder DIR]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +34,7 @@ namespace fs = std::filesystem;
 struct Options {
   int workers = 1, batch = 32, size = 224, images = 256, rounds = 3;
   std::string sizes = "300:500";
+  std::string formats = "jpeg";
   std::string folder;
 };
 
@@ -57,10 +61,15 @@ Options parse(int argc, char** argv) {
     else if (a == "--images") o.images = number(4);
     else if (a == "--rounds") o.rounds = number(1);
     else if (a == "--sizes") o.sizes = value();
-    else if (a == "--folder") o.folder = value();
+    else if (a == "--formats") {
+      o.formats = value();
+      if (o.formats != "jpeg" && o.formats != "all") {
+        throw std::invalid_argument("--formats: expected jpeg or all, got '" + o.formats + "'");
+      }
+    } else if (a == "--folder") o.folder = value();
     else if (a == "--help" || a == "-h") {
       std::puts("usage: imagefolder_throughput [--workers 1] [--batch 32] [--size 224] [--images 256] [--rounds 3] "
-                "[--sizes 300:500] [--folder DIR]");
+                "[--sizes 300:500] [--formats jpeg|all] [--folder DIR]");
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + a + "' (see --help)");
@@ -90,12 +99,13 @@ int main(int argc, char** argv) {
     const Options o = parse(argc, argv);
     fs::path folder = o.folder;
     if (folder.empty()) {
-      folder = fs::temp_directory_path() / ("wb-bench-imagefolder-" + std::to_string(o.images) + "-" + o.sizes);
+      folder = fs::temp_directory_path() / ("wb-bench-imagefolder-" + std::to_string(o.images) + "-" + o.sizes + "-" + o.formats);
       if (!fs::exists(folder)) {
         const int classes = 4;
         const std::string cmd = std::string(WB_PYTHON) + " " + WB_SOURCE_DIR + "/scripts/make_imagefolder.py '" +
                                 folder.string() + "' --classes " + std::to_string(classes) + " --per-class " +
-                                std::to_string((o.images + classes - 1) / classes) + " --size " + o.sizes + " >/dev/null";
+                                std::to_string((o.images + classes - 1) / classes) + " --size " + o.sizes +
+                                " --formats " + o.formats + " >/dev/null";
         std::printf("imagefolder_throughput: writing %d images to %s\n", o.images, folder.c_str());
         std::fflush(stdout);
         if (run_command(cmd) != 0) throw std::runtime_error("make_imagefolder.py failed");
@@ -135,9 +145,11 @@ int main(int argc, char** argv) {
     ours_pass();  // warm-up (page cache, allocations), with the per-stage costs measured
     observe = false;
     const double images = static_cast<double>(steps * o.batch);
+    const std::string files = !o.folder.empty() ? o.folder
+                              : (o.formats == "jpeg" ? "JPEG, " : "JPEG and PNG, ") + o.sizes + " pixels";
     std::printf("imagefolder_throughput: %lld images (%s), eval transforms Resize(%d) + CenterCrop(%d), batch %d, "
                 "%d worker(s) each, %d rounds\n",
-                static_cast<long long>(set.size()), o.sizes.c_str(), pc.image.resize_size, o.size, o.batch, o.workers,
+                static_cast<long long>(set.size()), files.c_str(), pc.image.resize_size, o.size, o.batch, o.workers,
                 o.rounds);
     std::printf("torchvision side: %s\n", torch.banner().c_str());
     std::printf("our per-image costs (warm-up pass, one worker's time):");

@@ -6,11 +6,12 @@ as real JPEG (4:2:0, 4:2:2, 4:4:4, progressive, greyscale, CMYK, EXIF-rotated) a
 grey, palette, 16-bit) files.
 
   make_imagefolder.py OUT [--classes 4] [--per-class 12] [--seed 1] [--size 160:520] [--broken]
-                          [--parity]
+                          [--parity] [--formats all|jpeg]
 
 --broken adds deliberately bad files to the first class (a truncated JPEG, a JPEG with a damaged
 stream, a PNG with a bad checksum, an empty file, text named .png). --parity writes one folder of odd
-cases instead (tall, wide, tiny, greyscale, CMYK, EXIF-rotated, every PNG colour type).
+cases instead (tall, wide, tiny, greyscale, CMYK, EXIF-rotated, every PNG colour type). --formats jpeg
+writes the JPEG variants only, as ImageNet's folders hold (all JPEG, a few of them greyscale or CMYK).
 Prints the number of files written.
 """
 import argparse
@@ -107,9 +108,10 @@ def save_variant(img, path_stem, kind, rng):
 
 KINDS = ["jpeg420", "jpeg420", "jpeg422", "jpeg444", "progressive", "grey", "cmyk", "exif", "png", "png_rgba",
          "png_grey", "png_palette"]
+JPEG_KINDS = [k for k in KINDS if not k.startswith("png")]
 
 
-def write_classes(out, classes, per_class, seed, size_range):
+def write_classes(out, classes, per_class, seed, size_range, kinds):
     photo, extras = sources()
     rng = random.Random(seed)
     lo, hi = size_range
@@ -124,7 +126,7 @@ def write_classes(out, classes, per_class, seed, size_range):
             # Each class leans on its own colour cast so that a model can tell them apart.
             from PIL import ImageEnhance
             img = ImageEnhance.Color(img).enhance(0.4 + 0.4 * c)
-            save_variant(img, os.path.join(folder, f"img_{i:04d}"), KINDS[(i + c) % len(KINDS)], rng)
+            save_variant(img, os.path.join(folder, f"img_{i:04d}"), kinds[(i + c) % len(kinds)], rng)
             count += 1
     return count
 
@@ -182,6 +184,8 @@ def main():
     p.add_argument("--size", default="160:520", help="LO:HI side lengths of the images")
     p.add_argument("--broken", action="store_true")
     p.add_argument("--parity", action="store_true")
+    p.add_argument("--formats", choices=["all", "jpeg"], default="all",
+                   help="all: the JPEG and PNG variants; jpeg: the JPEG variants only")
     a = p.parse_args()
     try:
         lo, hi = (int(v) for v in a.size.split(":"))
@@ -193,7 +197,8 @@ def main():
     if a.parity:
         n = write_parity(a.out, a.seed)
     else:
-        n = write_classes(a.out, a.classes, a.per_class, a.seed, (lo, hi))
+        n = write_classes(a.out, a.classes, a.per_class, a.seed, (lo, hi),
+                          JPEG_KINDS if a.formats == "jpeg" else KINDS)
     if a.broken:
         photo, _ = sources()
         n += write_broken(os.path.join(a.out, "class_00" if not a.parity else "odd"), photo)

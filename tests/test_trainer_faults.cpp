@@ -78,8 +78,6 @@ struct RankFault {
   int exit_code = 0;
 };
 
-constexpr double kFaultWatchdogSeconds = 6.0;
-
 RankFault run_rank_fault(const TempDir& dir, int nproc, int victim, int sig, const std::vector<std::string>& extra) {
   const fs::path run = dir / "fault.sqlite";
   const fs::path out = dir / "fault.stdout";

@@ -93,11 +93,12 @@ inline StepResult one_process(wb::store::Reader& run, const std::vector<float>& 
 // The largest rel-L2 of the run's tensors of `kind` (rank 0's dump) against `ref`, over the names that
 // start with one of `prefixes` (all names when empty).
 inline double worst(wb::store::Reader& run, const std::string& kind, const std::map<std::string, std::vector<float>>& ref,
-             std::string* which, const std::vector<std::string>& prefixes = {}) {
+                    std::string* which, const std::vector<std::string>& prefixes = {}) {
   double w = 0;
   for (const auto& [name, v] : ref) {
+    const std::string& n = name;  // a structured binding is not captured by a lambda before clang 16
     if (!prefixes.empty() && std::none_of(prefixes.begin(), prefixes.end(),
-                                          [&](const std::string& p) { return name.starts_with(p); })) {
+                                          [&](const std::string& p) { return n.starts_with(p); })) {
       continue;
     }
     const double e = rel_l2(floats(run.tensor("run", kind, name, 0, 0)), v, 1e-12);

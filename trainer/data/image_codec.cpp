@@ -115,13 +115,17 @@ bool ImageDecoder::decode_jpeg_region(const uint8_t* data, std::size_t size, con
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
-  if (cinfo.num_components != 3 || (cinfo.jpeg_color_space != JCS_YCbCr && cinfo.jpeg_color_space != JCS_RGB) ||
-      static_cast<int>(cinfo.image_width) != out.width || static_cast<int>(cinfo.image_height) != out.height) {
+  const bool grey = cinfo.num_components == 1 && cinfo.jpeg_color_space == JCS_GRAYSCALE;
+  const bool colour =
+      cinfo.num_components == 3 && (cinfo.jpeg_color_space == JCS_YCbCr || cinfo.jpeg_color_space == JCS_RGB);
+  if ((!grey && !colour) || static_cast<int>(cinfo.image_width) != out.width ||
+      static_cast<int>(cinfo.image_height) != out.height) {
     jpeg_destroy_decompress(&cinfo);
     return false;
   }
-  // What PIL's decoder (and tjDecompress2) use: accurate integer DCT, fancy upsampling.
-  cinfo.out_color_space = JCS_RGB;
+  // What PIL's decoder (and tjDecompress2) use: accurate integer DCT, fancy upsampling. Greyscale comes
+  // out as one channel and is spread over three, as PIL's convert('RGB') does.
+  cinfo.out_color_space = grey ? JCS_GRAYSCALE : JCS_RGB;
   cinfo.dct_method = JDCT_ISLOW;
   cinfo.do_fancy_upsampling = TRUE;
   jpeg_start_decompress(&cinfo);
@@ -134,9 +138,14 @@ bool ImageDecoder::decode_jpeg_region(const uint8_t* data, std::size_t size, con
   const auto y1 = static_cast<JDIMENSION>(std::clamp(r.y1 + kRegionMargin, 0, h));
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, y0);
   const std::size_t stride = static_cast<std::size_t>(w) * 3;
+  if (grey) scratch_.resize(cw);
   while (cinfo.output_scanline < y1) {
-    JSAMPROW row = out.pixels.data() + static_cast<std::size_t>(cinfo.output_scanline) * stride + std::size_t{x} * 3;
+    uint8_t* dst = out.pixels.data() + static_cast<std::size_t>(cinfo.output_scanline) * stride + std::size_t{x} * 3;
+    JSAMPROW row = grey ? scratch_.data() : dst;
     jpeg_read_scanlines(&cinfo, &row, 1);
+    if (grey) {
+      for (JDIMENSION i = 0; i < cw; ++i) dst[3 * i] = dst[3 * i + 1] = dst[3 * i + 2] = scratch_[i];
+    }
   }
   // The rest is entropy-decoded and dropped: a damaged or truncated tail is still an error.
   if (cinfo.output_scanline < cinfo.output_height) jpeg_skip_scanlines(&cinfo, cinfo.output_height - cinfo.output_scanline);
@@ -163,7 +172,15 @@ void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std:
   auto check = [&](int rc) {
     if (rc != 0) throw DataError(name + ": corrupt or truncated JPEG (libjpeg-turbo: " + tjGetErrorStr2(h) + ")");
   };
+  auto region = [&] {
+    if (!roi) return false;
+    const SourceRect r = roi(w, ht);
+    const bool part = r.x0 > kRegionMargin || r.y0 > kRegionMargin || r.x1 < w - kRegionMargin ||
+                      r.y1 < ht - kRegionMargin;
+    return part && decode_jpeg_region(data, size, name, out, r);
+  };
   if (colorspace == TJCS_GRAY) {
+    if (region()) return;
     scratch_.resize(px);
     check(tjDecompress2(h, data, static_cast<unsigned long>(size), scratch_.data(), w, 0, ht, TJPF_GRAY, flags));
     for (std::size_t i = 0; i < px; ++i) out.pixels[3 * i] = out.pixels[3 * i + 1] = out.pixels[3 * i + 2] = scratch_[i];
@@ -179,12 +196,7 @@ void ImageDecoder::decode_jpeg(const uint8_t* data, std::size_t size, const std:
       }
     }
   } else {
-    if (roi) {
-      const SourceRect r = roi(w, ht);
-      const bool part = r.x0 > kRegionMargin || r.y0 > kRegionMargin || r.x1 < w - kRegionMargin ||
-                        r.y1 < ht - kRegionMargin;
-      if (part && decode_jpeg_region(data, size, name, out, r)) return;
-    }
+    if (region()) return;
     check(tjDecompress2(h, data, static_cast<unsigned long>(size), out.pixels.data(), w, 0, ht, TJPF_RGB, flags));
   }
 }
