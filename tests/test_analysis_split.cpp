@@ -137,17 +137,18 @@ TEST_CASE("MindSpore's [85,160] applies to models with more than 160 parameters"
 
 TEST_CASE("a split model built from a recorded run", "[analysis]") {
   const wb::test::TempDir dir;
-  fs::path file = dir / "run.sqlite";
   // Parameters 0,1 of 200 floats and 2,3 of 100; backward of module m3 ends 100 ns after backward starts, m2 at 200,
   // m1 at 300, m0 at 400 (in both steps). Buckets [0,2) and [2,4); bucket sizes 800 B each; spans of
   // two sizes so the fit is determined: 1000 + 1 ns/B. Buckets [0,2) = 1600 B and [2,4) = 800 B.
-  {
+  // `sharded`: a fifth parameter of 5000 floats in no bucket (bucket -1, as a --shard-fc slice).
+  auto write = [&](const fs::path& file, bool sharded) {
     store::WriterOptions o;
     o.path = file;
     o.handle_signals = false;
     store::Writer w(o);
     std::uint32_t main = w.add_track(store::TrackKind::thread, "main");
     for (int i = 0; i < 4; ++i) w.add(store::ParamRow{i, analysis::concat("m", std::to_string(i), ".weight"), {i < 2 ? 200 : 100}, i < 2 ? 200 : 100, i < 2 ? 1 : 0, true});
+    if (sharded) w.add(store::ParamRow{4, "fc.weight", {5000}, 5000, -1, true});
     for (int s = 0; s < 2; ++s) {
       std::int64_t t = 1'000'000 * (s + 1);
       w.add(store::RangeRow{main, w.intern("step"), t, t + 10'000, 7, 0, s, 0});
@@ -161,7 +162,9 @@ TEST_CASE("a split model built from a recorded run", "[analysis]") {
       w.add(store::AllreduceRow{0, s, 1, 0, 1, 1600, t + 400, t + 2000, t + 2000 + 1000 + 1600});
     }
     w.finish();
-  }
+  };
+  const fs::path file = dir / "run.sqlite";
+  write(file, false);
   auto run = analysis::load_run(file);
   auto m = analysis::build_split_model(run);
   REQUIRE(m.size() == 4);
@@ -186,6 +189,18 @@ TEST_CASE("a split model built from a recorded run", "[analysis]") {
   CHECK_THAT(current.exposed_ns, WithinAbs(m.measured_exposed_ns, 1e-9));
   // The optimum is never worse than the run's own split.
   CHECK(analysis::predict(m, analysis::optimal_split(m)).comm_end_ns <= current.comm_end_ns);
+  CHECK(m.unbucketed == 0);
+
+  // A parameter in no bucket carries no bytes and leaves the others' bytes per element alone.
+  const fs::path sharded_file = dir / "sharded.sqlite";
+  write(sharded_file, true);
+  auto sharded = analysis::build_split_model(analysis::load_run(sharded_file));
+  REQUIRE(sharded.size() == 5);
+  CHECK(sharded.unbucketed == 1);
+  CHECK(sharded.bytes[4] == 0.0);
+  CHECK_THAT(sharded.bytes[0], WithinAbs(800, 1e-9));
+  CHECK_THAT(sharded.bytes[3], WithinAbs(400, 1e-9));
+  CHECK_THAT(analysis::predict(sharded, sharded.current_split).comm_end_ns, WithinAbs(4600, 1e-9));
 
   fs::path empty = dir / "empty.sqlite";
   {

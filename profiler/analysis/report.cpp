@@ -251,7 +251,9 @@ void write_stragglers(const RunData& run, std::ostream& out) {
 
 void write_split_suggestions(const RunData& run, std::ostream& out) {
   SplitModel m = build_split_model(run);
-  out << "Allreduce split suggestions (" << m.size() << " parameters, model over " << m.steps_used
+  out << "Allreduce split suggestions (" << m.size() << " parameters";
+  if (m.unbucketed > 0) out << ", " << m.unbucketed << " of them outside the data-parallel allreduce";
+  out << ", model over " << m.steps_used
       << " rank-steps; alpha " << format_ns(m.alpha_ns) << ", beta " << fmt("%.4g", m.beta_ns_per_byte)
       << " ns/B; backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
   Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});

@@ -168,7 +168,8 @@ SplitModel build_split_model(const RunData& run) {
   std::int64_t total_numel = 0;
   for (const auto& prm : params) {
     m.names.push_back(prm.name);
-    total_numel += prm.numel;
+    if (prm.bucket >= 0) total_numel += prm.numel;  // in no bucket: reduced elsewhere (a --shard-fc slice)
+    else ++m.unbucketed;
   }
 
   std::map<std::pair<int, int>, std::vector<store::AllreduceRow>> by_step;
@@ -181,7 +182,7 @@ SplitModel build_split_model(const RunData& run) {
     for (const auto& r : rows) b += r.bytes;
     if (total_numel > 0 && b > 0) elem = static_cast<double>(b) / static_cast<double>(total_numel);
   }
-  for (const auto& prm : params) m.bytes.push_back(static_cast<double>(prm.numel) * elem);
+  for (const auto& prm : params) m.bytes.push_back(prm.bucket >= 0 ? static_cast<double>(prm.numel) * elem : 0.0);
 
   // Cumulative bytes in backward order, for interpolation.
   std::vector<double> cum(p + 1, 0.0);  // cum[k] = bytes of the first k params in backward order

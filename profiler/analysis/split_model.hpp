@@ -22,7 +22,8 @@ namespace wb::analysis {
 struct SplitModel {
   std::vector<std::string> names;  // forward order
   std::vector<double> ready_ns;    // gradient ready, ns after backward start
-  std::vector<double> bytes;
+  std::vector<double> bytes;        // 0 for a parameter in no bucket
+  int unbucketed = 0;               // parameters outside the data-parallel allreduce (--shard-fc's slices)
   double alpha_ns = 0.0;
   double beta_ns_per_byte = 0.0;
   double compute_end_ns = 0.0;      // end of backward compute, ns after backward start
@@ -70,7 +71,8 @@ std::vector<int> mindspore_split(const SplitModel& model);
 // Builds the model from a recorded run: ready times from backward ranges named after a parameter's
 // module ("layer1.0.conv1" for "layer1.0.conv1.weight") and from each bucket's ready time (its lowest
 // index is the last gradient to arrive), interpolated by cumulative bytes in between; alpha and beta
-// fitted to the allreduce spans. Throws AnalysisError when the run has no params or no allreduce rows.
+// fitted to the allreduce spans. A parameter recorded in no bucket (bucket -1: a --shard-fc slice, reduced
+// by its shard groups) keeps its place in the list with no bytes. Throws AnalysisError when the run has no params or no allreduce rows.
 SplitModel build_split_model(const RunData& run);
 
 struct Suggestion {
