@@ -363,7 +363,7 @@ TEST_CASE("a captured window clicked in the Overview shows its steps in the Time
   REQUIRE(app.current == ViewId::overview);
   REQUIRE(app.capture_rows.size() == 2);
   // A click on the second window's row, as a hand would: hover, press, release.
-  const auto [x, y] = app.capture_rows[1];
+  const float x = app.capture_rows[1].first, y = app.capture_rows[1].second;
   auto frame_with_mouse = [&](bool down) {
     ImGuiIO& io = ImGui::GetIO();
     io.DeltaTime = 1.0f / 60;
