@@ -234,6 +234,87 @@ TEST_CASE("cuda batch norm (train, eval, backward, running stats) matches the CP
   }
 }
 
+// SyncBatchNorm's four steps over a batch split into parts (as processes hold it), the parts' sums added
+// as the allreduce would: every part's y, dx, running statistics, dgamma and dbeta against the CPU
+// backend's (which test_backend_sync_norm checks against float64 batch norm over the whole batch), in
+// NCHW and NHWC, with and without the fused relu.
+TEST_CASE("cuda synchronised batch norm over parts matches the CPU backend", "[cuda][backend]") {
+  auto cpu = wb::backend::make_cpu_backend({2});
+  struct Case {
+    Shape part;
+    int parts;
+  };
+  const Case cases[] = {{{2, 8, 5, 5}, 2}, {{1, 16, 7, 7}, 3}, {{3, 5, 4, 4}, 2}, {{4, 64, 1, 1}, 2}};
+  for (bool nhwc : {false, true}) {
+    Variant v{nhwc ? "fp32 channels_last" : "fp32", Precision::fp32, nhwc, kFp32Tol};
+    auto gpu = make_gpu(v);
+    double worst = 0.0;
+    std::uint64_t seed = 900;
+    for (const Case& k : cases) {
+      for (bool fuse : {false, true}) {
+        CAPTURE(v.name, k.part.to_string(), k.parts, fuse);
+        const std::int64_t c = k.part[1];
+        const std::size_t cu = static_cast<std::size_t>(c), pn = count(k.part);
+        const wb::backend::BatchNormParams p{1e-5f, 0.1f, fuse};
+        std::vector<std::vector<float>> xs, dys;
+        for (int i = 0; i < k.parts; ++i) {
+          xs.push_back(wb::test::random_normal(pn, seed++, 2.0f));
+          for (auto& x : xs.back()) x += 3.0f;  // a mean away from 0
+          dys.push_back(wb::test::random_normal(pn, seed++));
+        }
+        const auto gamma = wb::test::random_uniform(cu, seed++, 0.5f, 1.5f);
+        const auto beta = wb::test::random_normal(cu, seed++, 0.3f);
+        const auto rm = wb::test::random_normal(cu, seed++, 0.1f);
+        const auto rv = wb::test::random_uniform(cu, seed++, 0.5f, 2.0f);
+        // Per part: y, running mean, running var, dx, dgamma, dbeta.
+        auto run = [&](Backend& be, bool in_nhwc, std::vector<std::vector<float>>& out) {
+          struct Part {
+            Tensor x, dy, y, dx, rm, rv, dg, db;
+            wb::backend::BatchNormState st;
+          };
+          std::vector<Part> parts(static_cast<std::size_t>(k.parts));
+          Tensor tg = up(be, {c}, gamma), tb = up(be, {c}, beta);
+          std::vector<double> sums(2 * cu, 0.0), mine(2 * cu);
+          for (std::size_t i = 0; i < parts.size(); ++i) {
+            Part& q = parts[i];
+            q.x = up(be, k.part, xs[i], in_nhwc);
+            q.dy = up(be, k.part, dys[i], in_nhwc);
+            q.rm = up(be, {c}, rm);
+            q.rv = up(be, {c}, rv);
+            q.dg = be.empty({c}, DType::f32);
+            q.db = be.empty({c}, DType::f32);
+            be.batchnorm_sums(q.x, mine);
+            for (std::size_t j = 0; j < mine.size(); ++j) sums[j] += mine[j];
+          }
+          const std::int64_t n = k.part[0] * k.part[2] * k.part[3] * k.parts;
+          std::vector<double> mean(cu), var(cu), grad_sums(2 * cu, 0.0);
+          for (std::size_t j = 0; j < cu; ++j) {
+            mean[j] = sums[j] / static_cast<double>(n);
+            var[j] = std::max(0.0, sums[cu + j] / static_cast<double>(n) - mean[j] * mean[j]);
+          }
+          for (Part& q : parts) {
+            be.batchnorm_forward_with_stats(q.x, tg, tb, q.y, q.rm, q.rv, mean, var, n, q.st, p);
+            be.batchnorm_backward_reduce(q.x, q.dy, tg, tb, q.st, q.dx, q.dg, q.db, mine, p);
+            for (std::size_t j = 0; j < mine.size(); ++j) grad_sums[j] += mine[j];
+          }
+          out.clear();
+          for (Part& q : parts) {
+            be.batchnorm_backward_elemt(q.x, tg, q.st, q.dx, grad_sums, n, p);
+            for (const Tensor* t : {&q.y, &q.rm, &q.rv, &q.dx, &q.dg, &q.db}) out.push_back(down(be, *t));
+          }
+        };
+        std::vector<std::vector<float>> want, got;
+        run(*cpu, false, want);
+        run(*gpu, nhwc, got);
+        REQUIRE(got.size() == want.size());
+        const char* names[] = {"sync bn y", "running_mean", "running_var", "sync bn dx", "dgamma", "dbeta"};
+        for (std::size_t i = 0; i < want.size(); ++i) expect_close(names[i % 6], got[i], want[i], kFp32Tol, worst);
+      }
+    }
+    WARN("synchronised batch norm " << v.name << ": worst rel-L2 vs cpu " << worst);
+  }
+}
+
 TEST_CASE("cuda relu, add, max-pool and global average pool match the CPU backend", "[cuda][backend]") {
   auto cpu = wb::backend::make_cpu_backend({2});
   const Shape shapes[] = {{2, 5, 8, 8}, {2, 16, 7, 9}, {3, 64, 4, 4}};

@@ -90,6 +90,31 @@ inline StepResult one_process(wb::store::Reader& run, const std::vector<float>& 
   return r;
 }
 
+// A 2-rank run's step 0 (each rank's dumped batch and loss) and one process's step on the two batches
+// concatenated.
+struct Concatenated {
+  std::vector<float> halves[2];               // each rank's images
+  std::vector<std::int32_t> half_labels[2];  // and labels
+  float run_loss = 0;                         // the ranks' mean loss
+  StepResult ref;
+};
+
+inline Concatenated concatenated_step(wb::store::Reader& run, int batch) {
+  Concatenated c;
+  std::vector<float> images;
+  std::vector<std::int32_t> labels;
+  for (int rank : {0, 1}) {
+    c.halves[rank] = floats(run.tensor("run", "input", "input", 0, rank));
+    c.half_labels[rank] = labels_of(run.tensor("run", "label", "label", 0, rank));
+    images.insert(images.end(), c.halves[rank].begin(), c.halves[rank].end());
+    labels.insert(labels.end(), c.half_labels[rank].begin(), c.half_labels[rank].end());
+    c.run_loss += floats(run.tensor("run", "loss", "loss", 0, rank))[0] / 2;
+  }
+  REQUIRE(labels.size() == 2 * static_cast<std::size_t>(batch));
+  c.ref = one_process(run, images, labels, 2 * batch);
+  return c;
+}
+
 // The largest rel-L2 of the run's tensors of `kind` (rank 0's dump) against `ref`, over the names that
 // start with one of `prefixes` (all names when empty).
 inline double worst(wb::store::Reader& run, const std::string& kind, const std::map<std::string, std::vector<float>>& ref,

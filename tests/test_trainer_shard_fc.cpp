@@ -11,7 +11,9 @@
 //   (e) resume re-shards: a sharded run's checkpoint and a plain one, each resumed with and without
 //       --shard-fc, start from the checkpoint's bits and take the same second step;
 //   (f) 4 ranks in 2 shard groups (the slices' gradients averaged across the groups) equal 4 plain ranks;
-//   (g) bad --shard-fc values and combinations are one line naming the flag, exit 2.
+//   (g) bad --shard-fc values and combinations are one line naming the flag, exit 2;
+//   (h) [cuda] (a) on the GPU: 2 ranks with --device cuda (sharing one GPU when there is only one) equal
+//       one process on the concatenated batch, within the bounds of (a).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -129,22 +131,13 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global equal 1 process on the concaten
   // fc.weight and fc.bias stay out of the data-parallel buckets: 85,160 leaves [0, 85) and [85, 159).
   CHECK(r.global.out.find("[85, 159)") != std::string::npos);
   wb::store::Reader run(r.dir / "global.sqlite");
-  std::vector<float> images;
-  std::vector<std::int32_t> labels;
-  float run_loss = 0;
-  for (int rank : {0, 1}) {
-    const auto x = floats(run.tensor("run", "input", "input", 0, rank));
-    const auto y = labels_of(run.tensor("run", "label", "label", 0, rank));
-    images.insert(images.end(), x.begin(), x.end());
-    labels.insert(labels.end(), y.begin(), y.end());
-    run_loss += floats(run.tensor("run", "loss", "loss", 0, rank))[0] / 2;
-  }
-  REQUIRE(labels.size() == 2 * kBatch);
   // The dump holds the whole classifier under torchvision's names and shapes.
   CHECK(run.tensor("run", "param", "fc.weight", 0, 0).shape == std::vector<std::int64_t>{10, 2048});
   CHECK(run.tensor("run", "grad", "fc.bias", 0, 1).shape == std::vector<std::int64_t>{10});
   CHECK(run.tensor("run", "act", "fc", 0, 0).shape == std::vector<std::int64_t>{kBatch, 10});
-  const StepResult ref = one_process(run, images, labels, 2 * kBatch);
+  const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
+  const StepResult& ref = c.ref;
+  const float run_loss = c.run_loss;
 
   // Bounds as in the --sync-bn test: oneDNN's batch norm in this reference rounds differently from the
   // synchronised path's double statistics, and batch norm over 8 values per channel in layer4 amplifies
@@ -164,6 +157,35 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global equal 1 process on the concaten
   CHECK(fc < 1e-3);
   CHECK(g < 0.1);
   CHECK(s < 1e-3);
+  CHECK(p < 0.1);
+}
+
+TEST_CASE("2 ranks on CUDA --shard-fc 2 --sync-bn global equal 1 process on the concatenated batch",
+          "[trainer][mpi][cuda]") {
+  const int devices = wb::backend::cuda_device_count();
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
+  TempDir dir{"shardfc-cuda"};
+  auto args = with(common_args(), {"--device", "cuda", "--shard-fc", "2", "--sync-bn", "global", "--allreduce-split",
+                                   "85,160", "--run", (dir / "cuda.sqlite").string()});
+  if (devices == 1) args = with(args, {"--ranks-per-gpu", "2"});
+  const Result r = run_train(args);
+  CAPTURE(devices, r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("[85, 159)") != std::string::npos);
+  wb::store::Reader run(dir / "cuda.sqlite");
+  CHECK(run.tensor("run", "param", "fc.weight", 0, 0).shape == std::vector<std::int64_t>{10, 2048});
+  const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
+  std::string g_name, fc_name, p_name;
+  const double loss_err = std::fabs(c.run_loss - c.ref.loss) / std::fabs(c.ref.loss);
+  const double g = worst(run, "grad", c.ref.grad, &g_name);
+  const double fc = worst(run, "grad", c.ref.grad, &fc_name, {"fc."});
+  const double p = worst(run, "param_after", c.ref.param_after, &p_name);
+  WARN("2 ranks on CUDA --shard-fc 2 --sync-bn global vs 1 CPU process, worst rel-L2: loss " << loss_err << ", grad "
+       << g << " (" << g_name << "), grad of fc " << fc << " (" << fc_name << "), param_after " << p << " (" << p_name
+       << ")");
+  CHECK(loss_err < 1e-4);
+  CHECK(fc < 1e-3);
+  CHECK(g < 0.1);
   CHECK(p < 0.1);
 }
 
@@ -342,8 +364,6 @@ TEST_CASE("--shard-fc: bad values and combinations are one line naming the flag"
   // One process: the world is known only once the job runs, and the same line comes then.
   wb::test::require_one_line_error(run_train({"--shard-fc", "2", "--steps", "1", "--data", "synthetic"}),
                                    {"--shard-fc 2", "does not divide the job's 1 rank(s)"});
-  wb::test::require_one_line_error(run_train({"--shard-fc", "2", "--device", "cuda", "--steps", "1"}),
-                                   {"--shard-fc 2", "CPU backend only"});
   wb::test::require_one_line_error(
       run_train({"--shard-fc", "2", "--pipeline-stages", "2", "--micro-batches", "2", "--steps", "1"}),
       {"--shard-fc 2", "--pipeline-stages", "not supported"});

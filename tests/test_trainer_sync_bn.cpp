@@ -10,8 +10,9 @@
 //       without every rank's dump it refuses with one line;
 //   (d) --sync-bn local on one host warns that it equals global and gives bit-identical parameters; the
 //       replay groups the ranks by the run file's hosts;
-//   (e) a bad --sync-bn, or --sync-bn with --device cuda or with pipeline stages, is one line naming the
-//       flag, exit 2.
+//   (e) a bad --sync-bn, or --sync-bn with pipeline stages, is one line naming the flag, exit 2;
+//   (f) [cuda] (a) on the GPU: 2 ranks with --device cuda (sharing one GPU when there is only one) equal
+//       one process on the concatenated batch, within the bounds of (a).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -78,20 +79,9 @@ TEST_CASE("2 ranks --sync-bn global equal 1 process on the concatenated batch", 
   REQUIRE(r.global.exit_code == 0);
   CHECK(r.global.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s)") != std::string::npos);
   wb::store::Reader run(r.dir / "global.sqlite");
-  std::vector<float> images;
-  std::vector<std::int32_t> labels;
-  std::vector<float> halves[2];
-  std::vector<std::int32_t> half_labels[2];
-  float run_loss = 0;
-  for (int rank : {0, 1}) {
-    halves[rank] = floats(run.tensor("run", "input", "input", 0, rank));
-    half_labels[rank] = labels_of(run.tensor("run", "label", "label", 0, rank));
-    images.insert(images.end(), halves[rank].begin(), halves[rank].end());
-    labels.insert(labels.end(), half_labels[rank].begin(), half_labels[rank].end());
-    run_loss += floats(run.tensor("run", "loss", "loss", 0, rank))[0] / 2;
-  }
-  REQUIRE(labels.size() == 2 * kBatch);
-  const StepResult ref = one_process(run, images, labels, 2 * kBatch);
+  const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
+  const StepResult& ref = c.ref;
+  const float run_loss = c.run_loss;
 
   // Bounds. Batch norm over a few values per channel (8 per channel in layer4 at 32x32) amplifies fp32
   // rounding on its way back, and oneDNN's own batch norm, which this reference runs, rounds more than
@@ -115,8 +105,8 @@ TEST_CASE("2 ranks --sync-bn global equal 1 process on the concatenated batch", 
 
   // Without synchronisation each rank normalises with its own batch's statistics: the mean of the two
   // ranks' gradients, and their running statistics, are then far from the concatenated batch's.
-  StepResult h0 = one_process(run, halves[0], half_labels[0], kBatch);
-  StepResult h1 = one_process(run, halves[1], half_labels[1], kBatch);
+  StepResult h0 = one_process(run, c.halves[0], c.half_labels[0], kBatch);
+  StepResult h1 = one_process(run, c.halves[1], c.half_labels[1], kBatch);
   std::map<std::string, std::vector<float>> mean_grad;
   for (auto& [name, v] : h0.grad) {
     std::vector<float> m(v.size());
@@ -273,12 +263,43 @@ TEST_CASE("2 ranks --sync-bn local on one host: a warning, and the same step as 
   CHECK(local_groups(two_hosts) == "[[0], [1]]\n");
 }
 
+TEST_CASE("2 ranks on CUDA --sync-bn global equal 1 process on the concatenated batch", "[trainer][mpi][cuda]") {
+  const int devices = wb::backend::cuda_device_count();
+  REQUIRE(devices > 0);  // the test main skips [cuda] cases without a device
+  TempDir dir{"syncbn-cuda"};
+  auto args = with(common_args(), {"--device", "cuda", "--sync-bn", "global", "--allreduce-split", "85,160",
+                                   "--dump-step", "0", "--dump-ranks", "all", "--run", (dir / "cuda.sqlite").string()});
+  if (devices == 1) args = with(args, {"--ranks-per-gpu", "2"});
+  const Result r = run_train(args);
+  CAPTURE(devices, r.out, r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s)") != std::string::npos);
+  wb::store::Reader run(dir / "cuda.sqlite");
+  const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
+  std::string g_name, p_name, s_name;
+  const double loss_err = std::fabs(c.run_loss - c.ref.loss) / std::fabs(c.ref.loss);
+  const double g = worst(run, "grad", c.ref.grad, &g_name);
+  const double p = worst(run, "param_after", c.ref.param_after, &p_name);
+  const double s = worst(run, "buffer_after", c.ref.stats_after, &s_name);
+  WARN("2 ranks on CUDA --sync-bn global vs 1 CPU process on the concatenated batch, worst rel-L2: loss "
+       << loss_err << ", grad " << g << " (" << g_name << "), running stats " << s << " (" << s_name
+       << "), param_after " << p << " (" << p_name << ")");
+  CHECK(loss_err < 1e-4);
+  CHECK(g < 0.1);
+  CHECK(s < 1e-3);
+  CHECK(p < 0.1);
+  // Each exchange recorded: one sync_stats and one sync_grads range per batch norm (53) and rank.
+  auto& q = run.db().prepare(
+      "SELECT COUNT(*) FROM range r JOIN string s ON r.name_id = s.id "
+      "WHERE s.text LIKE '%.sync_stats' OR s.text LIKE '%.sync_grads'");
+  REQUIRE(q.step());
+  CHECK(q.column_int64(0) == 2 * 2 * 53);
+  q.reset();
+}
+
 TEST_CASE("--sync-bn: a bad value is one line naming the flag", "[trainer]") {
   auto r = run_train({"--sync-bn", "everywhere", "--steps", "1"});
   wb::test::require_one_line_error(r, {"--sync-bn", "off, local or global", "everywhere"});
-  // The CUDA backend has no synchronised batch norm: refused before any device is looked for.
-  auto cuda = run_train({"--sync-bn", "global", "--device", "cuda", "--steps", "1"});
-  wb::test::require_one_line_error(cuda, {"--sync-bn global", "CPU backend only"});
   // Pipeline stages would need rank groups per stage: refused, for local as for global.
   for (const char* mode : {"local", "global"}) {
     auto pipe = run_train({"--sync-bn", mode, "--pipeline-stages", "2", "--micro-batches", "2", "--steps", "1"});

@@ -373,8 +373,6 @@ void validate_shard_fc(const TrainConfig& c) {
                                             " (each rank holds an equal slice of the classes)");
   need(c.nproc == 0 || c.nproc % c.shard_fc == 0, "does not divide --nproc " + std::to_string(c.nproc) +
                                                      " (the ranks form groups of " + std::to_string(c.shard_fc) + ")");
-  // --device auto is checked once the device is known (make_fc_shard).
-  need(c.device != "cuda", "the sharded classifier runs on the CPU backend only so far (use --device cpu)");
   need(c.pipeline_stages <= 1 && c.micro_batches <= 1,
        "not supported with --pipeline-stages/--micro-batches (a stage's classifier would need a shard group of its "
        "own); drop one of them");
@@ -448,10 +446,6 @@ void validate(const TrainConfig& c) {
   need(c.profile_buffer_events >= 0, "--profile-buffer-events: expected a non-negative number of events");
   need(c.sync_bn == "off" || c.sync_bn == "local" || c.sync_bn == "global",
        "--sync-bn: expected off, local or global, got '" + c.sync_bn + "'");
-  // --device auto is checked once the device is known (make_sync_bn).
-  need(c.sync_bn == "off" || c.device != "cuda",
-       "--sync-bn " + c.sync_bn +
-           ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
   need(c.on_nonfinite == "stop" || c.on_nonfinite == "skip",
        "--on-nonfinite: expected stop or skip, got '" + c.on_nonfinite + "'");
   need(c.poison_step >= -1, "--poison-step: expected a step number counted from 0 (or -1 for none)");

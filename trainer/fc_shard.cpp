@@ -66,11 +66,10 @@ void ShardedClassifier::sync_grads(std::span<float> grads) {
   record(FcExchange::sync, t0);
 }
 
-void check_fc_shard(const TrainConfig& cfg, bool cuda, int world) {
+void check_fc_shard(const TrainConfig& cfg, int world) {
   const int n = cfg.shard_fc;
   if (n <= 1) return;
   const std::string flag = "--shard-fc " + std::to_string(n);
-  if (cuda) throw ConfigError(flag + ": the sharded classifier runs on the CPU backend only so far (use --device cpu)");
   if (world % n != 0) {
     throw ConfigError(flag + ": does not divide the job's " + std::to_string(world) +
                       " rank(s) (the ranks form groups of " + std::to_string(n) + "; run a multiple of " +
@@ -78,11 +77,11 @@ void check_fc_shard(const TrainConfig& cfg, bool cuda, int world) {
   }
 }
 
-std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cuda, int rank, int world,
+std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, int rank, int world,
                                                  parallel::Communicator& host, profiler::Recorder* recorder) {
   const int n = cfg.shard_fc;
   if (n <= 1) return nullptr;
-  check_fc_shard(cfg, cuda, world);
+  check_fc_shard(cfg, world);
   // Every rank takes part in both splits, in the same order.
   auto group = parallel::split_group_comm(host, rank / n);
   auto across = parallel::split_group_comm(host, rank % n);

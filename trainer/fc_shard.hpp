@@ -53,12 +53,12 @@ class ShardedClassifier final : public model::FcShard {
   bool full_logits_ = false;
 };
 
-// Throws ConfigError naming --shard-fc when N does not divide the world, or on a device without it.
-void check_fc_shard(const TrainConfig& cfg, bool cuda, int world);
+// Throws ConfigError naming --shard-fc when N does not divide the world.
+void check_fc_shard(const TrainConfig& cfg, int world);
 
 // --shard-fc's group on this rank, from the job's host communicator; null when off (1). Rank 0 prints
 // the groups on stdout. Throws as check_fc_shard.
-std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, bool cuda, int rank, int world,
+std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, int rank, int world,
                                                  parallel::Communicator& host, profiler::Recorder* recorder);
 
 }  // namespace wb::trainer

@@ -32,13 +32,9 @@ void SyncBatchNorm::allreduce(int bn_module, bool forward, std::span<double> val
   }
 }
 
-std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, bool cuda, int rank, int world,
+std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, int rank, int world,
                                             parallel::Communicator& host, profiler::Recorder* recorder) {
   if (cfg.sync_bn == "off") return nullptr;
-  if (cuda) {
-    throw ConfigError("--sync-bn " + cfg.sync_bn +
-                      ": synchronised batch norm runs on the CPU backend only so far (use --device cpu, or --sync-bn off)");
-  }
   const auto scope = cfg.sync_bn == "local" ? parallel::GroupScope::local : parallel::GroupScope::global;
   auto group = parallel::make_group_comm(host, scope);
   const int size = group->size();

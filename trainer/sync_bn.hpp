@@ -3,6 +3,13 @@
 // group of its own (parallel::GroupComm), and every exchange is recorded as a comm range on the training
 // thread named after its layer: "<bn>.sync_stats" in forward (sum of x, of x^2 and the count),
 // "<bn>.sync_grads" in backward (sum of dy and of dy * (x - mean)). `wb report` adds them up.
+//
+// The group is an MPI communicator on every device. On CUDA the backend computes the sums on the GPU
+// and hands them over as host doubles (2C + 1 values a layer); they go over MPI, not over a second NCCL
+// communicator: the training thread would issue those collectives while the communication thread runs
+// the gradient buckets' NCCL allreduces, and NCCL kernels of two communicators launched in different
+// orders on different ranks can wait on each other for good (NCCL's documented cross-communicator
+// deadlock). MPI on the host cannot block the GPU's queue that way.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +46,8 @@ class SyncBatchNorm final : public model::BatchNormSync {
 
 // cfg.sync_bn's group on this rank, from the job's host communicator; null for "off". Rank 0 prints the
 // group on stdout, and a warning on stderr where the scope changes nothing (local on a single host
-// equals global; a group of one equals off). Throws ConfigError on a device without it.
-std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, bool cuda, int rank, int world,
+// equals global; a group of one equals off).
+std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, int rank, int world,
                                             parallel::Communicator& host, profiler::Recorder* recorder);
 
 }  // namespace wb::trainer

@@ -755,13 +755,13 @@ int run_training(const TrainConfig& cfg_in) {
   check_save_path(cfg.save);
   Placement place = place_rank(cfg);
   cfg.threads = place.threads;  // the run file records the threads that ran
-  check_fc_shard(cfg, place.device.cuda, place.world);  // before anything is written
+  check_fc_shard(cfg, place.world);  // before anything is written
   const PipelinePlan plan = plan_pipeline(cfg, place.world);
   if (plan.stages > 1) place.shard = Shard{seat_of(plan, place.rank).replica, plan.replicas};  // a replica's stages read one shard
   Recording rec = open_recording(cfg, place);
   // --shard-fc: the classifier's slice and its rank groups (null: off), before the model is built.
   std::unique_ptr<ShardedClassifier> fc_shard =
-      make_fc_shard(cfg, place.device.cuda, place.rank, place.world, *place.comms.host, rec.recorder.get());
+      make_fc_shard(cfg, place.rank, place.world, *place.comms.host, rec.recorder.get());
   if (fc_shard) rec.writer->set_meta("fc_shard_group_size", std::to_string(fc_shard->shards()));
   Input input = open_input(cfg, place, rec.run);
   Learner learner = make_learner(cfg, place, input.total_steps, fc_shard.get());
@@ -778,7 +778,7 @@ int run_training(const TrainConfig& cfg_in) {
   Gradients gradients = make_gradients(cfg, place, learner, rec, banner.str());
   // --sync-bn: each batch norm's statistics over a group of ranks (null: off).
   std::unique_ptr<SyncBatchNorm> sync_bn =
-      make_sync_bn(cfg, place.device.cuda, place.rank, place.world, *place.comms.host, rec.recorder.get());
+      make_sync_bn(cfg, place.rank, place.world, *place.comms.host, rec.recorder.get());
   if (sync_bn) rec.writer->set_meta("sync_bn_group_size", std::to_string(sync_bn->group_size()));
   learner.model->set_batchnorm_sync(sync_bn.get());
   StepObserver observer(rec.recorder.get(), gradients.sync.get(), *learner.backend);

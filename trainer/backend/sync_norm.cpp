@@ -1,4 +1,5 @@
-// The synchronised batch-norm ops of a backend that does not have them: a clear error naming it.
+// The synchronised batch-norm ops of a backend that does not have them: a clear error naming it (the cpu
+// and cuda backends override them).
 #include <string>
 
 #include "trainer/backend/backend.hpp"
@@ -8,7 +9,7 @@ namespace wb::backend {
 namespace {
 [[noreturn]] void missing(const Backend& b, const char* op) {
   throw BackendError(std::string(op) + ": the " + std::string(b.name()) +
-                     " backend has no synchronised batch norm (--sync-bn runs on the cpu backend)");
+                     " backend has no synchronised batch norm (--sync-bn runs on the cpu and cuda backends)");
 }
 }  // namespace
 

@@ -157,6 +157,17 @@ class CudaBackend final : public Backend {
   void batchnorm_backward(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
                           const BatchNormState& state, Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
                           const BatchNormParams& p) override;
+  // SyncBatchNorm's steps (sync_norm.cpp): the backend's own kernels, the sums through the host.
+  void batchnorm_sums(const Tensor& x, std::span<double> sums) override;
+  void batchnorm_forward_with_stats(const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                                    const Tensor& running_mean, const Tensor& running_var,
+                                    std::span<const double> mean, std::span<const double> var, std::int64_t count,
+                                    BatchNormState& state, const BatchNormParams& p) override;
+  void batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
+                                 const BatchNormState& state, Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+                                 std::span<double> sums, const BatchNormParams& p) override;
+  void batchnorm_backward_elemt(const Tensor& x, const Tensor& gamma, const BatchNormState& state, Tensor& dx,
+                                std::span<const double> sums, std::int64_t count, const BatchNormParams& p) override;
 
   void relu_forward(const Tensor& x, Tensor& y) override;
   void relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) override;

@@ -428,4 +428,153 @@ cudaError_t sgd_update(float* w, const float* g, float* buf, const SgdChunk* chu
   return cudaGetLastError();
 }
 
+// ---- synchronised batch norm ----------------------------------------------------------------------
+
+namespace {
+
+__device__ inline std::int64_t channel_of(std::int64_t i, const Dims4& d, bool nhwc) {
+  return nhwc ? i % d.c : (i / (d.h * d.w)) % d.c;
+}
+
+// One block per channel (blockIdx.x), kThreads threads, each summing a strided share of the channel's
+// n * h * w values in double; then a fixed-order tree over the block.
+__global__ void bn_channel_sums_kernel(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d,
+                                       bool nhwc, double* out) {
+  const std::int64_t c = blockIdx.x, hw = d.h * d.w, count = d.n * hw;
+  double s1 = 0.0, s2 = 0.0;
+  for (std::int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const std::int64_t n = i / hw, p = i % hw;
+    const std::int64_t o = nhwc ? (n * hw + p) * d.c + c : (n * d.c + c) * hw + p;
+    const double v = x[o];
+    if (dy == nullptr) {
+      s1 += v;
+      s2 += v * v;
+    } else {
+      const double g = (mask != nullptr && !(mask[o] > 0.0f)) ? 0.0 : static_cast<double>(dy[o]);
+      s1 += g;
+      s2 += g * (v - static_cast<double>(mean[c]));
+    }
+  }
+  __shared__ double a[kThreads], b[kThreads];
+  a[threadIdx.x] = s1;
+  b[threadIdx.x] = s2;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) {
+      a[threadIdx.x] += a[threadIdx.x + s];
+      b[threadIdx.x] += b[threadIdx.x + s];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    out[c] = a[0];
+    out[d.c + c] = b[0];
+  }
+}
+
+__global__ void bn_normalize_kernel(const float* x, float* y, const float* mean, const float* invstd,
+                                    const float* gamma, const float* beta, Dims4 d, bool nhwc, bool with_relu) {
+  const std::int64_t n = d.numel();
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const std::int64_t c = channel_of(i, d, nhwc);
+    const float v = (x[i] - mean[c]) * invstd[c] * gamma[c] + beta[c];
+    y[i] = with_relu ? relu(v) : v;
+  }
+}
+
+__global__ void bn_running_kernel(float* rm, float* rv, const float* mean, const float* var, std::int64_t c, float m) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= c) return;
+  rm[i] = (1.0f - m) * rm[i] + m * mean[i];
+  rv[i] = (1.0f - m) * rv[i] + m * var[i];
+}
+
+__global__ void bn_backward_local_kernel(const float* dy, const float* mask, float* dx, const float* gamma,
+                                         const float* invstd, Dims4 d, bool nhwc) {
+  const std::int64_t n = d.numel();
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const std::int64_t c = channel_of(i, d, nhwc);
+    const float g = (mask != nullptr && !(mask[i] > 0.0f)) ? 0.0f : dy[i];
+    dx[i] = gamma[c] * invstd[c] * g;
+  }
+}
+
+__global__ void bn_param_grads_kernel(const double* sums, const float* invstd, float* dgamma, float* dbeta,
+                                      std::int64_t c) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= c) return;
+  dbeta[i] = static_cast<float>(sums[i]);
+  dgamma[i] = static_cast<float>(sums[c + i] * static_cast<double>(invstd[i]));
+}
+
+__global__ void bn_backward_elemt_kernel(const float* x, float* dx, const double* sums, const float* gamma,
+                                         const float* mean, const float* invstd, double count, Dims4 d, bool nhwc) {
+  const std::int64_t n = d.numel();
+  const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    const std::int64_t c = channel_of(i, d, nhwc);
+    const double inv = invstd[c], g = gamma[c];
+    const double bc = -g * inv * inv * inv * (sums[d.c + c] / count);
+    const double ac = -g * inv * (sums[c] / count) - bc * static_cast<double>(mean[c]);
+    dx[i] += static_cast<float>(ac) + static_cast<float>(bc) * x[i];
+  }
+}
+
+}  // namespace
+
+cudaError_t bn_sums(const float* x, Dims4 d, bool nhwc, double* out, cudaStream_t stream) {
+  if (d.c == 0) return cudaSuccess;
+  if (d.c > 0x7fffffff) return cudaErrorInvalidValue;
+  bn_channel_sums_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(x, nullptr, nullptr, nullptr, d, nhwc,
+                                                                              out);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_grad_sums(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d, bool nhwc,
+                         double* out, cudaStream_t stream) {
+  if (d.c == 0) return cudaSuccess;
+  if (d.c > 0x7fffffff || dy == nullptr) return cudaErrorInvalidValue;
+  bn_channel_sums_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(x, dy, mask, mean, d, nhwc, out);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_normalize(const float* x, float* y, const float* mean, const float* invstd, const float* gamma,
+                         const float* beta, Dims4 d, bool nhwc, bool relu, cudaStream_t stream) {
+  const std::int64_t n = d.numel();
+  if (n == 0) return cudaSuccess;
+  bn_normalize_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, mean, invstd, gamma, beta, d, nhwc, relu);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_running_update(float* running_mean, float* running_var, const float* mean, const float* var,
+                              std::int64_t c, float momentum, cudaStream_t stream) {
+  if (c == 0) return cudaSuccess;
+  bn_running_kernel<<<grid_for(c), kThreads, 0, stream>>>(running_mean, running_var, mean, var, c, momentum);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_backward_local(const float* dy, const float* mask, float* dx, const float* gamma, const float* invstd,
+                              const double* sums, float* dgamma, float* dbeta, Dims4 d, bool nhwc,
+                              cudaStream_t stream) {
+  if (d.c > 0) {
+    bn_param_grads_kernel<<<grid_for(d.c), kThreads, 0, stream>>>(sums, invstd, dgamma, dbeta, d.c);
+    const cudaError_t rc = cudaGetLastError();
+    if (rc != cudaSuccess) return rc;
+  }
+  const std::int64_t n = d.numel();
+  if (n == 0) return cudaSuccess;
+  bn_backward_local_kernel<<<grid_for(n), kThreads, 0, stream>>>(dy, mask, dx, gamma, invstd, d, nhwc);
+  return cudaGetLastError();
+}
+
+cudaError_t bn_backward_elemt(const float* x, float* dx, const double* sums, const float* gamma, const float* mean,
+                              const float* invstd, double count, Dims4 d, bool nhwc, cudaStream_t stream) {
+  const std::int64_t n = d.numel();
+  if (n == 0) return cudaSuccess;
+  bn_backward_elemt_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, dx, sums, gamma, mean, invstd, count, d, nhwc);
+  return cudaGetLastError();
+}
+
 }  // namespace wb::backend::cuda::kernels

@@ -80,4 +80,30 @@ constexpr std::int64_t kSgdChunk = 4096;  // elements per chunk (at most)
 cudaError_t sgd_update(float* w, const float* g, float* buf, const SgdChunk* chunks, std::int64_t nchunks, float lr,
                        float momentum, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream);
 
+// ---- synchronised batch norm (SyncBatchNorm): per channel c of a 4-D tensor, NCHW or NHWC ----------
+// The reductions run one block per channel in a fixed order (deterministic) and accumulate in double.
+//
+// out[c] = sum of x, out[C + c] = sum of x^2, over (n, h, w).
+cudaError_t bn_sums(const float* x, Dims4 d, bool nhwc, double* out, cudaStream_t stream);
+// out[c] = sum of g, out[C + c] = sum of g * (x - mean[c]), with g = dy, or dy where mask > 0 when mask is
+// not null (a fused relu's output).
+cudaError_t bn_grad_sums(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d, bool nhwc,
+                         double* out, cudaStream_t stream);
+// y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], then max(y, 0) when relu; y may equal x.
+cudaError_t bn_normalize(const float* x, float* y, const float* mean, const float* invstd, const float* gamma,
+                         const float* beta, Dims4 d, bool nhwc, bool relu, cudaStream_t stream);
+// running_mean = (1 - m) * running_mean + m * mean, running_var = (1 - m) * running_var + m * var (C each).
+cudaError_t bn_running_update(float* running_mean, float* running_var, const float* mean, const float* var,
+                              std::int64_t c, float momentum, cudaStream_t stream);
+// The local half of the backward: dx = gamma[c] * invstd[c] * g (g as in bn_grad_sums; dx may equal dy),
+// dbeta[c] = sums[c], dgamma[c] = sums[C + c] * invstd[c].
+cudaError_t bn_backward_local(const float* dy, const float* mask, float* dx, const float* gamma, const float* invstd,
+                              const double* sums, float* dgamma, float* dbeta, Dims4 d, bool nhwc,
+                              cudaStream_t stream);
+// Completes dx from the sums over every process (2C) and the whole count per channel, as torch's
+// batch_norm_backward_elemt: dx += a_c + b_c * x with b_c = -gamma invstd^3 sum_dy_xmu / count and
+// a_c = -gamma invstd sum_dy / count - b_c * mean.
+cudaError_t bn_backward_elemt(const float* x, float* dx, const double* sums, const float* gamma, const float* mean,
+                              const float* invstd, double count, Dims4 d, bool nhwc, cudaStream_t stream);
+
 }  // namespace wb::backend::cuda::kernels
