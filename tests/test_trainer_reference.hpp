@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <cstring>
 #include <map>
 #include <string>
@@ -14,6 +15,8 @@
 
 #include "store/reader.hpp"
 #include "support/numeric.hpp"
+#include "support/python.hpp"
+#include "test_trainer_util.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
@@ -133,6 +136,54 @@ inline double worst(wb::store::Reader& run, const std::string& kind, const std::
     }
   }
   return w;
+}
+
+// torch_step.py's replay of the run file `run_path` into `ref`, and `wb compare` of the two, which must
+// pass every one of the 1139 tensors; then the worst rel-L2 per kind of rank 0's dump against the replay,
+// and over the gradients whose names start with one of `focus`.
+struct Replay {
+  std::string output;                 // torch_step.py's
+  std::map<std::string, double> by_kind;
+  double focus = 0;
+  std::string describe() const {
+    std::string line;
+    for (const auto& [kind, e] : by_kind) line += " " + kind + " " + std::to_string(e);
+    return line;
+  }
+};
+
+inline Replay replay_and_compare(const std::filesystem::path& run_path, const std::filesystem::path& ref,
+                                 const std::vector<std::string>& focus) {
+  const std::filesystem::path script = std::filesystem::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_step.py";
+  const auto replay = run_python(shell_quote(script.string()) + " " + shell_quote(run_path.string()) + " --out " +
+                                 shell_quote(ref.string()) + " --threads 1");
+  CAPTURE(replay.output);
+  REQUIRE(replay.exit_code == 0);
+  const auto cmp = run_command(shell_quote(WB_CLI) + " compare " + shell_quote(run_path.string()) + " " +
+                               shell_quote(ref.string()));
+  CAPTURE(cmp.output.substr(cmp.output.size() > 3000 ? cmp.output.size() - 3000 : 0));
+  CHECK(cmp.exit_code == 0);
+  CHECK(cmp.output.find("1139 tensors: 1139 pass, 0 fail") != std::string::npos);
+  Replay r;
+  r.output = replay.output;
+  wb::store::Reader run(run_path);
+  const auto torch = read_checkpoint(ref);
+  for (const auto& info : run.tensors("run")) {
+    if (info.rank != 0 || info.dtype != "F32") continue;
+    const std::string key = info.kind == info.name ? info.kind : info.kind + "." + info.name;
+    auto it = torch.find(key);
+    REQUIRE(it != torch.end());
+    std::vector<float> theirs(it->second.data.size() / sizeof(float));
+    std::memcpy(theirs.data(), it->second.data.data(), theirs.size() * sizeof(float));
+    const double e = rel_l2(floats(run.tensor("run", info.kind, info.name, 0, 0)), theirs, 1e-12);
+    r.by_kind[info.kind] = std::max(r.by_kind[info.kind], e);
+    const std::string& name = info.name;
+    if (info.kind == "grad" &&
+        std::any_of(focus.begin(), focus.end(), [&](const std::string& p) { return name.starts_with(p); })) {
+      r.focus = std::max(r.focus, e);
+    }
+  }
+  return r;
 }
 
 }  // namespace wb::test

@@ -254,42 +254,15 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global: torch_step.py replays the step
           "[trainer][mpi]") {
   Runs& r = runs();
   REQUIRE(r.global.exit_code == 0);
-  const fs::path script = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_step.py";
-  const fs::path ref = r.dir / "global-torch.safetensors";
-  const auto replay = wb::test::run_python(wb::test::shell_quote(script.string()) + " " +
-                                           wb::test::shell_quote((r.dir / "global.sqlite").string()) + " --out " +
-                                           wb::test::shell_quote(ref.string()) + " --threads 1");
-  CAPTURE(replay.output);
-  REQUIRE(replay.exit_code == 0);
-  const auto cmp = wb::test::run_command(wb::test::shell_quote(WB_CLI) + " compare " +
-                                         wb::test::shell_quote((r.dir / "global.sqlite").string()) + " " +
-                                         wb::test::shell_quote(ref.string()));
-  CAPTURE(cmp.output.substr(cmp.output.size() > 3000 ? cmp.output.size() - 3000 : 0));
-  CHECK(cmp.exit_code == 0);
-  CHECK(cmp.output.find("1139 tensors: 1139 pass, 0 fail") != std::string::npos);
-
   // The worst rel-L2 per kind of rank 0's dump against the replay; the classifier's gradients to 1e-3.
-  wb::store::Reader run(r.dir / "global.sqlite");
-  const auto torch = wb::test::read_checkpoint(ref);
-  std::map<std::string, double> by_kind;
-  double fc = 0;
-  for (const auto& info : run.tensors("run")) {
-    if (info.rank != 0 || info.dtype != "F32") continue;
-    const std::string key = info.kind == info.name ? info.kind : info.kind + "." + info.name;
-    auto it = torch.find(key);
-    REQUIRE(it != torch.end());
-    std::vector<float> theirs(it->second.data.size() / sizeof(float));
-    std::memcpy(theirs.data(), it->second.data.data(), theirs.size() * sizeof(float));
-    const double e = wb::test::rel_l2(floats(run.tensor("run", info.kind, info.name, 0, 0)), theirs, 1e-12);
-    by_kind[info.kind] = std::max(by_kind[info.kind], e);
-    if (info.kind == "grad" && info.name.starts_with("fc.")) fc = std::max(fc, e);
-  }
-  WARN("2 ranks --shard-fc 2 --sync-bn global vs torch_step.py, worst rel-L2 per kind:" << describe(by_kind)
-       << "; grad of fc " << fc);
-  CHECK(fc < 1e-3);
+  const wb::test::Replay rep =
+      wb::test::replay_and_compare(r.dir / "global.sqlite", r.dir / "global-torch.safetensors", {"fc."});
+  WARN("2 ranks --shard-fc 2 --sync-bn global vs torch_step.py, worst rel-L2 per kind:" << rep.describe()
+       << "; grad of fc " << rep.focus);
+  CHECK(rep.focus < 1e-3);
   // The logits differ from PyTorch's by the activations' rounding (1.3e-4 at AVX-512, 1.7e-4 at AVX2),
   // and the loss with them: 5e-6 and 1.2e-5.
-  CHECK(by_kind["loss"] < 1e-4);
+  CHECK(rep.by_kind.at("loss") < 1e-4);
 }
 
 TEST_CASE("--shard-fc: resume re-shards, in both directions", "[trainer][mpi]") {

@@ -163,45 +163,16 @@ TEST_CASE("2 ranks --sync-bn: every exchange is a comm range named after its lay
 TEST_CASE("2 ranks --sync-bn global: torch_step.py replays the step and wb compare passes", "[trainer][mpi]") {
   Runs& r = runs();
   REQUIRE(r.global.exit_code == 0);
-  const fs::path script = fs::path(WB_SOURCE_DIR) / "compare" / "reference" / "torch_step.py";
-  const fs::path ref = r.dir / "global-torch.safetensors";
-  const auto replay = wb::test::run_python(wb::test::shell_quote(script.string()) + " " +
-                                           wb::test::shell_quote((r.dir / "global.sqlite").string()) + " --out " +
-                                           wb::test::shell_quote(ref.string()) + " --threads 1");
-  CAPTURE(replay.output);
-  REQUIRE(replay.exit_code == 0);
-  CHECK(replay.output.find("--sync-bn global: replaying the rank groups [[0, 1]]") != std::string::npos);
-  const auto cmp = wb::test::run_command(wb::test::shell_quote(WB_CLI) + " compare " +
-                                         wb::test::shell_quote((r.dir / "global.sqlite").string()) + " " +
-                                         wb::test::shell_quote(ref.string()));
-  CAPTURE(cmp.output.substr(cmp.output.size() > 3000 ? cmp.output.size() - 3000 : 0));
-  CHECK(cmp.exit_code == 0);
-  CHECK(cmp.output.find("1139 tensors: 1139 pass, 0 fail") != std::string::npos);
-
   // The worst rel-L2 per kind of rank 0's dump against the replay; the classifier's and the last
   // block's gradients (before batch norm's amplification of rounding, see above) to 2e-3.
-  wb::store::Reader run(r.dir / "global.sqlite");
-  const auto torch = wb::test::read_checkpoint(ref);
-  std::map<std::string, double> worst_by_kind;
-  double head = 0;
-  for (const auto& info : run.tensors("run")) {
-    if (info.rank != 0 || info.dtype != "F32") continue;
-    const std::string key = info.kind == info.name ? info.kind : info.kind + "." + info.name;
-    auto it = torch.find(key);
-    REQUIRE(it != torch.end());
-    std::vector<float> theirs(it->second.data.size() / sizeof(float));
-    std::memcpy(theirs.data(), it->second.data.data(), theirs.size() * sizeof(float));
-    const double e = wb::test::rel_l2(floats(run.tensor("run", info.kind, info.name, 0, 0)), theirs, 1e-12);
-    worst_by_kind[info.kind] = std::max(worst_by_kind[info.kind], e);
-    if (info.kind == "grad" && (info.name.starts_with("fc.") || info.name.starts_with("layer4.2."))) head = std::max(head, e);
-  }
-  std::string line;
-  for (const auto& [kind, e] : worst_by_kind) line += " " + kind + " " + std::to_string(e);
-  WARN("2 ranks --sync-bn global vs torch_step.py, worst rel-L2 per kind:" << line << "; grad of fc and layer4.2 "
-                                                                          << head);
-  CHECK(head < 2e-3);
-  CHECK(worst_by_kind["loss"] < 1e-5);
-  CHECK(worst_by_kind["buffer_after"] < 1e-4);
+  const wb::test::Replay rep = wb::test::replay_and_compare(r.dir / "global.sqlite", r.dir / "global-torch.safetensors",
+                                                            {"fc.", "layer4.2."});
+  CHECK(rep.output.find("--sync-bn global: replaying the rank groups [[0, 1]]") != std::string::npos);
+  WARN("2 ranks --sync-bn global vs torch_step.py, worst rel-L2 per kind:" << rep.describe()
+       << "; grad of fc and layer4.2 " << rep.focus);
+  CHECK(rep.focus < 2e-3);
+  CHECK(rep.by_kind.at("loss") < 1e-5);
+  CHECK(rep.by_kind.at("buffer_after") < 1e-4);
 }
 
 TEST_CASE("torch_step.py: a --sync-bn run without every rank's dump is one line, exit 2", "[trainer][mpi]") {
