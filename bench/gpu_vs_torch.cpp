@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "bench/torch_child.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
@@ -58,6 +59,7 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using wb::bench::median;
 
 struct Options {
   int batch = 256, size = 224, rounds = 3, steps = 20, warmup = 5;
@@ -171,12 +173,6 @@ struct Ours {
   wb::optim::Sgd sgd{{0.9f, 1e-4f, false}};
   wb::backend::Tensor images, labels;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Profiling on vs off, alternated (the order flips every round), as wb-train profiles a GPU run.
 void profiling_overhead(const Options& o, int batch, const std::string& dir) {

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/writer.hpp"
 #include "trainer/backend/backend.hpp"
@@ -35,6 +36,9 @@ namespace fs = std::filesystem;
 using namespace wb;
 
 namespace {
+
+using wb::bench::load_average;
+using wb::bench::median;
 
 constexpr double kGoalPercent = 1.0;
 
@@ -78,19 +82,6 @@ Options parse(int argc, char** argv) {
     else throw std::invalid_argument(a + ": unknown flag\n" + kUsage);
   }
   return o;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return in ? a + " " + b + " " + c : std::string("unknown");
 }
 
 struct Measured {
@@ -190,9 +181,7 @@ int main(int argc, char** argv) {
   fs::path dir;
   try {
     const Options o = parse(argc, argv);
-    std::string tmpl = (fs::temp_directory_path() / "wb-memory-overhead-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    dir = tmpl;
+    dir = wb::bench::make_temp_dir("wb-memory-overhead");
     std::printf("memory profile overhead: ResNet-50 on the CPU backend, batch %d, %dx%d, %d thread(s), %d rounds of "
                 "%d + %d steps (on/off alternated, order flipped every round)\n",
                 o.batch, o.size, o.size, o.threads, o.rounds, o.steps, o.steps);

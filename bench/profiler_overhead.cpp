@@ -20,12 +20,16 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_util.hpp"
 #include "store/db.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;
 
 namespace {
+
+using wb::bench::load_average;
+using wb::bench::median;
 
 constexpr double kGoalPercent = 2.0;
 constexpr double kMemoryGoalPercent = 1.0;
@@ -96,20 +100,6 @@ std::string quote(const std::string& s) {
   return out;
 }
 
-std::string load_average() {
-  std::ifstream in("/proc/loadavg");
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return in ? a + " " + b + " " + c : std::string("unknown");
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 struct RunResult {
   std::vector<double> step_ms;  // steady-state steps only
   std::int64_t ranges = 0;
@@ -170,9 +160,7 @@ int main(int argc, char** argv) {
   fs::path dir;
   try {
     const Options o = parse(argc, argv);
-    std::string tmpl = (fs::temp_directory_path() / "wb-profiler-overhead-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-    dir = tmpl;
+    dir = wb::bench::make_temp_dir("wb-profiler-overhead");
     const char* what = o.memory ? "memory profile" : "profiling";
     std::printf("%s overhead: wb-train, synthetic, ResNet-50, batch %d, %dx%d, %d steps (first %d dropped), "
                 "%d thread(s), %d data workers, %d rounds%s\n",
