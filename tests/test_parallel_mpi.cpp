@@ -1,6 +1,7 @@
 // Two ranks for real: mpirun starts wb-parallel-check, which checks allreduce sum/mean against the mean
 // computed separately, broadcast, allgather, GradientSync on a simulated backward (3 buckets, spans,
-// overlap) and clock offsets; `--nproc 2` relaunches itself under mpirun; and the fault tests kill
+// overlap), the collective order that places training-thread exchanges among the buckets (the same
+// sequence on both ranks, whatever the threads' timing) and clock offsets; `--nproc 2` relaunches itself under mpirun; and the fault tests kill
 // (SIGKILL) or freeze (SIGSTOP) rank 1 mid-run and require the job to end, non-zero, with a message.
 // OpenMPI as root needs --allow-run-as-root; on a 2-core box --oversubscribe. Shared memory (vader)
 // works here, so the transport is left to OpenMPI's default.
@@ -176,7 +177,7 @@ TEST_CASE("two ranks: collectives, GradientSync with overlap, clock offsets", "[
   REQUIRE(count(r.output, " world 2 ") == 2);
   for (const char* check : {"allreduce-sum ok", "allreduce-mean ok", "broadcast ok", "allgather ok", "barrier ok",
                             "broadcast-parameters ok", "sync-average ok", "sync-spans ok", "sync-overlap ok",
-                            "clock-offsets ok"}) {
+                            "collective-order ok", "clock-offsets ok"}) {
     CAPTURE(check);
     REQUIRE(count(r.output, check) == 2);
   }

@@ -41,7 +41,9 @@ TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda
   REQUIRE(r.exit_code == 0);
   REQUIRE(out.find("FAIL") == std::string::npos);
   for (const char* check : {"nccl-allreduce-sum ok", "nccl-allreduce-mean ok", "nccl-broadcast ok", "nccl-sync-average ok",
-                            "nccl-ordered-marked ok", "nccl-ordered-unmarked ok", "nccl-sync-ordered ok"}) {
+                            "nccl-ordered-marked ok", "nccl-ordered-unmarked ok", "nccl-sync-ordered ok",
+                            "nccl-group-sum ok", "nccl-group-max ok", "nccl-group-allgather ok",
+                            "nccl-group-reduce-scatter ok", "nccl-group-local ok", "nccl-group-ordered ok"}) {
     CAPTURE(check);
     std::size_t n = 0;
     for (auto pos = out.find(check); pos != std::string::npos; pos = out.find(check, pos + 1)) ++n;

@@ -12,7 +12,7 @@
 //       replay groups the ranks by the run file's hosts;
 //   (e) a bad --sync-bn, or --sync-bn with pipeline stages, is one line naming the flag, exit 2;
 //   (f) [cuda] (a) on the GPU: 2 ranks with --device cuda (sharing one GPU when there is only one) equal
-//       one process on the concatenated batch, within the bounds of (a).
+//       one process on the concatenated batch, within the bounds of (a), the sums going over NCCL.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -77,7 +77,7 @@ TEST_CASE("2 ranks --sync-bn global equal 1 process on the concatenated batch", 
   Runs& r = runs();
   CAPTURE(r.global.out, r.global.err);
   REQUIRE(r.global.exit_code == 0);
-  CHECK(r.global.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s)") != std::string::npos);
+  CHECK(r.global.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s), over mpi") != std::string::npos);
   wb::store::Reader run(r.dir / "global.sqlite");
   const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
   const StepResult& ref = c.ref;
@@ -244,7 +244,7 @@ TEST_CASE("2 ranks on CUDA --sync-bn global equal 1 process on the concatenated 
   const Result r = run_train(args);
   CAPTURE(devices, r.out, r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK(r.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s)") != std::string::npos);
+  CHECK(r.out.find("SyncBatchNorm (global): batch statistics over groups of 2 rank(s), over nccl") != std::string::npos);
   wb::store::Reader run(dir / "cuda.sqlite");
   const wb::test::Concatenated c = wb::test::concatenated_step(run, kBatch);
   std::string g_name, p_name, s_name;

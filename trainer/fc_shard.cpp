@@ -78,13 +78,14 @@ void check_fc_shard(const TrainConfig& cfg, int world) {
 }
 
 std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, int rank, int world,
-                                                 parallel::Communicator& host, profiler::Recorder* recorder) {
+                                                 parallel::Communicator& host, parallel::Communicator* device,
+                                                 profiler::Recorder* recorder) {
   const int n = cfg.shard_fc;
   if (n <= 1) return nullptr;
   check_fc_shard(cfg, world);
   // Every rank takes part in both splits, in the same order.
-  auto group = parallel::split_group_comm(host, rank / n);
-  auto across = parallel::split_group_comm(host, rank % n);
+  auto group = parallel::split_group_comm(host, rank / n, device);
+  auto across = parallel::split_group_comm(host, rank % n, device);
   if (rank == 0) {
     std::cout << "wb-train: sharded classifier: fc split over groups of " << n << " ranks, " << cfg.num_classes / n
               << " of the " << cfg.num_classes << " classes each; " << world / n << " shard group(s)\n"

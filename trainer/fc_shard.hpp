@@ -44,6 +44,11 @@ class ShardedClassifier final : public model::FcShard {
   bool full_logits() const override { return full_logits_; }
   // On every rank of the job alike: a step dump's forward gathers the full logits of each rank's rows.
   void set_full_logits(bool on) { full_logits_ = on; }
+  // Issue the exchanges through `order` (GradientSync on GPUs, where the groups are NCCL ones).
+  void order_with(parallel::CollectiveOrder* order) {
+    group_->order_with(order);
+    if (across_) across_->order_with(order);
+  }
 
  private:
   void record(model::FcExchange what, std::int64_t t0) const;
@@ -56,9 +61,11 @@ class ShardedClassifier final : public model::FcShard {
 // Throws ConfigError naming --shard-fc when N does not divide the world.
 void check_fc_shard(const TrainConfig& cfg, int world);
 
-// --shard-fc's group on this rank, from the job's host communicator; null when off (1). Rank 0 prints
-// the groups on stdout. Throws as check_fc_shard.
+// --shard-fc's group on this rank, from the job's host communicator (and with `device`, the job's NCCL
+// communicator, NCCL groups); null when off (1). Rank 0 prints the groups on stdout. Throws as
+// check_fc_shard.
 std::unique_ptr<ShardedClassifier> make_fc_shard(const TrainConfig& cfg, int rank, int world,
-                                                 parallel::Communicator& host, profiler::Recorder* recorder);
+                                                 parallel::Communicator& host, parallel::Communicator* device,
+                                                 profiler::Recorder* recorder);
 
 }  // namespace wb::trainer

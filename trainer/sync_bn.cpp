@@ -33,10 +33,11 @@ void SyncBatchNorm::allreduce(int bn_module, bool forward, std::span<double> val
 }
 
 std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, int rank, int world,
-                                            parallel::Communicator& host, profiler::Recorder* recorder) {
+                                            parallel::Communicator& host, parallel::Communicator* device,
+                                            profiler::Recorder* recorder) {
   if (cfg.sync_bn == "off") return nullptr;
   const auto scope = cfg.sync_bn == "local" ? parallel::GroupScope::local : parallel::GroupScope::global;
-  auto group = parallel::make_group_comm(host, scope);
+  auto group = parallel::make_group_comm(host, scope, device);
   const int size = group->size();
   // Every rank knows the sizes of all groups: a warning only when it holds for the whole job.
   const std::vector<std::int64_t> sizes = host.allgather(static_cast<std::int64_t>(size));
@@ -59,7 +60,7 @@ std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, int rank, in
     }
     std::cerr << msg.str() << std::flush;
     std::cout << "wb-train: SyncBatchNorm (" << cfg.sync_bn << "): batch statistics over groups of "
-              << size << " rank(s)\n" << std::flush;
+              << size << " rank(s), over " << group->backend() << "\n" << std::flush;
   }
   return std::make_unique<SyncBatchNorm>(std::move(group), recorder);
 }

@@ -4,12 +4,12 @@
 // thread named after its layer: "<bn>.sync_stats" in forward (sum of x, of x^2 and the count),
 // "<bn>.sync_grads" in backward (sum of dy and of dy * (x - mean)). `wb report` adds them up.
 //
-// The group is an MPI communicator on every device. On CUDA the backend computes the sums on the GPU
-// and hands them over as host doubles (2C + 1 values a layer); they go over MPI, not over a second NCCL
-// communicator: the training thread would issue those collectives while the communication thread runs
-// the gradient buckets' NCCL allreduces, and NCCL kernels of two communicators launched in different
-// orders on different ranks can wait on each other for good (NCCL's documented cross-communicator
-// deadlock). MPI on the host cannot block the GPU's queue that way.
+// On the CPU the group is an MPI communicator. On CUDA the backend computes the sums on the GPU and
+// hands them over as host doubles (2C + 1 values a layer), and they go over a NCCL communicator split
+// from the job's. NCCL kernels of two communicators queued in different orders on different ranks can
+// wait on each other for good (NCCL's documented cross-communicator deadlock), so on CUDA each exchange
+// is issued by GradientSync's communication thread, in turn with the gradient buckets
+// (parallel::CollectiveOrder, given by order_with): the same order on every rank.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +37,9 @@ class SyncBatchNorm final : public model::BatchNormSync {
   SyncBatchNorm(std::unique_ptr<parallel::GroupComm> group, profiler::Recorder* recorder);
   void allreduce(int bn_module, bool forward, std::span<double> values) override;
   int group_size() const { return group_->size(); }
+  const char* backend() const { return group_->backend(); }
+  // Issue the exchanges through `order` (GradientSync on GPUs, where the group is a NCCL one).
+  void order_with(parallel::CollectiveOrder* order) { group_->order_with(order); }
 
  private:
   std::unique_ptr<parallel::GroupComm> group_;
@@ -44,10 +47,12 @@ class SyncBatchNorm final : public model::BatchNormSync {
   std::vector<bool> recorded_;                                    // by module id: a batch norm, recorded
 };
 
-// cfg.sync_bn's group on this rank, from the job's host communicator; null for "off". Rank 0 prints the
-// group on stdout, and a warning on stderr where the scope changes nothing (local on a single host
-// equals global; a group of one equals off).
+// cfg.sync_bn's group on this rank, from the job's host communicator (and with `device`, the job's NCCL
+// communicator, a NCCL group); null for "off". Rank 0 prints the group on stdout, and a warning on
+// stderr where the scope changes nothing (local on a single host equals global; a group of one equals
+// off).
 std::unique_ptr<SyncBatchNorm> make_sync_bn(const TrainConfig& cfg, int rank, int world,
-                                            parallel::Communicator& host, profiler::Recorder* recorder);
+                                            parallel::Communicator& host, parallel::Communicator* device,
+                                            profiler::Recorder* recorder);
 
 }  // namespace wb::trainer

@@ -761,7 +761,7 @@ int run_training(const TrainConfig& cfg_in) {
   Recording rec = open_recording(cfg, place);
   // --shard-fc: the classifier's slice and its rank groups (null: off), before the model is built.
   std::unique_ptr<ShardedClassifier> fc_shard =
-      make_fc_shard(cfg, place.rank, place.world, *place.comms.host, rec.recorder.get());
+      make_fc_shard(cfg, place.rank, place.world, *place.comms.host, place.comms.device.get(), rec.recorder.get());
   if (fc_shard) rec.writer->set_meta("fc_shard_group_size", std::to_string(fc_shard->shards()));
   Input input = open_input(cfg, place, rec.run);
   Learner learner = make_learner(cfg, place, input.total_steps, fc_shard.get());
@@ -778,8 +778,13 @@ int run_training(const TrainConfig& cfg_in) {
   Gradients gradients = make_gradients(cfg, place, learner, rec, banner.str());
   // --sync-bn: each batch norm's statistics over a group of ranks (null: off).
   std::unique_ptr<SyncBatchNorm> sync_bn =
-      make_sync_bn(cfg, place.rank, place.world, *place.comms.host, rec.recorder.get());
+      make_sync_bn(cfg, place.rank, place.world, *place.comms.host, place.comms.device.get(), rec.recorder.get());
   if (sync_bn) rec.writer->set_meta("sync_bn_group_size", std::to_string(sync_bn->group_size()));
+  // On GPUs their NCCL exchanges take turns with the gradient buckets (parallel::CollectiveOrder).
+  if (gradients.sync && place.comms.device) {
+    if (sync_bn) sync_bn->order_with(gradients.sync.get());
+    if (fc_shard) fc_shard->order_with(gradients.sync.get());
+  }
   learner.model->set_batchnorm_sync(sync_bn.get());
   StepObserver observer(rec.recorder.get(), gradients.sync.get(), *learner.backend);
   if (!cfg.slow_rank.empty()) {

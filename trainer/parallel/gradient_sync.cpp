@@ -91,55 +91,115 @@ void GradientSync::on_grads_ready(int first_param, int last_param_exclusive) {
   if (became_ready) cv_.notify_all();
 }
 
+bool GradientSync::job_due_locked() const {
+  return job_ && !job_->done && (!active_ || error_ || next_ < job_->after);
+}
+
+bool GradientSync::bucket_due_locked() const {
+  if (!active_ || next_ < 0 || error_ || pending_[static_cast<std::size_t>(next_)] != 0) return false;
+  return !(job_ && !job_->done && next_ < job_->after);  // a collective queued before this bucket was ready
+}
+
 void GradientSync::run() {
   std::unique_lock lock(mutex_);
   while (true) {
-    cv_.wait(lock, [&] {
-      return stop_ || (active_ && next_ >= 0 && !error_ && pending_[static_cast<std::size_t>(next_)] == 0);
-    });
+    cv_.wait(lock, [&] { return stop_ || job_due_locked() || bucket_due_locked(); });
     if (stop_) return;
-    const Bucket bucket = buckets_[static_cast<std::size_t>(next_)];
-    BucketSpan span;
-    span.rank = comm_.rank();
-    span.step = step_;
-    span.bucket = bucket.index;
-    span.first_param = bucket.first_param;
-    span.last_param = bucket.last_param();
-    span.bytes = bucket.bytes();
-    span.ready_ns = ready_ns_[static_cast<std::size_t>(bucket.index)];
-    lock.unlock();
-
-    std::exception_ptr error;
-    span.start_ns = now_ns();
-    const std::string what =
-        "allreduce of bucket " + std::to_string(bucket.index) + " (step " + std::to_string(span.step) + ")";
-    if (options_.heartbeat) options_.heartbeat->set_doing(what);
-    try {
-      std::unique_ptr<Watchdog::Guard> guard;
-      if (watchdog_) guard = std::make_unique<Watchdog::Guard>(watchdog_->watch(what));
-      comm_.allreduce(grads_ + bucket.offset, static_cast<std::size_t>(bucket.numel), options_.op);
-    } catch (...) {
-      error = std::current_exception();
-    }
-    if (options_.heartbeat) options_.heartbeat->set_doing({});
-    span.end_ns = now_ns();
-    if (!error && options_.on_span) {
-      try {
-        options_.on_span(span);
-      } catch (...) {
-        error = std::current_exception();
-      }
-    }
-
-    lock.lock();
-    if (error) {
-      error_ = error;
+    if (job_due_locked()) {
+      run_job(lock);
     } else {
-      spans_.push_back(span);
-      --next_;
+      run_bucket(lock);
     }
     cv_.notify_all();
   }
+}
+
+namespace {
+
+// Runs a collective with the heartbeat saying what it is and the watchdog watching it; the lock is
+// released meanwhile. Returns what it threw.
+template <typename F>
+std::exception_ptr watched(std::unique_lock<std::mutex>& lock, Watchdog* watchdog, Heartbeat* heartbeat,
+                           const std::string& what, F&& collective) {
+  lock.unlock();
+  std::exception_ptr error;
+  if (heartbeat) heartbeat->set_doing(what);
+  try {
+    std::unique_ptr<Watchdog::Guard> guard;
+    if (watchdog) guard = std::make_unique<Watchdog::Guard>(watchdog->watch(what));
+    collective();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (heartbeat) heartbeat->set_doing({});
+  lock.lock();
+  return error;
+}
+
+}  // namespace
+
+void GradientSync::run_job(std::unique_lock<std::mutex>& lock) {
+  Job* job = job_;
+  if (active_ && error_) {  // a bucket failed: its peers may be gone, so nothing more is issued
+    job->error = error_;
+    job->done = true;
+    return;
+  }
+  job->error = watched(lock, watchdog_.get(), options_.heartbeat, *job->what, *job->run);
+  job->done = true;
+}
+
+void GradientSync::run_bucket(std::unique_lock<std::mutex>& lock) {
+  const Bucket bucket = buckets_[static_cast<std::size_t>(next_)];
+  BucketSpan span;
+  span.rank = comm_.rank();
+  span.step = step_;
+  span.bucket = bucket.index;
+  span.first_param = bucket.first_param;
+  span.last_param = bucket.last_param();
+  span.bytes = bucket.bytes();
+  span.ready_ns = ready_ns_[static_cast<std::size_t>(bucket.index)];
+  const std::string what =
+      "allreduce of bucket " + std::to_string(bucket.index) + " (step " + std::to_string(span.step) + ")";
+  span.start_ns = now_ns();
+  std::exception_ptr error = watched(lock, watchdog_.get(), options_.heartbeat, what, [&] {
+    comm_.allreduce(grads_ + bucket.offset, static_cast<std::size_t>(bucket.numel), options_.op);
+  });
+  span.end_ns = now_ns();
+  if (!error && options_.on_span) {
+    lock.unlock();
+    try {
+      options_.on_span(span);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+  }
+  if (error) {
+    error_ = error;
+  } else {
+    spans_.push_back(span);
+    --next_;
+  }
+}
+
+void GradientSync::run_in_order(const std::string& what, const std::function<void()>& collective) {
+  Job job;
+  job.what = &what;
+  job.run = &collective;
+  std::unique_lock lock(mutex_);
+  if (job_) throw DistError("GradientSync::run_in_order: another collective is already waiting (" + *job_->what + ")");
+  if (active_ && error_) rethrow_locked();
+  // The buckets the communication thread will reduce before it: from next_ down, while fully reported.
+  int k = active_ ? next_ : -1;
+  while (k >= 0 && pending_[static_cast<std::size_t>(k)] == 0) --k;
+  job.after = k + 1;
+  job_ = &job;
+  cv_.notify_all();
+  cv_.wait(lock, [&] { return job.done; });
+  job_ = nullptr;
+  cv_.notify_all();  // a bucket may have been held back by it
+  if (job.error) std::rethrow_exception(job.error);
 }
 
 void GradientSync::rethrow_locked() {

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "trainer/parallel/buckets.hpp"
+#include "trainer/parallel/collective_order.hpp"
 #include "trainer/parallel/communicator.hpp"
 #include "trainer/parallel/heartbeat.hpp"
 #include "trainer/parallel/watchdog.hpp"
@@ -72,13 +73,15 @@ struct SyncOptions {
   std::function<void(const Bucket& bucket, float* data)> on_ready;
 };
 
-class GradientSync {
+// Also a CollectiveOrder: run_in_order places another collective (a SyncBatchNorm or sharded-classifier
+// exchange) among the buckets' allreduces on the communication thread, as collective_order.hpp explains.
+class GradientSync final : public CollectiveOrder {
  public:
   // `grads` is the contiguous gradient buffer the buckets slice (memory the communicator's backend
   // uses: host for MPI, device for NCCL); it and `comm` must outlive this object. Buckets must be
   // contiguous ranges covering every parameter, numbered in forward order (as buckets.hpp makes them).
   GradientSync(Communicator& comm, std::vector<Bucket> buckets, float* grads, SyncOptions options = {});
-  ~GradientSync();
+  ~GradientSync() override;
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
@@ -93,6 +96,13 @@ class GradientSync {
   // bucket when some gradient was never reported (it would otherwise wait forever).
   void wait_all();
 
+  // After every bucket reduced or ready to be (each bucket from the next one down whose gradients were
+  // all reported before this call), before every other; blocks until `collective` has run on the
+  // communication thread, under the watchdog. Outside a step it runs as soon as that thread is free.
+  // Call from the thread that calls on_grads_ready; rethrows what `collective` threw, or a failed
+  // bucket's error.
+  void run_in_order(const std::string& what, const std::function<void()>& collective) override;
+
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // The spans of the current step's reduced buckets, in the order they were reduced.
   std::vector<BucketSpan> spans() const;
@@ -100,6 +110,10 @@ class GradientSync {
  private:
   void run();
   void rethrow_locked();
+  bool job_due_locked() const;     // the queued collective may run now
+  bool bucket_due_locked() const;  // bucket next_ may start now
+  void run_job(std::unique_lock<std::mutex>& lock);
+  void run_bucket(std::unique_lock<std::mutex>& lock);
 
   Communicator& comm_;
   std::vector<Bucket> buckets_;
@@ -119,6 +133,16 @@ class GradientSync {
   std::vector<std::int64_t> ready_ns_;
   std::vector<BucketSpan> spans_;
   std::exception_ptr error_;
+  // run_in_order's collective (one at a time: its caller waits for it). It runs once next_ < after,
+  // and bucket next_ waits while next_ < after.
+  struct Job {
+    const std::string* what = nullptr;
+    const std::function<void()>* run = nullptr;
+    int after = 0;  // the lowest bucket issued before it (buckets_.size(): none)
+    bool done = false;
+    std::exception_ptr error;
+  };
+  Job* job_ = nullptr;
   std::thread thread_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <string>
 
 #include "trainer/parallel/error.hpp"
 #if WB_PARALLEL_MPI
@@ -21,6 +22,7 @@ class SelfGroup final : public GroupComm {
   void allreduce_max(std::span<double>) override {}
   void allgather(std::span<const float> mine, std::span<float> all) override { copy_block(mine, all); }
   void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override { copy_block(all, mine); }
+  const char* backend() const override { return "self"; }
 
  private:
   static void copy_block(std::span<const float> from, std::span<float> to) {
@@ -80,6 +82,7 @@ class MpiGroup final : public GroupComm {
     check_blocks(mine.size(), all.size(), "reduce_scatter_sum");
     WB_MPI_CHECK(MPI_Reduce_scatter_block(all.data(), mine.data(), count(mine.size()), MPI_FLOAT, MPI_SUM, comm_));
   }
+  const char* backend() const override { return "mpi"; }
 
  private:
   static int count(std::size_t n) {
@@ -104,19 +107,51 @@ std::unique_ptr<GroupComm> self_group(Communicator& job) {
   throw DistError(std::string("a rank group needs the job's MPI communicator, got ") + job.backend());
 }
 
+#if WB_PARALLEL_MPI
+// The colour of this rank's host: the lowest job rank among the ranks that share its memory.
+int host_color(MpiCommunicator& job) {
+  MPI_Comm local = MPI_COMM_NULL;
+  WB_MPI_CHECK(MPI_Comm_split_type(job.handle(), MPI_COMM_TYPE_SHARED, job.rank(), MPI_INFO_NULL, &local));
+  int mine = job.rank(), lowest = 0;
+  const int rc = MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, local);
+  MPI_Comm_free(&local);
+  WB_MPI_CHECK(rc);
+  return lowest;
+}
+#endif
+
+// A NCCL group needs the job's MPI communicator beside the NCCL one.
+void check_device(Communicator& job, Communicator* device) {
+  if (device == nullptr) return;
+  if (std::string(device->backend()) != "nccl") {
+    throw DistError(std::string("a rank group on the device needs the job's NCCL communicator, got ") + device->backend());
+  }
+  if (device->size() != job.size() || device->rank() != job.rank()) {
+    throw DistError("a rank group: the NCCL and MPI communicators do not cover the same ranks");
+  }
+}
+
 }  // namespace
 
-std::unique_ptr<GroupComm> make_group_comm(Communicator& job, GroupScope scope) {
+std::unique_ptr<GroupComm> make_group_comm(Communicator& job, GroupScope scope, Communicator* device) {
+  check_device(job, device);
 #if WB_PARALLEL_MPI
-  if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) return std::make_unique<MpiGroup>(*mpi, scope);
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) {
+    if (device) return make_nccl_group(*device, scope == GroupScope::global ? 0 : host_color(*mpi));
+    return std::make_unique<MpiGroup>(*mpi, scope);
+  }
 #endif
   (void)scope;
   return self_group(job);
 }
 
-std::unique_ptr<GroupComm> split_group_comm(Communicator& job, int color) {
+std::unique_ptr<GroupComm> split_group_comm(Communicator& job, int color, Communicator* device) {
+  check_device(job, device);
 #if WB_PARALLEL_MPI
-  if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) return std::make_unique<MpiGroup>(*mpi, color);
+  if (auto* mpi = dynamic_cast<MpiCommunicator*>(&job)) {
+    if (device) return make_nccl_group(*device, color);
+    return std::make_unique<MpiGroup>(*mpi, color);
+  }
 #endif
   (void)color;
   return self_group(job);

@@ -1,7 +1,7 @@
 // wb-parallel-check: the multi-rank self-check of the data-parallel layer, run under mpirun by the [mpi]
 // tests (and by hand: `wb-parallel-check --nproc 2` relaunches itself under mpirun).
 //
-//   wb-parallel-check [--nproc N] [--watchdog-s S] [all|collectives|sync|clock|loop|nccl]
+//   wb-parallel-check [--nproc N] [--watchdog-s S] [all|collectives|sync|order|clock|loop|nccl]
 //
 // Every rank prints "rank R pid P" first, then one "rank R: <check> ok ..." line per passed check with
 // its figures, or "rank R: FAIL <check>: ..." (exit 1). `loop` allreduces buckets forever (the fault
@@ -13,6 +13,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -172,6 +174,81 @@ void check_sync(MpiCommunicator& comm) {
   report(rank, overlapped_steps == steps, "sync-overlap", fmt("overlapped_steps=%g", overlapped_steps));
 }
 
+// GradientSync as a CollectiveOrder: exchanges asked for from the training thread (here: allreduces of 7
+// values on the buckets' own communicator, which would mismatch a bucket's allreduce if any rank issued
+// them out of turn) land among the buckets in the program's order, whatever the threads' timing. Each
+// rank sleeps its own random amounts on both threads, and every rank must issue exactly
+// A, bucket 2, B, C, bucket 1, bucket 0, D.
+void check_order(MpiCommunicator& comm) {
+  const int rank = comm.rank(), size = comm.size();
+  std::vector<ParamExtent> params;
+  std::int64_t offset = 0;
+  for (int p = 0; p < 30; ++p) {
+    params.push_back({offset, 500 + 100 * p});
+    offset += 500 + 100 * p;
+  }
+  const std::vector<int> split = {10, 22};
+  const auto buckets = buckets_from_split(params, split);
+  std::vector<float> grads(static_cast<std::size_t>(offset), 1.0f);
+  std::mt19937 random(static_cast<unsigned>(1234 + 77 * rank));
+  std::mutex random_mutex;
+  auto pause = [&] {
+    int us = 0;
+    {
+      std::lock_guard lock(random_mutex);
+      us = static_cast<int>(random() % 4000);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
+  };
+  std::vector<std::string> log;  // written on the communication thread only
+  SyncOptions options;
+  options.on_span = [&](const BucketSpan& s) {
+    log.push_back("bucket " + std::to_string(s.bucket));
+    pause();
+  };
+  GradientSync sync(comm, buckets, grads.data(), options);
+  bool sums_ok = true;
+  auto exchange = [&](const std::string& name) {
+    sync.run_in_order(name, [&] {
+      log.push_back(name);
+      std::vector<float> values(7, static_cast<float>(rank + 1));
+      comm.allreduce(values.data(), values.size(), ReduceOp::sum);
+      for (float v : values) sums_ok = sums_ok && v == static_cast<float>(size * (size + 1) / 2);
+      pause();
+    });
+  };
+  auto ready = [&](int first, int last) {
+    pause();
+    sync.on_grads_ready(first, last);
+  };
+  const std::vector<std::string> expected = {"A", "bucket 2", "B", "C", "bucket 1", "bucket 0", "D"};
+  bool order_ok = true;
+  std::string seen;
+  const int steps = 5;
+  for (int step = 0; step < steps; ++step) {
+    log.clear();
+    sync.begin_step(step);
+    exchange("A");
+    ready(22, 30);  // bucket 2
+    exchange("B");
+    ready(16, 22);  // half of bucket 1
+    exchange("C");
+    ready(10, 16);  // bucket 1
+    ready(0, 10);   // bucket 0
+    exchange("D");
+    sync.wait_all();
+    if (log != expected) {
+      order_ok = false;
+      seen.clear();
+      for (const auto& e : log) seen += (seen.empty() ? "" : ", ") + e;
+    }
+  }
+  // Outside a step it runs at once.
+  exchange("E");
+  report(rank, order_ok && sums_ok && log.back() == "E", "collective-order",
+         order_ok ? fmt("steps=%g", steps) : "issued " + seen);
+}
+
 // Clock offsets with a known skew: rank r's clock runs r * 1.5 ms ahead of rank 0's.
 void check_clock(MpiCommunicator& comm) {
   const int rank = comm.rank();
@@ -217,7 +294,7 @@ void run_loop(MpiCommunicator& comm, double watchdog_s) {
 
 int usage(const char* message) {
   std::fprintf(stderr, "wb-parallel-check: %s\nusage: wb-parallel-check [--nproc N] [--watchdog-s S] "
-                       "[all|collectives|sync|clock|loop|nccl]\n", message);
+                       "[all|collectives|sync|order|clock|loop|nccl]\n", message);
   return 2;
 }
 
@@ -233,7 +310,7 @@ int main(int argc, char** argv) {
       nproc = std::atoi(argv[++i]);
     } else if (a == "--watchdog-s" && i + 1 < argc) {
       watchdog_s = std::atof(argv[++i]);
-    } else if (a == "all" || a == "collectives" || a == "sync" || a == "clock" || a == "loop" || a == "nccl") {
+    } else if (a == "all" || a == "collectives" || a == "sync" || a == "order" || a == "clock" || a == "loop" || a == "nccl") {
       mode = a;
     } else {
       return usage(("unknown argument '" + a + "'").c_str());
@@ -251,6 +328,7 @@ int main(int argc, char** argv) {
     }
     if (mode == "all" || mode == "collectives") check_collectives(comm);
     if (mode == "all" || mode == "sync") check_sync(comm);
+    if (mode == "all" || mode == "order") check_order(comm);
     if (mode == "all" || mode == "clock") check_clock(comm);
     if (mode == "loop") run_loop(comm, watchdog_s);
     if (mode == "nccl") {

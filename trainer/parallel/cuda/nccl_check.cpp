@@ -4,10 +4,12 @@
 // wait for the work queued there before it, whether marked for its buffer (mark_ready, as GradientSync's
 // bucket-ready hook does in wb-train) or not. The checks queue, on the input stream, a host callback
 // that sleeps and then the copy that writes the buffer; a collective that did not wait would reduce
-// the zeros that were there before, and the result would be wrong.
+// the zeros that were there before, and the result would be wrong. Last, the NCCL rank groups of
+// SyncBatchNorm and the sharded classifier, alone and in turn with GradientSync's buckets.
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "cuda/check.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
 #include "trainer/parallel/gradient_sync.hpp"
+#include "trainer/parallel/group_comm.hpp"
 #include "trainer/parallel/launch.hpp"
 
 namespace wb::parallel {
@@ -50,6 +53,96 @@ void CUDART_CB hold_stream(void* ms) {
 }
 
 const int kHoldMs = 150;
+
+// Rank groups on NCCL (SyncBatchNorm's and the sharded classifier's): each collective against the
+// values computed here in double; then, ordered by a GradientSync over the job's NCCL communicator,
+// group allreduces asked for between the buckets' gradients, as wb-train's training thread does.
+int check_nccl_groups(MpiCommunicator& mpi, NcclCommunicator& nccl) {
+  const int rank = mpi.rank(), size = mpi.size();
+  int failures = 0;
+  auto group = make_group_comm(mpi, GroupScope::global, &nccl);
+  const std::size_t n = 1000;
+  std::vector<double> values(n), sum(n, 0.0), max(n, -1e300);
+  for (int r = 0; r < size; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      sum[i] += value_of(r, i);
+      max[i] = std::max(max[i], static_cast<double>(value_of(r, i)));
+    }
+  }
+  auto worst = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double w = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) w = std::max(w, std::abs(a[i] - b[i]));
+    return w;
+  };
+  for (std::size_t i = 0; i < n; ++i) values[i] = value_of(rank, i);
+  group->allreduce_sum(std::span<double>(values));
+  const double e_sum = worst(values, sum);
+  failures += report(rank, group->size() == size && e_sum <= 1e-12, "nccl-group-sum", e_sum);
+  for (std::size_t i = 0; i < n; ++i) values[i] = value_of(rank, i);
+  group->allreduce_max(std::span<double>(values));
+  const double e_max = worst(values, max);
+  failures += report(rank, e_max == 0.0, "nccl-group-max", e_max);
+
+  std::vector<float> mine(n), all(n * static_cast<std::size_t>(size)), back(n);
+  for (std::size_t i = 0; i < n; ++i) mine[i] = value_of(rank, i);
+  group->allgather(mine, all);
+  double e_gather = 0.0;
+  for (int r = 0; r < size; ++r) {
+    for (std::size_t i = 0; i < n; ++i) {
+      e_gather = std::max(e_gather, std::abs(static_cast<double>(all[r * n + i]) - value_of(r, i)));
+    }
+  }
+  failures += report(rank, e_gather == 0.0, "nccl-group-allgather", e_gather);
+  // Every rank gives `all`; block r of the sum is size * (block r of the gathered values).
+  group->reduce_scatter_sum(all, back);
+  double e_scatter = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    e_scatter = std::max(e_scatter, std::abs(static_cast<double>(back[i]) - size * static_cast<double>(mine[i])));
+  }
+  failures += report(rank, e_scatter <= 1e-5, "nccl-group-reduce-scatter", e_scatter);
+
+  // The check runs every rank on one host, so the host's group is the whole job.
+  auto local = make_group_comm(mpi, GroupScope::local, &nccl);
+  failures += report(rank, local->size() == size, "nccl-group-local", static_cast<double>(local->size()));
+
+  // Ordered among the buckets: A, bucket 2, B, C, bucket 1, bucket 0, D (as the MPI check), each a
+  // group allreduce whose sum is checked; a wrong order would hang (the watchdog ends it) or mix sums.
+  const std::size_t m = 1 << 16;
+  float* grads = nullptr;
+  WB_CUDA_CHECK(cudaMalloc(&grads, 30 * m * sizeof(float)));
+  WB_CUDA_CHECK(cudaMemset(grads, 0, 30 * m * sizeof(float)));
+  std::vector<ParamExtent> params;
+  for (int p = 0; p < 30; ++p) params.push_back({static_cast<std::int64_t>(p * m), static_cast<std::int64_t>(m)});
+  const std::vector<int> split = {10, 22};
+  bool sums_ok = true;
+  {
+    SyncOptions so;
+    so.watchdog_timeout_s = 60;
+    GradientSync sync(nccl, buckets_from_split(params, split), grads, so);
+    group->order_with(&sync);
+    auto exchange = [&](int k) {
+      std::vector<double> v(7, static_cast<double>(rank + k));
+      group->allreduce_sum(std::span<double>(v));
+      for (double x : v) sums_ok = sums_ok && x == static_cast<double>(size * (size - 1) / 2 + size * k);
+    };
+    for (int step = 0; step < 3; ++step) {
+      sync.begin_step(step);
+      exchange(1);
+      sync.on_grads_ready(22, 30);
+      exchange(2);
+      sync.on_grads_ready(16, 22);
+      exchange(3);
+      sync.on_grads_ready(10, 16);
+      sync.on_grads_ready(0, 10);
+      exchange(4);
+      sync.wait_all();
+    }
+    group->order_with(nullptr);
+  }
+  cudaFree(grads);
+  failures += report(rank, sums_ok, "nccl-group-ordered", sums_ok ? 0.0 : 1.0);
+  return failures;
+}
 
 }  // namespace
 
@@ -175,6 +268,7 @@ int run_nccl_check(MpiCommunicator& mpi, const LaunchInfo& info) {
 
   nccl.set_input_stream(nullptr);
   WB_CUDA_CHECK(cudaStreamSynchronize(input));
+  failures += check_nccl_groups(mpi, nccl);
   cudaStreamDestroy(input);
   cudaFreeHost(pinned);
   cudaFree(dev);

@@ -86,19 +86,12 @@ void NcclCommunicator::prepare(const float* device_data) {
 }
 
 void NcclCommunicator::finish(const char* what) {
-  const auto stream = static_cast<cudaStream_t>(stream_);
-  while (true) {
-    const cudaError_t rc = cudaStreamQuery(stream);
-    if (rc == cudaSuccess) return;
-    if (rc != cudaErrorNotReady) ::wb::cuda::check(rc, what, __FILE__, __LINE__);
+  wait_for_collective(static_cast<cudaStream_t>(stream_), [&] {
     ncclResult_t async = ncclSuccess;
-    {
-      std::lock_guard lock(comm_mutex_);  // abort_job may free the handle from the watchdog's thread
-      WB_NCCL_CHECK(ncclCommGetAsyncError(live_comm(what), &async));
-    }
-    if (async != ncclSuccess) check_nccl(async, what, __FILE__, __LINE__);
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
+    std::lock_guard lock(comm_mutex_);  // abort_job may free the handle from the watchdog's thread
+    WB_NCCL_CHECK(ncclCommGetAsyncError(live_comm(what), &async));
+    return async;
+  }, what);
 }
 
 void NcclCommunicator::allreduce(float* device_data, std::size_t count, ReduceOp op) {
@@ -142,6 +135,14 @@ void NcclCommunicator::abort_job(int exit_code) noexcept {
   std::lock_guard lock(comm_mutex_);
   if (void* comm = comm_.exchange(nullptr)) ncclCommAbort(static_cast<ncclComm_t>(comm));
   bootstrap_.abort_job(exit_code);
+}
+
+ncclComm_t NcclCommunicator::split(int color) {
+  WB_CUDA_CHECK(cudaSetDevice(device_));
+  ncclComm_t part = nullptr;
+  std::lock_guard lock(comm_mutex_);
+  WB_NCCL_CHECK(ncclCommSplit(live_comm("ncclCommSplit"), color, rank(), &part, nullptr));
+  return part;
 }
 
 ncclComm_t NcclCommunicator::live_comm(const char* what) const {

@@ -45,6 +45,10 @@ class NcclCommunicator final : public Communicator {
   int device() const { return device_; }
   // The MPI communicator over the same ranks that started this one.
   MpiCommunicator& bootstrap() const { return bootstrap_; }
+  // Splits this communicator (ncclCommSplit, collective over every rank): the ranks passing the same
+  // `color`, ordered by rank. The caller owns the new ncclComm_t. No collective of this one may be in
+  // flight meanwhile.
+  ::ncclComm* split(int color);
   // A cudaStream_t (passed as void*) whose pending work every collective waits for; nullptr: none.
   void set_input_stream(void* cuda_stream) override { input_stream_ = cuda_stream; }
   // Records, on the input stream, the point the next collective on `device_data` (the same pointer)
