@@ -6,7 +6,9 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <limits>
+#include <string>
 #include <string_view>
 
 #include "store/db.hpp"
@@ -23,6 +25,38 @@ double real_or_nan(sqlite3_stmt* h, int col) {
   return sqlite3_column_double(h, col);
 }
 
+// Times and durations (ns) beyond +-2^62 (146 years) come only from a damaged or foreign file, and
+// differences of such values overflow: reading one is an error naming the column.
+constexpr std::int64_t kTimeLimitNs = std::int64_t{1} << 62;
+
+struct TimeOutOfRange {
+  int column;
+  std::string value;
+};
+
+// A time or duration column of the current row; throws TimeOutOfRange (collect names the file).
+std::int64_t time_ns(sqlite3_stmt* h, int col) {
+  if (sqlite3_column_type(h, col) == SQLITE_FLOAT) {  // SQLite would saturate a huge REAL to INT64_MIN/MAX
+    const double d = sqlite3_column_double(h, col);
+    if (!(d >= -static_cast<double>(kTimeLimitNs) && d <= static_cast<double>(kTimeLimitNs))) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", d);
+      throw TimeOutOfRange{col, text};
+    }
+    return static_cast<std::int64_t>(d);
+  }
+  const std::int64_t v = sqlite3_column_int64(h, col);
+  if (v < -kTimeLimitNs || v > kTimeLimitNs) throw TimeOutOfRange{col, std::to_string(v)};
+  return v;
+}
+
+StoreError time_error(sqlite3_stmt* h, const TimeOutOfRange& e) {
+  const char* file = sqlite3_db_filename(sqlite3_db_handle(h), "main");
+  const char* column = sqlite3_column_name(h, e.column);
+  return StoreError(std::string(file ? file : "run file") + ": " + (column ? column : "a time column") + " " + e.value +
+                    " is out of range (expected nanoseconds within +-2^62; the file is damaged or not a run file)");
+}
+
 constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
 constexpr const char* kKernelColumns =
     "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes";
@@ -31,8 +65,8 @@ constexpr const char* kKernelColumns =
 RangeRow range_from(sqlite3_stmt* h) {
   RangeRow r;
   r.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
-  r.start_ns = sqlite3_column_int64(h, 1);
-  r.end_ns = sqlite3_column_int64(h, 2);
+  r.start_ns = time_ns(h, 1);
+  r.end_ns = time_ns(h, 2);
   r.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
   r.category = static_cast<std::uint8_t>(sqlite3_column_int(h, 4));
   r.depth = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
@@ -44,8 +78,8 @@ RangeRow range_from(sqlite3_stmt* h) {
 KernelRow kernel_from(sqlite3_stmt* h) {
   KernelRow k;
   k.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
-  k.start_ns = sqlite3_column_int64(h, 1);
-  k.end_ns = sqlite3_column_int64(h, 2);
+  k.start_ns = time_ns(h, 1);
+  k.end_ns = time_ns(h, 2);
   k.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
   k.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 4));
   k.kind = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
@@ -62,7 +96,13 @@ std::vector<Row> collect(Statement& st, Decode decode, const ProgressFn& progres
   std::vector<Row> out;
   if (total > 0) out.reserve(total);
   while (st.step()) {
-    out.push_back(decode(st.handle()));
+    try {
+      out.push_back(decode(st.handle()));
+    } catch (const TimeOutOfRange& e) {
+      StoreError error = time_error(st.handle(), e);
+      st.reset();
+      throw error;
+    }
     if (progress && (out.size() & 0xFFFFF) == 0) progress(out.size(), total);
   }
   st.reset();
@@ -129,9 +169,16 @@ std::vector<RankRow> Reader::ranks() {
   std::vector<RankRow> out;
   auto& st = db_->prepare(
       "SELECT rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events FROM rank ORDER BY rank");
-  while (st.step())
-    out.push_back(RankRow{static_cast<std::int32_t>(st.column_int64(0)), st.column_text(1), st.column_text(2),
-                          st.column_int64(3), st.column_int64(4), st.column_int64(5), st.column_int64(6)});
+  while (st.step()) {
+    try {
+      out.push_back(RankRow{static_cast<std::int32_t>(st.column_int64(0)), st.column_text(1), st.column_text(2),
+                            st.column_int64(3), time_ns(st.handle(), 4), time_ns(st.handle(), 5), st.column_int64(6)});
+    } catch (const TimeOutOfRange& e) {
+      StoreError error = time_error(st.handle(), e);
+      st.reset();
+      throw error;
+    }
+  }
   st.reset();
   return out;
 }
@@ -269,7 +316,7 @@ std::vector<CounterRow> Reader::counters(std::uint32_t track) {
   auto& st = db_->prepare("SELECT track_id, t_ns, value FROM counter WHERE track_id = ? ORDER BY t_ns");
   st.bind(1, track);
   return collect<CounterRow>(st, [](sqlite3_stmt* h) {
-    return CounterRow{static_cast<std::uint32_t>(sqlite3_column_int64(h, 0)), sqlite3_column_int64(h, 1),
+    return CounterRow{static_cast<std::uint32_t>(sqlite3_column_int64(h, 0)), time_ns(h, 1),
                       sqlite3_column_double(h, 2)};
   });
 }
@@ -280,8 +327,8 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
                   : db_->prepare(std::string(kCols) + " ORDER BY rank, step");
   if (rank) st.bind(1, *rank);
   return collect<StepRow>(st, [](sqlite3_stmt* h) {
-    return StepRow{sqlite3_column_int(h, 0),    sqlite3_column_int(h, 1),    sqlite3_column_int64(h, 2),
-                   sqlite3_column_int64(h, 3),  sqlite3_column_int64(h, 4),  sqlite3_column_int64(h, 5),
+    return StepRow{sqlite3_column_int(h, 0), sqlite3_column_int(h, 1), time_ns(h, 2),
+                   time_ns(h, 3),            time_ns(h, 4),            time_ns(h, 5),
                    real_or_nan(h, 6),           real_or_nan(h, 7),           sqlite3_column_int64(h, 8)};
   });
 }
@@ -293,7 +340,7 @@ std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
                   : db_->prepare(std::string(kCols) + " ORDER BY rank, t_ns, rowid");
   if (rank) st.bind(1, *rank);
   return collect<MemoryRow>(st, [](sqlite3_stmt* h) {
-    return MemoryRow{sqlite3_column_int(h, 0), sqlite3_column_int64(h, 1), sqlite3_column_int(h, 2),
+    return MemoryRow{sqlite3_column_int(h, 0), time_ns(h, 1), sqlite3_column_int(h, 2),
                      sqlite3_column_int64(h, 3), sqlite3_column_int64(h, 4),
                      static_cast<std::uint8_t>(std::clamp(sqlite3_column_int(h, 5), 0, kMemoryRoles - 1)),
                      static_cast<std::uint32_t>(sqlite3_column_int64(h, 6))};
@@ -338,9 +385,9 @@ std::vector<PipelineSpanRow> Reader::pipeline_spans() {
     r.kind = kind ? reinterpret_cast<const char*>(kind) : "";
     r.peer = sqlite3_column_int(h, 5);
     r.bytes = sqlite3_column_int64(h, 6);
-    r.post_ns = sqlite3_column_int64(h, 7);
-    r.start_ns = sqlite3_column_int64(h, 8);
-    r.end_ns = sqlite3_column_int64(h, 9);
+    r.post_ns = time_ns(h, 7);
+    r.start_ns = time_ns(h, 8);
+    r.end_ns = time_ns(h, 9);
     return r;
   });
 }
@@ -352,9 +399,9 @@ std::vector<PipelineStepRow> Reader::pipeline_steps() {
       "FROM pipeline_step ORDER BY step, rank");
   return collect<PipelineStepRow>(st, [](sqlite3_stmt* h) {
     return PipelineStepRow{sqlite3_column_int(h, 0),   sqlite3_column_int(h, 1),   sqlite3_column_int(h, 2),
-                           sqlite3_column_int(h, 3),   sqlite3_column_int64(h, 4), sqlite3_column_int64(h, 5),
-                           sqlite3_column_int64(h, 6), sqlite3_column_int64(h, 7), sqlite3_column_int64(h, 8),
-                           sqlite3_column_int64(h, 9)};
+                           sqlite3_column_int(h, 3),   time_ns(h, 4),              time_ns(h, 5),
+                           time_ns(h, 6),              time_ns(h, 7),              time_ns(h, 8),
+                           time_ns(h, 9)};
   });
 }
 
@@ -367,7 +414,7 @@ std::vector<AllreduceRow> Reader::allreduces(std::optional<std::int32_t> rank) {
   return collect<AllreduceRow>(st, [](sqlite3_stmt* h) {
     return AllreduceRow{sqlite3_column_int(h, 0),   sqlite3_column_int(h, 1),   sqlite3_column_int(h, 2),
                         sqlite3_column_int(h, 3),   sqlite3_column_int(h, 4),   sqlite3_column_int64(h, 5),
-                        sqlite3_column_int64(h, 6), sqlite3_column_int64(h, 7), sqlite3_column_int64(h, 8)};
+                        time_ns(h, 6),              time_ns(h, 7),              time_ns(h, 8)};
   });
 }
 

@@ -107,6 +107,58 @@ TEST_CASE("invalid files give a StoreError naming the file and the reason", "[st
   }
 }
 
+TEST_CASE("a time beyond +-2^62 ns is a StoreError naming the file and the column", "[store]") {
+  // Differences of such values overflow in every analysis; only a damaged or foreign file holds them.
+  TempDir dir;
+  const auto path = dir / "times.sqlite";
+  {
+    WriterOptions o;
+    o.path = path;
+    o.handle_signals = false;
+    Writer w(o);
+    auto track = w.add_track(TrackKind::thread, "main");
+    w.add(RangeRow{track, w.intern("op"), 10, 20, 0, 0, 0, 0});
+    w.add(StepRow{0, 0, 1000, 2000, 0, 0, 2.0, 0.1, 32});
+    w.finish();
+  }
+  {
+    Reader r(path);
+    REQUIRE(r.steps().size() == 1);
+    REQUIRE(r.ranges(r.tracks().at(0).id).size() == 1);
+  }
+  const std::int64_t limit = std::int64_t{1} << 62;
+  struct Case {
+    const char* sql;
+    const char* column;
+  };
+  for (const Case& c : {Case{"UPDATE step SET start_ns = -6.08e154", "start_ns -6.08e+154"},  // a REAL, as the fuzzer found
+                        Case{"UPDATE step SET end_ns = 9223372036854775807", "end_ns 9223372036854775807"},
+                        Case{"UPDATE step SET data_wait_ns = -9223372036854775808", "data_wait_ns -9223372036854775808"},
+                        Case{"UPDATE range SET end_ns = 4611686018427387905", "end_ns 4611686018427387905"}}) {
+    CAPTURE(c.sql);
+    std::filesystem::copy_file(path, dir / "bad.sqlite", std::filesystem::copy_options::overwrite_existing);
+    {
+      Db db(dir / "bad.sqlite", OpenMode::read_write);
+      db.exec(c.sql);
+    }
+    auto read_all = [&] {
+      Reader r(dir / "bad.sqlite");
+      r.steps();
+      for (const auto& t : r.tracks()) r.ranges(t.id);
+    };
+    const std::string msg = wb::test::error_message<StoreError>(read_all);
+    CHECK_THAT(msg, Contains("bad.sqlite: ") && Contains(c.column) && Contains("is out of range"));
+    CHECK(msg.find('\n') == std::string::npos);
+  }
+  // The limit itself is accepted.
+  {
+    Db db(path, OpenMode::read_write);
+    db.exec("UPDATE step SET end_ns = " + std::to_string(limit));
+  }
+  Reader r(path);
+  CHECK(r.steps().at(0).end_ns == limit);
+}
+
 TEST_CASE("schema versions: newer and older are refused, both named", "[store]") {
   TempDir dir;
   auto path = dir / "run.sqlite";
