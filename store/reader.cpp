@@ -50,11 +50,21 @@ std::int64_t time_ns(sqlite3_stmt* h, int col) {
   return v;
 }
 
-StoreError time_error(sqlite3_stmt* h, const TimeOutOfRange& e) {
-  const char* file = sqlite3_db_filename(sqlite3_db_handle(h), "main");
-  const char* column = sqlite3_column_name(h, e.column);
-  return StoreError(std::string(file ? file : "run file") + ": " + (column ? column : "a time column") + " " + e.value +
-                    " is out of range (expected nanoseconds within +-2^62; the file is damaged or not a run file)");
+// decode(h) of the statement's current row; a time out of range becomes a StoreError naming the file
+// and the column (the statement is reset first).
+template <typename Decode>
+auto decoded(Statement& st, Decode&& decode) {
+  try {
+    return decode(st.handle());
+  } catch (const TimeOutOfRange& e) {
+    sqlite3_stmt* h = st.handle();
+    const char* file = sqlite3_db_filename(sqlite3_db_handle(h), "main");
+    const char* column = sqlite3_column_name(h, e.column);
+    StoreError error(std::string(file ? file : "run file") + ": " + (column ? column : "a time column") + " " +
+                     e.value + " is out of range (expected nanoseconds within +-2^62; the file is damaged or not a run file)");
+    st.reset();
+    throw error;
+  }
 }
 
 constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
@@ -96,13 +106,7 @@ std::vector<Row> collect(Statement& st, Decode decode, const ProgressFn& progres
   std::vector<Row> out;
   if (total > 0) out.reserve(total);
   while (st.step()) {
-    try {
-      out.push_back(decode(st.handle()));
-    } catch (const TimeOutOfRange& e) {
-      StoreError error = time_error(st.handle(), e);
-      st.reset();
-      throw error;
-    }
+    out.push_back(decoded(st, decode));
     if (progress && (out.size() & 0xFFFFF) == 0) progress(out.size(), total);
   }
   st.reset();
@@ -170,14 +174,10 @@ std::vector<RankRow> Reader::ranks() {
   auto& st = db_->prepare(
       "SELECT rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events FROM rank ORDER BY rank");
   while (st.step()) {
-    try {
-      out.push_back(RankRow{static_cast<std::int32_t>(st.column_int64(0)), st.column_text(1), st.column_text(2),
-                            st.column_int64(3), time_ns(st.handle(), 4), time_ns(st.handle(), 5), st.column_int64(6)});
-    } catch (const TimeOutOfRange& e) {
-      StoreError error = time_error(st.handle(), e);
-      st.reset();
-      throw error;
-    }
+    out.push_back(decoded(st, [&st](sqlite3_stmt* h) {
+      return RankRow{static_cast<std::int32_t>(st.column_int64(0)), st.column_text(1), st.column_text(2),
+                     st.column_int64(3), time_ns(h, 4), time_ns(h, 5), st.column_int64(6)};
+    }));
   }
   st.reset();
   return out;

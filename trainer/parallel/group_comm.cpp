@@ -74,12 +74,12 @@ class MpiGroup final : public GroupComm {
     WB_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, values.data(), count(values.size()), MPI_DOUBLE, MPI_MAX, comm_));
   }
   void allgather(std::span<const float> mine, std::span<float> all) override {
-    check_blocks(mine.size(), all.size(), "allgather");
+    check_group_blocks(mine.size(), all.size(), size_, "allgather");
     WB_MPI_CHECK(MPI_Allgather(mine.data(), count(mine.size()), MPI_FLOAT, all.data(), count(mine.size()), MPI_FLOAT,
                                comm_));
   }
   void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override {
-    check_blocks(mine.size(), all.size(), "reduce_scatter_sum");
+    check_group_blocks(mine.size(), all.size(), size_, "reduce_scatter_sum");
     WB_MPI_CHECK(MPI_Reduce_scatter_block(all.data(), mine.data(), count(mine.size()), MPI_FLOAT, MPI_SUM, comm_));
   }
   const char* backend() const override { return "mpi"; }
@@ -88,12 +88,6 @@ class MpiGroup final : public GroupComm {
   static int count(std::size_t n) {
     if (n > static_cast<std::size_t>(INT_MAX)) throw DistError("a rank group's collective: more than INT_MAX values");
     return static_cast<int>(n);
-  }
-  void check_blocks(std::size_t mine, std::size_t all, const char* op) const {
-    if (all != mine * static_cast<std::size_t>(size_)) {
-      throw DistError(std::string(op) + ": " + std::to_string(all) + " values for " + std::to_string(size_) +
-                      " blocks of " + std::to_string(mine));
-    }
   }
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -132,6 +126,13 @@ void check_device(Communicator& job, Communicator* device) {
 }
 
 }  // namespace
+
+void check_group_blocks(std::size_t mine, std::size_t all, int size, const char* op) {
+  if (all != mine * static_cast<std::size_t>(size)) {
+    throw DistError(std::string(op) + ": " + std::to_string(all) + " values for " + std::to_string(size) +
+                    " blocks of " + std::to_string(mine));
+  }
+}
 
 std::unique_ptr<GroupComm> make_group_comm(Communicator& job, GroupScope scope, Communicator* device) {
   check_device(job, device);

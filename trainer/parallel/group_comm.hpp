@@ -53,6 +53,9 @@ std::unique_ptr<GroupComm> make_group_comm(Communicator& job, GroupScope scope, 
 // `device`, as above).
 std::unique_ptr<GroupComm> split_group_comm(Communicator& job, int color, Communicator* device = nullptr);
 
+// Throws DistError unless `all` holds `size` blocks of `mine` values (allgather, reduce_scatter_sum).
+void check_group_blocks(std::size_t mine, std::size_t all, int size, const char* op);
+
 // The NCCL group of the ranks of `device` (a NCCL communicator) that pass the same `color`, ordered by
 // rank (cuda/nccl_group.cpp; a build without NCCL throws DistError).
 std::unique_ptr<GroupComm> make_nccl_group(Communicator& device, int color);

@@ -48,7 +48,7 @@ class NcclGroup final : public GroupComm {
   void allreduce_max(std::span<double> values) override { allreduce(values, ncclDouble, ncclMax, "ncclAllReduce (max)"); }
 
   void allgather(std::span<const float> mine, std::span<float> all) override {
-    check_blocks(mine.size(), all.size(), "allgather");
+    check_group_blocks(mine.size(), all.size(), size_, "allgather");
     if (size_ == 1) {
       std::memcpy(all.data(), mine.data(), mine.size_bytes());
       return;
@@ -65,7 +65,7 @@ class NcclGroup final : public GroupComm {
   }
 
   void reduce_scatter_sum(std::span<const float> all, std::span<float> mine) override {
-    check_blocks(mine.size(), all.size(), "reduce_scatter_sum");
+    check_group_blocks(mine.size(), all.size(), size_, "reduce_scatter_sum");
     if (size_ == 1) {
       std::memcpy(mine.data(), all.data(), mine.size_bytes());
       return;
@@ -137,13 +137,6 @@ class NcclGroup final : public GroupComm {
       WB_NCCL_CHECK(ncclCommGetAsyncError(comm_, &async));
       return async;
     }, what);
-  }
-
-  void check_blocks(std::size_t mine, std::size_t all, const char* op) const {
-    if (all != mine * static_cast<std::size_t>(size_)) {
-      throw DistError(std::string(op) + ": " + std::to_string(all) + " values for " + std::to_string(size_) +
-                      " blocks of " + std::to_string(mine));
-    }
   }
 
   int device_ = 0;
