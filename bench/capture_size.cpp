@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "store/db.hpp"
+#include "tests/support/peers.hpp"
 
 namespace fs = std::filesystem;
 

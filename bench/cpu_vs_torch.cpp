@@ -24,9 +24,11 @@
 #include <vector>
 
 #include "bench/torch_child.hpp"
+#include "layout/resnet50.hpp"
 #include "trainer/backend/cpu/cpu_backend.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
+#include "tests/support/peers.hpp"
 
 namespace {
 
@@ -76,12 +78,14 @@ class OpTimer : public wb::model::ModelObserver {
 
  private:
   static std::string kind(int id) {
-    const std::string& n = wb::model::ResNet50::module_names()[static_cast<std::size_t>(id)];
-    const std::string last = n.substr(n.find_last_of('.') + 1);
-    if (n.find("downsample.0") != std::string::npos || last.starts_with("conv")) return "conv";
-    if (n.find("downsample.1") != std::string::npos || last.starts_with("bn")) return "batchnorm";
-    if (last == "relu") return "relu/add";
-    return last == n ? n : "block";
+    const wb::layout::Module& m = wb::layout::modules()[static_cast<std::size_t>(id)];
+    switch (m.kind) {
+      case wb::layout::ModuleKind::conv: return "conv";
+      case wb::layout::ModuleKind::batch_norm: return "batchnorm";
+      case wb::layout::ModuleKind::relu: return "relu/add";
+      case wb::layout::ModuleKind::block: return "block";
+      default: return m.name;
+    }
   }
   Clock::time_point start_;
   int open_ = -1;

@@ -43,6 +43,7 @@
 #include "bench/torch_child.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
+#include "tests/support/peers.hpp"
 #include "trainer/optim/sgd.hpp"
 #if defined(WB_BACKEND_CUDA)
 #include <cuda_runtime.h>
@@ -187,16 +188,24 @@ void profiling_overhead(const Options& o, int batch, const std::string& dir) {
   wb::profiler::set_thread_name("main");
   wb::trainer::StepObserver observer(&recorder, nullptr, *ours.backend);
   ours.run(o.warmup);
+#if defined(WB_PROFILER_CUPTI)
+  // One tracer for the whole bench, paused while unprofiled: CUPTI does not promise that subscribing
+  // again in one process works.
+  wb::profiler::cuda::CuptiTracer cupti(recorder);
+  cupti.pause();
+#endif
   auto profiled = [&](bool on) {
     recorder.set_enabled(on);
     ours.model->set_observer(on ? &observer : nullptr);
 #if defined(WB_PROFILER_CUPTI)
-    std::unique_ptr<wb::profiler::cuda::CuptiTracer> cupti;
-    if (on) cupti = std::make_unique<wb::profiler::cuda::CuptiTracer>(recorder);
+    if (on) cupti.resume();
 #endif
     const double t = ours.run(o.steps);
     ours.model->set_observer(nullptr);
-    return t;  // the tracer's final flush (its destructor) is outside the timed steps
+#if defined(WB_PROFILER_CUPTI)
+    cupti.pause();  // hands over the round's records: outside the timed steps
+#endif
+    return t;
   };
   std::vector<double> on_s, off_s, paired;
   for (int r = 0; r < o.rounds; ++r) {

@@ -25,6 +25,7 @@
 #include "trainer/data/dataset.hpp"
 #include "trainer/data/image_folder.hpp"
 #include "trainer/data/pipeline.hpp"
+#include "tests/support/peers.hpp"
 
 namespace {
 

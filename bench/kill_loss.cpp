@@ -27,6 +27,7 @@
 #include "profiler/record/clock.hpp"
 #include "store/db.hpp"
 #include "store/reader.hpp"
+#include "tests/support/peers.hpp"
 
 extern char** environ;
 namespace fs = std::filesystem;

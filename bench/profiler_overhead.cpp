@@ -22,6 +22,7 @@
 
 #include "bench/bench_util.hpp"
 #include "store/db.hpp"
+#include "tests/support/peers.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;

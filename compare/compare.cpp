@@ -162,6 +162,178 @@ std::string_view status_name(RowStatus status) {
   return "?";
 }
 
+namespace {
+
+// Each tensor's position in its side's walk order.
+std::vector<std::int64_t> walk_positions(const TensorSet& set) {
+  std::vector<std::int64_t> pos(set.tensors.size());
+  const auto walk = set.walk_order();
+  for (std::size_t p = 0; p < walk.size(); ++p) pos[walk[p]] = static_cast<std::int64_t>(p);
+  return pos;
+}
+
+// Which side's execution order the walk follows, and why.
+void describe_order(Comparison& cmp, const TensorSet& a, const TensorSet& b) {
+  if (a.order_source == OrderSource::recorded) {
+    cmp.order_side = "A";
+    cmp.order_note = "execution order: A's (" + a.order_origin + ")";
+  } else if (b.order_source == OrderSource::recorded) {
+    cmp.order_side = "B";
+    cmp.order_note = "execution order: B's (" + b.order_origin + ")";
+  } else {
+    cmp.order_side = "none";
+    cmp.order_note = "execution order: neither side recorded one (A: " + a.order_origin + "; B: " + b.order_origin +
+                     "), so the walk follows the ResNet-50 module order known from the names";
+  }
+}
+
+// Position of each row on the leading side; for a row only on the other side, the leading position
+// of the nearest earlier row (in the other side's walk) that has one, and its own position there.
+std::vector<std::pair<std::int64_t, std::int64_t>> lead_positions(const std::vector<MatchedPair>& pairs, const TensorSet& a,
+                                                                  const TensorSet& b, bool a_leads) {
+  const std::vector<std::int64_t> a_pos = walk_positions(a), b_pos = walk_positions(b);
+  std::vector<std::pair<std::int64_t, std::int64_t>> lead_pos(pairs.size());
+  for (std::size_t r = 0; r < pairs.size(); ++r) {
+    const auto& p = pairs[r];
+    if (a_leads ? p.a.has_value() : p.b.has_value()) lead_pos[r] = {a_leads ? a_pos[*p.a] : b_pos[*p.b], -1};
+  }
+  // The other side's walk over every row it holds, to find each orphan's predecessor.
+  std::vector<std::pair<std::int64_t, std::size_t>> other;
+  for (std::size_t r = 0; r < pairs.size(); ++r) {
+    const auto& p = pairs[r];
+    const auto& side = a_leads ? p.b : p.a;
+    if (side) other.emplace_back(a_leads ? b_pos[*side] : a_pos[*side], r);
+  }
+  std::sort(other.begin(), other.end());
+  std::int64_t last = -1;
+  for (const auto& [pos, r] : other) {
+    const auto& p = pairs[r];
+    if (a_leads ? p.a.has_value() : p.b.has_value()) {
+      last = lead_pos[r].first;
+    } else {
+      lead_pos[r] = {last, pos};
+    }
+  }
+  return lead_pos;
+}
+
+// A matched pair's row: its keys, dtypes, shapes, kind and thresholds (defaults, the loss bound scaled
+// by the summed micro-batch losses, then the mapping's overrides), and its status when one side is
+// missing or the shapes differ. Pairs to measure stay at pass until their metrics judge them.
+RowResult pair_row(const MatchedPair& p, const TensorSet& a, const TensorSet& b, const CompareOptions& options) {
+  RowResult row;
+  row.a_index = p.a;
+  row.b_index = p.b;
+  row.method = p.method;
+  if (p.a) {
+    const auto& t = a.tensors[*p.a];
+    row.a_key = t.key;
+    row.a_dtype = t.tensor.dtype;
+    row.a_shape = t.tensor.shape;
+  }
+  if (p.b) {
+    const auto& t = b.tensors[*p.b];
+    row.b_key = t.key;
+    row.b_dtype = t.tensor.dtype;
+    row.b_shape = t.tensor.shape;
+  }
+  row.name = p.b ? row.b_key : row.a_key;
+  row.kind = kind_of_key(row.name);
+  if (row.kind == TensorKind::other && p.a) row.kind = kind_of_key(row.a_key);
+  row.thresholds = default_thresholds(options.profile, row.kind, row.b_dtype ? *row.b_dtype : *row.a_dtype);
+  // A pipeline step's summed loss: the bound holds for each micro-batch loss in the sum.
+  if (row.kind == TensorKind::loss && row.thresholds.max_abs_max) {
+    *row.thresholds.max_abs_max *= std::max(a.loss_terms, b.loss_terms);
+  }
+  if (options.mapping != nullptr) {
+    for (const auto& rule : options.mapping->thresholds) {
+      if ((!row.a_key.empty() && std::regex_search(row.a_key, rule.re)) ||
+          (!row.b_key.empty() && std::regex_search(row.b_key, rule.re))) {
+        apply_threshold_override(row.thresholds, rule.fields, options.mapping->origin + ": thresholds \"" + rule.pattern + "\"");
+      }
+    }
+  }
+  if (!p.a) {
+    row.status = RowStatus::missing_a;
+    row.reason = "missing in A";
+  } else if (!p.b) {
+    row.status = RowStatus::missing_b;
+    row.reason = "missing in B";
+  } else if (row.a_shape != row.b_shape && !one_element_each(row.a_shape, row.b_shape)) {
+    row.status = RowStatus::shape_mismatch;
+    row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
+  }
+  return row;
+}
+
+// Metrics of every pair still to judge, largest tensors first so the threads finish together.
+void compute_rows(std::vector<RowResult>& rows, const TensorSet& a, const TensorSet& b, unsigned threads_option) {
+  std::vector<std::size_t> work;
+  std::int64_t total_elements = 0;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const RowResult& row = rows[r];
+    if (row.a_index && row.b_index && row.status == RowStatus::pass) {
+      work.push_back(r);
+      total_elements += b.tensors[*row.b_index].tensor.numel();
+    }
+  }
+  std::stable_sort(work.begin(), work.end(), [&](std::size_t x, std::size_t y) {
+    return b.tensors[*rows[x].b_index].tensor.numel() > b.tensors[*rows[y].b_index].tensor.numel();
+  });
+  unsigned threads = threads_option != 0 ? threads_option : std::max(1u, std::thread::hardware_concurrency());
+  if (total_elements < kParallelMinElements) threads = 1;
+  threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(work.size(), 1)));
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t k = next++; k < work.size(); k = next++) compute_row(rows[work[k]], a, b);
+  };
+  if (threads <= 1) {
+    worker();
+  } else {
+    std::vector<std::jthread> pool;
+    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
+  }
+}
+
+// Kinds a side marked as not comparable keep their metrics but no verdict.
+void skip_not_comparable(std::vector<RowResult>& rows, const TensorSet& a, const TensorSet& b) {
+  for (RowResult& row : rows) {
+    if (!row.metrics || !(a.not_comparable.count(row.kind) || b.not_comparable.count(row.kind))) continue;
+    row.status = RowStatus::skipped;
+    row.reason = "not judged: " + std::string(kind_name(row.kind)) + " marked not comparable (" +
+                 (b.not_comparable.count(row.kind) ? b.source : a.source) + ")";
+  }
+}
+
+// The rows in walk order (by their sort keys, stably), numbered by their walk position.
+void sort_walk_order(std::vector<RowResult>& rows, const std::vector<std::tuple<int, std::int64_t, std::int64_t>>& sort_keys) {
+  std::vector<std::size_t> order(rows.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sort_keys[x] < sort_keys[y]; });
+  std::vector<RowResult> sorted;
+  sorted.reserve(rows.size());
+  for (std::size_t p = 0; p < order.size(); ++p) {
+    sorted.push_back(std::move(rows[order[p]]));
+    sorted.back().walk_position = static_cast<std::int64_t>(p);
+  }
+  rows = std::move(sorted);
+}
+
+void count_statuses(Comparison& cmp) {
+  for (const RowResult& row : cmp.rows) {
+    switch (row.status) {
+      case RowStatus::pass: ++cmp.passed; break;
+      case RowStatus::fail:
+      case RowStatus::shape_mismatch: ++cmp.failed; break;
+      case RowStatus::missing_a: ++cmp.missing_a; break;
+      case RowStatus::missing_b: ++cmp.missing_b; break;
+      case RowStatus::skipped: ++cmp.skipped; break;
+    }
+  }
+}
+
+}  // namespace
+
 Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOptions& options) {
   MatchOptions mo;
   mo.mapping = options.mapping;
@@ -183,162 +355,22 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
 
   // The walk follows the side that recorded its execution order, A first; a file's key order never
   // counts. Rows the ordering side lacks go right after the row before them in the other side's order.
-  std::vector<std::int64_t> a_pos(a.tensors.size()), b_pos(b.tensors.size());
-  {
-    const auto wa = a.walk_order(), wb = b.walk_order();
-    for (std::size_t p = 0; p < wa.size(); ++p) a_pos[wa[p]] = static_cast<std::int64_t>(p);
-    for (std::size_t p = 0; p < wb.size(); ++p) b_pos[wb[p]] = static_cast<std::int64_t>(p);
-  }
   const bool a_leads = a.order_source == OrderSource::recorded || b.order_source != OrderSource::recorded;
-  if (a.order_source == OrderSource::recorded) {
-    cmp.order_side = "A";
-    cmp.order_note = "execution order: A's (" + a.order_origin + ")";
-  } else if (b.order_source == OrderSource::recorded) {
-    cmp.order_side = "B";
-    cmp.order_note = "execution order: B's (" + b.order_origin + ")";
-  } else {
-    cmp.order_side = "none";
-    cmp.order_note = "execution order: neither side recorded one (A: " + a.order_origin + "; B: " + b.order_origin +
-                     "), so the walk follows the ResNet-50 module order known from the names";
-  }
-  // Position of each row on the leading side; for a row only on the other side, the leading position
-  // of the nearest earlier row (in the other side's walk) that has one.
-  std::vector<std::pair<std::int64_t, std::int64_t>> lead_pos(matched.pairs.size());
-  {
-    std::vector<std::size_t> by_other;
-    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
-      const auto& p = matched.pairs[r];
-      if (a_leads ? p.a.has_value() : p.b.has_value()) {
-        lead_pos[r] = {a_leads ? a_pos[*p.a] : b_pos[*p.b], -1};
-      } else {
-        by_other.push_back(r);
-      }
-    }
-    // The other side's walk over every row it holds, to find each orphan's predecessor.
-    std::vector<std::pair<std::int64_t, std::size_t>> other;
-    for (std::size_t r = 0; r < matched.pairs.size(); ++r) {
-      const auto& p = matched.pairs[r];
-      const auto& side = a_leads ? p.b : p.a;
-      if (side) other.emplace_back(a_leads ? b_pos[*side] : a_pos[*side], r);
-    }
-    std::sort(other.begin(), other.end());
-    std::int64_t last = -1;
-    for (const auto& [pos, r] : other) {
-      const auto& p = matched.pairs[r];
-      if (a_leads ? p.a.has_value() : p.b.has_value()) {
-        last = lead_pos[r].first;
-      } else {
-        lead_pos[r] = {last, pos};
-      }
-    }
-  }
+  describe_order(cmp, a, b);
+  const std::vector<std::pair<std::int64_t, std::int64_t>> lead_pos = lead_positions(matched.pairs, a, b, a_leads);
 
   std::vector<std::tuple<int, std::int64_t, std::int64_t>> sort_keys;
   for (const MatchedPair& p : matched.pairs) {
-    RowResult row;
-    row.a_index = p.a;
-    row.b_index = p.b;
-    row.method = p.method;
-    if (p.a) {
-      const auto& t = a.tensors[*p.a];
-      row.a_key = t.key;
-      row.a_dtype = t.tensor.dtype;
-      row.a_shape = t.tensor.shape;
-    }
-    if (p.b) {
-      const auto& t = b.tensors[*p.b];
-      row.b_key = t.key;
-      row.b_dtype = t.tensor.dtype;
-      row.b_shape = t.tensor.shape;
-    }
-    row.name = p.b ? row.b_key : row.a_key;
-    row.kind = kind_of_key(row.name);
-    if (row.kind == TensorKind::other && p.a) row.kind = kind_of_key(row.a_key);
-    row.thresholds = default_thresholds(options.profile, row.kind, row.b_dtype ? *row.b_dtype : *row.a_dtype);
-    // A pipeline step's summed loss: the bound holds for each micro-batch loss in the sum.
-    if (row.kind == TensorKind::loss && row.thresholds.max_abs_max) {
-      *row.thresholds.max_abs_max *= std::max(a.loss_terms, b.loss_terms);
-    }
-    if (options.mapping != nullptr) {
-      for (const auto& rule : options.mapping->thresholds) {
-        if ((!row.a_key.empty() && std::regex_search(row.a_key, rule.re)) ||
-            (!row.b_key.empty() && std::regex_search(row.b_key, rule.re))) {
-          apply_threshold_override(row.thresholds, rule.fields, options.mapping->origin + ": thresholds \"" + rule.pattern + "\"");
-        }
-      }
-    }
-    if (!p.a) {
-      row.status = RowStatus::missing_a;
-      row.reason = "missing in A";
-    } else if (!p.b) {
-      row.status = RowStatus::missing_b;
-      row.reason = "missing in B";
-    } else if (row.a_shape != row.b_shape && !one_element_each(row.a_shape, row.b_shape)) {
-      row.status = RowStatus::shape_mismatch;
-      row.reason = "shape mismatch: " + shape_text(row.a_shape) + " vs " + shape_text(row.b_shape);
-    }
+    RowResult row = pair_row(p, a, b, options);
     const auto [lead, tie] = lead_pos[cmp.rows.size()];
     sort_keys.emplace_back(walk_rank(row.kind), lead, tie);
     cmp.rows.push_back(std::move(row));
   }
 
-  // Metrics, largest tensors first so the threads finish together.
-  std::vector<std::size_t> work;
-  std::int64_t total_elements = 0;
-  for (std::size_t r = 0; r < cmp.rows.size(); ++r) {
-    const RowResult& row = cmp.rows[r];
-    if (row.a_index && row.b_index && row.status == RowStatus::pass) {
-      work.push_back(r);
-      total_elements += b.tensors[*row.b_index].tensor.numel();
-    }
-  }
-  std::stable_sort(work.begin(), work.end(), [&](std::size_t x, std::size_t y) {
-    return b.tensors[*cmp.rows[x].b_index].tensor.numel() > b.tensors[*cmp.rows[y].b_index].tensor.numel();
-  });
-  unsigned threads = options.threads != 0 ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  if (total_elements < kParallelMinElements) threads = 1;
-  threads = std::min<unsigned>(threads, static_cast<unsigned>(std::max<std::size_t>(work.size(), 1)));
-  std::atomic<std::size_t> next{0};
-  auto worker = [&] {
-    for (std::size_t k = next++; k < work.size(); k = next++) compute_row(cmp.rows[work[k]], a, b);
-  };
-  if (threads <= 1) {
-    worker();
-  } else {
-    std::vector<std::jthread> pool;
-    for (unsigned t = 0; t < threads; ++t) pool.emplace_back(worker);
-  }
-
-  // Kinds a side marked as not comparable keep their metrics but no verdict.
-  for (RowResult& row : cmp.rows) {
-    if (!row.metrics || !(a.not_comparable.count(row.kind) || b.not_comparable.count(row.kind))) continue;
-    row.status = RowStatus::skipped;
-    row.reason = "not judged: " + std::string(kind_name(row.kind)) + " marked not comparable (" +
-                 (b.not_comparable.count(row.kind) ? b.source : a.source) + ")";
-  }
-
-  // Walk order.
-  std::vector<std::size_t> order(cmp.rows.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t x, std::size_t y) { return sort_keys[x] < sort_keys[y]; });
-  std::vector<RowResult> sorted;
-  sorted.reserve(cmp.rows.size());
-  for (std::size_t p = 0; p < order.size(); ++p) {
-    sorted.push_back(std::move(cmp.rows[order[p]]));
-    sorted.back().walk_position = static_cast<std::int64_t>(p);
-  }
-  cmp.rows = std::move(sorted);
-
-  for (const RowResult& row : cmp.rows) {
-    switch (row.status) {
-      case RowStatus::pass: ++cmp.passed; break;
-      case RowStatus::fail:
-      case RowStatus::shape_mismatch: ++cmp.failed; break;
-      case RowStatus::missing_a: ++cmp.missing_a; break;
-      case RowStatus::missing_b: ++cmp.missing_b; break;
-      case RowStatus::skipped: ++cmp.skipped; break;
-    }
-  }
+  compute_rows(cmp.rows, a, b, options.threads);
+  skip_not_comparable(cmp.rows, a, b);
+  sort_walk_order(cmp.rows, sort_keys);
+  count_statuses(cmp);
   cmp.first_divergence = find_first_divergence(cmp, a, b, options.worst_count);
   return cmp;
 }

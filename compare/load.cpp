@@ -232,10 +232,35 @@ std::optional<store::DType> msprobe_dtype(const std::string& text) {
   return std::nullopt;
 }
 
-TensorSet load_msprobe(const fs::path& path) {
-  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
-  const fs::path json_path = fs::is_directory(path) ? path / "dump.json" : path;
-  const std::string where = json_path.string();
+// A dotted msprobe key ("Module.layer1.0.conv1.Conv2d.forward.0") split at its dots.
+std::vector<std::string> split_key(const std::string& key) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
+    parts.push_back(key.substr(start, dot - start));
+  }
+  parts.push_back(key.substr(start));
+  return parts;
+}
+
+// parts[from, to) joined with dots.
+std::string join_parts(const std::vector<std::string>& parts, std::size_t from, std::size_t to) {
+  std::string s;
+  for (std::size_t i = from; i < to; ++i) s += (i > from ? "." : "") + parts[i];
+  return s;
+}
+
+bool is_number(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
+}
+
+// A module's forward call: Module.<path>.<class>.forward.<n>.
+bool is_module_forward(const std::vector<std::string>& parts) {
+  return parts.size() >= 5 && parts[0] == "Module" && parts[parts.size() - 2] == "forward" && is_number(parts.back());
+}
+
+// msprobe's dump.json, checked to be an object with "data"; its order is the order the entries ran.
+nlohmann::ordered_json read_msprobe_dump(const fs::path& json_path, const std::string& where) {
   std::ifstream in(json_path);
   if (!in) throw CompareError(where + ": cannot open msprobe's dump.json");
   nlohmann::ordered_json dump;  // the order of "data" is the order the entries ran
@@ -247,47 +272,68 @@ TensorSet load_msprobe(const fs::path& path) {
   if (!dump.is_object() || !dump.contains("data") || !dump["data"].is_object()) {
     throw CompareError(where + ": expected msprobe's dump.json, an object with \"task\", \"level\" and \"data\"");
   }
-  const std::string task = dump.value("task", std::string());
-  if (task != "tensor" && task != "statistics") {
-    throw CompareError(where + ": task \"" + task + "\" (expected \"tensor\" or \"statistics\")");
-  }
-  fs::path data_dir = dir / "dump_tensor_data";
-  if (!fs::is_directory(data_dir) && dump.contains("dump_data_dir") && dump["dump_data_dir"].is_string()) {
-    data_dir = dump["dump_data_dir"].get<std::string>();
-  }
-  TensorSet set;
-  set.source = dir.string();
-  std::int64_t skipped_backward = 0, stats_only = 0;
-  std::set<std::string> seen;
+  return dump;
+}
 
-  auto split = [](const std::string& key) {
-    std::vector<std::string> parts;
-    std::size_t start = 0;
-    for (std::size_t dot; (dot = key.find('.', start)) != std::string::npos; start = dot + 1) {
-      parts.push_back(key.substr(start, dot - start));
-    }
-    parts.push_back(key.substr(start));
-    return parts;
-  };
-  auto join = [](const std::vector<std::string>& parts, std::size_t from, std::size_t to) {
-    std::string s;
-    for (std::size_t i = from; i < to; ++i) s += (i > from ? "." : "") + parts[i];
-    return s;
-  };
-  auto is_number = [](const std::string& s) {
-    return !s.empty() && std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; });
-  };
-
-  // Forward calls per module path: act.<path>.<n> for modules that ran more than once.
+// Forward calls per module path: act.<path>.<n> for modules that ran more than once.
+std::map<std::string, int> count_forward_calls(const nlohmann::ordered_json& data) {
   std::map<std::string, int> forward_calls;
-  for (const auto& [key, value] : dump["data"].items()) {
-    const auto parts = split(key);
-    if (parts.size() >= 5 && parts[0] == "Module" && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
-      ++forward_calls[join(parts, 1, parts.size() - 3)];
+  for (const auto& [key, value] : data.items()) {
+    const auto parts = split_key(key);
+    if (is_module_forward(parts)) ++forward_calls[join_parts(parts, 1, parts.size() - 3)];
+  }
+  return forward_calls;
+}
+
+// The tensors of msprobe's dump.json entries, gathered in the order the entries ran.
+struct MsprobeTensors {
+  std::string where;  // dump.json, for errors
+  std::string task;   // "tensor" (values in .npy files) or "statistics"
+  fs::path data_dir;  // the .npy files
+  std::map<std::string, int> forward_calls;
+  TensorSet set;
+  std::set<std::string> seen;
+  std::int64_t skipped_backward = 0, stats_only = 0;
+
+  // The statistics msprobe recorded for an entry (without them the entry cannot be compared).
+  RecordedStats recorded_stats(const nlohmann::ordered_json& entry, const std::string& what) const {
+    RecordedStats st;
+    for (const auto& [field, target] : {std::pair<const char*, double*>{"Max", &st.max}, {"Min", &st.min},
+                                        {"Mean", &st.mean}, {"Norm", &st.norm}}) {
+      if (!entry.contains(field) || !entry[field].is_number()) {
+        throw CompareError(where + ": " + what + " has no number \"" + field + "\" (and no .npy data to read)");
+      }
+      *target = entry[field].get<double>();
+    }
+    return st;
+  }
+
+  // The entry's values from its .npy file when the task dumped them, else its statistics.
+  void read_values(NamedTensor& nt, const nlohmann::ordered_json& entry, const std::string& what) {
+    const std::string data_name = entry.contains("data_name") && entry["data_name"].is_string()
+                                      ? entry["data_name"].get<std::string>() : std::string();
+    const fs::path file = data_dir / data_name;
+    if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy" && fs::exists(file)) {
+      store::HostTensor t = store::read_npy(file);
+      if (t.numel() != nt.tensor.numel()) {
+        throw CompareError(file.string() + ": holds " + std::to_string(t.numel()) + " elements, dump.json's " + what +
+                           " says " + std::to_string(nt.tensor.numel()));
+      }
+      t.name = nt.key;
+      t.shape = nt.tensor.shape;
+      nt.tensor = std::move(t);
+    } else {
+      if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy") {
+        throw CompareError(where + ": " + what + "'s data file " + file.string() + " is missing");
+      }
+      nt.stats = recorded_stats(entry, what);
+      ++stats_only;
     }
   }
 
-  auto add = [&](const std::string& name, const nlohmann::ordered_json& entry, const std::string& what) {
+  // Adds a tensor entry under `name` (the first entry of a name wins); other entries (ints, None, ...)
+  // are left out.
+  void add(const std::string& name, const nlohmann::ordered_json& entry, const std::string& what) {
     if (!entry.is_object()) return;
     const std::string type = entry.value("type", std::string());
     if (type.size() < 6 || type.compare(type.size() - 6, 6, "Tensor") != 0) return;  // ints, None, ...
@@ -307,41 +353,17 @@ TensorSet load_msprobe(const fs::path& path) {
       if (!d.is_number_integer() || d.get<std::int64_t>() < 0) throw CompareError(where + ": " + what + " has a bad shape");
       nt.tensor.shape.push_back(d.get<std::int64_t>());
     }
-    const std::string data_name = entry.contains("data_name") && entry["data_name"].is_string()
-                                      ? entry["data_name"].get<std::string>() : std::string();
-    const fs::path file = data_dir / data_name;
-    if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy" && fs::exists(file)) {
-      store::HostTensor t = store::read_npy(file);
-      if (t.numel() != nt.tensor.numel()) {
-        throw CompareError(file.string() + ": holds " + std::to_string(t.numel()) + " elements, dump.json's " + what +
-                           " says " + std::to_string(nt.tensor.numel()));
-      }
-      t.name = name;
-      t.shape = nt.tensor.shape;
-      nt.tensor = std::move(t);
-    } else {
-      if (task == "tensor" && !data_name.empty() && lower_extension(file) == ".npy") {
-        throw CompareError(where + ": " + what + "'s data file " + file.string() + " is missing");
-      }
-      RecordedStats st;
-      for (const auto& [field, target] : {std::pair<const char*, double*>{"Max", &st.max}, {"Min", &st.min},
-                                          {"Mean", &st.mean}, {"Norm", &st.norm}}) {
-        if (!entry.contains(field) || !entry[field].is_number()) {
-          throw CompareError(where + ": " + what + " has no number \"" + field + "\" (and no .npy data to read)");
-        }
-        *target = entry[field].get<double>();
-      }
-      nt.stats = st;
-      ++stats_only;
-    }
+    read_values(nt, entry, what);
     set.tensors.push_back(std::move(nt));
-  };
+  }
 
-  for (const auto& [key, value] : dump["data"].items()) {
-    const auto parts = split(key);
+  // One entry of "data": a module's forward call (its output and parameters), a module's parameter
+  // gradients, an API call's outputs; backward entries are counted and left out.
+  void add_entry(const std::string& key, const nlohmann::ordered_json& value) {
+    const auto parts = split_key(key);
     const bool module = parts.size() >= 4 && parts[0] == "Module";
-    if (module && parts.size() >= 5 && parts[parts.size() - 2] == "forward" && is_number(parts.back())) {
-      const std::string path_name = join(parts, 1, parts.size() - 3);
+    if (module && is_module_forward(parts)) {
+      const std::string path_name = join_parts(parts, 1, parts.size() - 3);
       const std::string act = "act." + path_name + (forward_calls[path_name] > 1 ? "." + parts.back() : "");
       if (value.contains("output") && value["output"].is_array() && !value["output"].empty()) {
         add(act, value["output"][0], key + " output");
@@ -353,8 +375,8 @@ TensorSet load_msprobe(const fs::path& path) {
       }
     } else if (module && (parts.back() == "parameters_grad" || parts[parts.size() - 2] == "parameters_grad")) {
       const std::size_t end = parts.back() == "parameters_grad" ? parts.size() - 2 : parts.size() - 3;
-      const std::string path_name = join(parts, 1, end);
-      if (!value.is_object()) continue;
+      const std::string path_name = join_parts(parts, 1, end);
+      if (!value.is_object()) return;
       for (const auto& [pname, g] : value.items()) {
         add("grad." + path_name + "." + pname, g.is_array() && !g.empty() ? g[0] : g, key + " " + pname);
       }
@@ -369,14 +391,33 @@ TensorSet load_msprobe(const fs::path& path) {
       }
     }
   }
-  if (set.tensors.empty()) {
-    throw CompareError(where + ": no tensors in \"data\" (expected module or API entries with outputs)");
+};
+
+TensorSet load_msprobe(const fs::path& path) {
+  const fs::path dir = fs::is_directory(path) ? path : path.parent_path();
+  const fs::path json_path = fs::is_directory(path) ? path / "dump.json" : path;
+  MsprobeTensors m;
+  m.where = json_path.string();
+  nlohmann::ordered_json dump = read_msprobe_dump(json_path, m.where);
+  m.task = dump.value("task", std::string());
+  if (m.task != "tensor" && m.task != "statistics") {
+    throw CompareError(m.where + ": task \"" + m.task + "\" (expected \"tensor\" or \"statistics\")");
+  }
+  m.data_dir = dir / "dump_tensor_data";
+  if (!fs::is_directory(m.data_dir) && dump.contains("dump_data_dir") && dump["dump_data_dir"].is_string()) {
+    m.data_dir = dump["dump_data_dir"].get<std::string>();
+  }
+  m.set.source = dir.string();
+  m.forward_calls = count_forward_calls(dump["data"]);
+  for (const auto& [key, value] : dump["data"].items()) m.add_entry(key, value);
+  if (m.set.tensors.empty()) {
+    throw CompareError(m.where + ": no tensors in \"data\" (expected module or API entries with outputs)");
   }
   std::string origin = "msprobe's dump.json order";
-  if (stats_only > 0) origin += ", " + std::to_string(stats_only) + " tensor(s) with statistics only";
-  if (skipped_backward > 0) origin += ", " + std::to_string(skipped_backward) + " backward entries left out";
-  recorded_order(set, origin);
-  return set;
+  if (m.stats_only > 0) origin += ", " + std::to_string(m.stats_only) + " tensor(s) with statistics only";
+  if (m.skipped_backward > 0) origin += ", " + std::to_string(m.skipped_backward) + " backward entries left out";
+  recorded_order(m.set, origin);
+  return std::move(m.set);
 }
 
 TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {

@@ -1,3 +1,5 @@
+// Reports of a comparison (report.hpp): the console table, JSON, CSV with msprobe's column names, and
+// the comparison tables a run file keeps for the app's Precision view.
 #include "compare/report.hpp"
 
 #include <algorithm>

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <tuple>
 
+#include "layout/resnet50.hpp"
+
 namespace wb::compare {
 namespace {
 
@@ -80,85 +82,7 @@ std::string make_key(std::string_view kind, std::string_view name) {
 
 int walk_rank(TensorKind kind) { return static_cast<int>(kind); }
 
-namespace {
-
-// "12" -> 12; std::nullopt for anything but a short run of digits.
-std::optional<int> small_number(std::string_view s) {
-  if (s.empty() || s.size() > 4) return std::nullopt;
-  int v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return std::nullopt;
-    v = v * 10 + (c - '0');
-  }
-  return v;
-}
-
-std::vector<std::string_view> split_dots(std::string_view s) {
-  std::vector<std::string_view> parts;
-  for (std::size_t start = 0;;) {
-    const std::size_t dot = s.find('.', start);
-    parts.push_back(s.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) break;
-    start = dot + 1;
-  }
-  return parts;
-}
-
-}  // namespace
-
-std::optional<std::int64_t> resnet50_forward_rank(std::string_view name) {
-  std::vector<std::string_view> parts = split_dots(name);
-  // A trailing parameter or buffer name orders within its module.
-  constexpr std::array<std::string_view, 5> kLeaves = {"weight", "bias", "running_mean", "running_var",
-                                                       "num_batches_tracked"};
-  std::int64_t leaf = 0;
-  for (std::size_t i = 0; i < kLeaves.size(); ++i) {
-    if (parts.size() > 1 && parts.back() == kLeaves[i]) {
-      leaf = static_cast<std::int64_t>(i) + 1;
-      parts.pop_back();
-      break;
-    }
-  }
-  // Module position: stem 0..3, layer L block B sub-module s at 100 + 1000 L + 40 B + s, then avgpool, fc.
-  auto at = [&](std::int64_t module) { return std::optional<std::int64_t>(module * 8 + leaf); };
-  if (parts.size() == 1) {
-    constexpr std::array<std::string_view, 4> kStem = {"conv1", "bn1", "relu", "maxpool"};
-    for (std::size_t i = 0; i < kStem.size(); ++i) {
-      if (parts[0] == kStem[i]) return at(static_cast<std::int64_t>(i));
-    }
-    if (parts[0] == "avgpool") return at(10000);
-    if (parts[0] == "fc") return at(10001);
-    return std::nullopt;
-  }
-  if (parts[0].size() != 6 || parts[0].substr(0, 5) != "layer") return std::nullopt;
-  const auto layer = small_number(parts[0].substr(5));
-  const auto block = small_number(parts[1]);
-  if (!layer || !block || *layer < 1 || *layer > 4 || *block > 20) return std::nullopt;
-  const std::int64_t base = 100 + 1000 * *layer + 40 * *block;
-  if (parts.size() == 2) return at(base + 12);  // the block's own output
-  const std::string_view sub = parts[2];
-  int index = -1;  // the ".N" of downsample.N and relu.N; -1 when there is none
-  if (parts.size() > 4) return std::nullopt;
-  if (parts.size() == 4) {
-    const auto n = small_number(parts[3]);
-    if (!n) return std::nullopt;
-    index = *n;
-  }
-  if (sub == "conv1" && parts.size() == 3) return at(base + 0);
-  if (sub == "bn1" && parts.size() == 3) return at(base + 1);
-  if (sub == "conv2" && parts.size() == 3) return at(base + 3);
-  if (sub == "bn2" && parts.size() == 3) return at(base + 4);
-  if (sub == "conv3" && parts.size() == 3) return at(base + 6);
-  if (sub == "bn3" && parts.size() == 3) return at(base + 7);
-  if (sub == "downsample" && (index == 0 || index == 1)) return at(base + 8 + index);
-  if (sub == "relu") {
-    if (index == -1) return at(base + 10);  // one hook on the block's relu module: its last call
-    if (index == 0) return at(base + 2);
-    if (index == 1) return at(base + 5);
-    if (index == 2) return at(base + 10);
-  }
-  return std::nullopt;
-}
+std::optional<std::int64_t> resnet50_forward_rank(std::string_view name) { return layout::forward_rank(name); }
 
 void TensorSet::index() {
   by_key_.clear();

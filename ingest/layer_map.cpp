@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "profiler/analysis/layer_diff.hpp"
+#include "layout/resnet50.hpp"
 
 namespace wb::ingest {
 
@@ -64,21 +65,20 @@ void build_tree(std::vector<Node>& nodes) {
 }
 
 const std::vector<std::string>& resnet50_call_sequence() {
+  // The layout's modules in forward order, each block's relu module called three times (after bn1, after
+  // bn2, after the residual sum), as torchvision's Bottleneck calls it.
   static const std::vector<std::string> seq = [] {
-    std::vector<std::string> s{"conv1", "bn1", "relu", "maxpool"};
-    const int blocks[4] = {3, 4, 6, 3};
-    for (int st = 0; st < 4; ++st)
-      for (int b = 0; b < blocks[st]; ++b) {
-        std::string p = "layer" + std::to_string(st + 1) + "." + std::to_string(b) + ".";
-        for (const char* m : {"conv1", "bn1", "relu", "conv2", "bn2", "relu", "conv3", "bn3"}) s.push_back(p + m);
-        if (b == 0) {
-          s.push_back(p + "downsample.0");
-          s.push_back(p + "downsample.1");
-        }
-        s.push_back(p + "relu");
+    std::vector<std::string> s;
+    std::string relu;
+    for (const layout::Module& m : layout::modules()) {
+      switch (m.part) {
+        case layout::Part::relu: relu = m.name; s.push_back(m.name); break;
+        case layout::Part::bn2: s.push_back(m.name); s.push_back(relu); break;
+        case layout::Part::block: s.push_back(relu); break;
+        default:
+          if (m.kind != layout::ModuleKind::loss && m.kind != layout::ModuleKind::optimizer) s.push_back(m.name);
       }
-    s.push_back("avgpool");
-    s.push_back("fc");
+    }
     return s;
   }();
   return seq;
@@ -95,26 +95,22 @@ bool contains(std::string_view s, std::string_view p) { return s.find(p) != std:
 
 
 Kind kind_of_module(std::string_view name) {
-  if (name.size() >= 12 && name.substr(name.size() - 12) == "downsample.0") return Kind::conv;
-  if (name.size() >= 12 && name.substr(name.size() - 12) == "downsample.1") return Kind::bn;
-  auto dot = name.rfind('.');
-  std::string_view last = dot == std::string_view::npos ? name : name.substr(dot + 1);
-  if (starts_with(last, "conv")) return Kind::conv;
-  if (starts_with(last, "bn")) return Kind::bn;
-  if (last == "relu") return Kind::relu;
-  if (last == "maxpool") return Kind::maxpool;
-  if (last == "avgpool") return Kind::avgpool;
-  if (last == "fc") return Kind::fc;
-  return Kind::none;
+  switch (layout::kind_of_name(name)) {
+    case layout::NameKind::conv: return Kind::conv;
+    case layout::NameKind::batch_norm: return Kind::bn;
+    case layout::NameKind::relu: return Kind::relu;
+    case layout::NameKind::maxpool: return Kind::maxpool;
+    case layout::NameKind::avgpool: return Kind::avgpool;
+    case layout::NameKind::fc: return Kind::fc;
+    default: return Kind::none;
+  }
 }
 
 // "layer2.0" for "layer2.0.conv2" (and for "layer2.0" itself); "" outside the blocks.
 std::string_view block_of(std::string_view name) {
-  if (!starts_with(name, "layer")) return {};
-  auto d1 = name.find('.');
-  if (d1 == std::string_view::npos) return {};
-  auto d2 = name.find('.', d1 + 1);
-  return d2 == std::string_view::npos ? name : name.substr(0, d2);
+  const auto b = layout::parse_block_name(name);
+  if (!b) return {};
+  return b->rest.empty() ? name : name.substr(0, name.size() - b->rest.size() - 1);
 }
 
 // The forward ops (and with_modules' module ranges) that are one ResNet-50 layer.
@@ -185,113 +181,125 @@ Node wrap(const Node& first, std::int64_t end, std::uint32_t name, store::Catego
   return n;
 }
 
-}  // namespace
+// map_layers' steps over one rank's threads, in the order they run: each step reads what the ones
+// before it found. Names are interned in the same order every time (the forward layers, "loss",
+// "optimizer", then the blocks).
+struct LayerMapper {
+  using Category = store::Category;
 
-LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
-                            std::map<std::string, std::map<std::string, std::string>>& methods) {
-  using store::Category;
-  LayerMatchCounts counts;
-  const auto& call_seq = resnet50_call_sequence();
-  std::vector<Kind> call_kinds;
-  for (const auto& n : call_seq) call_kinds.push_back(kind_of_module(n));
+  LayerMapper(std::vector<Thread>& threads_, Names& names_, std::map<std::string, std::map<std::string, std::string>>& methods_)
+      : threads(threads_), names(names_), methods(methods_), call_seq(resnet50_call_sequence()), added(threads_.size()) {
+    for (const auto& n : call_seq) call_kinds.push_back(kind_of_module(n));
+    // Module names anywhere in the trace decide the method for the whole rank.
+    for (const auto& t : threads)
+      for (const auto& n : t.nodes)
+        if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && n.category == Category::forward &&
+            analysis::is_layer_name(names.text(n.name)))
+          by_module = true;
+  }
 
-  // Forward. Module names anywhere in the trace decide the method for the whole rank.
-  bool by_module = false;
-  for (const auto& t : threads)
-    for (const auto& n : t.nodes)
-      if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && n.category == Category::forward &&
-          analysis::is_layer_name(names.text(n.name)))
-        by_module = true;
-
-  std::map<std::int32_t, std::vector<Unit>> forward_units;  // per step, in execution order
-  std::map<std::int32_t, std::int64_t> forward_end;         // per step, the end of its last layer
-  std::unordered_map<std::int64_t, std::uint32_t> layer_of_seq;
-  std::vector<std::vector<Node>> added(threads.size());
-  std::set<std::pair<std::string, std::int32_t>> existing_blocks;  // (block, step) forward ranges in the trace
-
-  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
-    auto& nodes = threads[ti].nodes;
-    std::map<std::int32_t, std::size_t> call_pos;  // per step: next position in call_seq
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      Node& n = nodes[i];
-      const Node* parent = n.parent >= 0 ? &nodes[static_cast<std::size_t>(n.parent)] : nullptr;
-      n.layer = parent ? parent->layer : 0;
-      if (n.category != Category::forward) continue;
-      const std::string& text = names.text(n.name);  // invalid once names.id() adds a name below
-      const bool residual_add = text == "aten::add_" || text == "aten::add";
-      if (by_module) {
-        if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && analysis::is_layer_name(text)) {
-          n.layer = n.name;
-          Kind k = kind_of_module(text);
-          if (k != Kind::none) {
-            forward_units[n.step].push_back({n.name, k});
-            forward_end[n.step] = std::max(forward_end[n.step], n.end);
-          }
-          if (!block_of(text).empty() && block_of(text) == text) existing_blocks.insert({text, n.step});
-          methods["forward"][text] = "module";
-          ++counts.forward_module;
+  // Forward: every forward node takes its parent's layer, or its own when it is one (a module range,
+  // or an op matched in order against the call sequence).
+  void map_forward() {
+    for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+      auto& nodes = threads[ti].nodes;
+      std::map<std::int32_t, std::size_t> call_pos;  // per step: next position in call_seq
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        Node& n = nodes[i];
+        const Node* parent = n.parent >= 0 ? &nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+        n.layer = parent ? parent->layer : 0;
+        if (n.category != Category::forward) continue;
+        const std::string& text = names.text(n.name);  // invalid once names.id() adds a name below
+        const bool residual_add = text == "aten::add_" || text == "aten::add";
+        if (by_module) {
+          if ((n.cat == EventCat::none || n.cat == EventCat::user_annotation) && analysis::is_layer_name(text))
+            add_forward_module(n, text);
+        } else if (parent == nullptr || parent->layer == 0) {
+          match_forward_op(ti, n, text, call_pos);
         }
-      } else if (parent == nullptr || parent->layer == 0) {
-        Kind k = kind_of_forward_op(text, n.cat);
-        if (k != Kind::none) {
-          std::size_t& pos = call_pos[n.step];
-          std::size_t j = pos;
-          while (j < call_seq.size() && call_kinds[j] != k) ++j;
-          if (j == call_seq.size()) {
-            ++counts.forward_unmatched;
-          } else {
-            pos = j + 1;
-            std::uint32_t layer = names.id(call_seq[j]);
-            n.layer = layer;
-            added[ti].push_back(wrap(n, n.end, layer, Category::forward));
-            forward_units[n.step].push_back({layer, k});
-            forward_end[n.step] = std::max(forward_end[n.step], n.end);
-            methods["forward"][call_seq[j]] = "order";
-            ++counts.forward_order;
-          }
+        // The residual add runs in the block's own forward, outside its modules: wb-train counts it in the
+        // block's last relu.
+        if (n.layer != 0 && residual_add) {
+          const std::string& layer = names.text(n.layer);
+          if (!block_of(layer).empty() && block_of(layer) == layer) n.layer = names.id(layer + ".relu");
         }
+        if (n.seq >= 0 && n.layer != 0) layer_of_seq[n.seq] = n.layer;
       }
-      // The residual add runs in the block's own forward, outside its modules: wb-train counts it in the
-      // block's last relu.
-      if (n.layer != 0 && residual_add) {
-        const std::string& layer = names.text(n.layer);
-        if (!block_of(layer).empty() && block_of(layer) == layer) n.layer = names.id(layer + ".relu");
-      }
-      if (n.seq >= 0 && n.layer != 0) layer_of_seq[n.seq] = n.layer;
     }
   }
 
+  // A module range of the trace (with_modules): the layer itself.
+  void add_forward_module(Node& n, const std::string& text) {
+    n.layer = n.name;
+    Kind k = kind_of_module(text);
+    if (k != Kind::none) {
+      forward_units[n.step].push_back({n.name, k});
+      forward_end[n.step] = std::max(forward_end[n.step], n.end);
+    }
+    if (!block_of(text).empty() && block_of(text) == text) existing_blocks.insert({text, n.step});
+    methods["forward"][text] = "module";
+    ++counts.forward_module;
+  }
+
+  // An op outside any layer: the next layer of its kind in the step's call sequence, wrapped in a range.
+  void match_forward_op(std::size_t ti, Node& n, const std::string& text, std::map<std::int32_t, std::size_t>& call_pos) {
+    Kind k = kind_of_forward_op(text, n.cat);
+    if (k == Kind::none) return;
+    std::size_t& pos = call_pos[n.step];
+    std::size_t j = pos;
+    while (j < call_seq.size() && call_kinds[j] != k) ++j;
+    if (j == call_seq.size()) {
+      ++counts.forward_unmatched;
+      return;
+    }
+    pos = j + 1;
+    std::uint32_t layer = names.id(call_seq[j]);
+    n.layer = layer;
+    added[ti].push_back(wrap(n, n.end, layer, Category::forward));
+    forward_units[n.step].push_back({layer, k});
+    forward_end[n.step] = std::max(forward_end[n.step], n.end);
+    methods["forward"][call_seq[j]] = "order";
+    ++counts.forward_order;
+  }
+
   // The forward ops after a step's last layer (and before its backward) compute the loss.
-  for (auto& t : threads) {
-    for (std::size_t i = 0; i < t.nodes.size(); ++i) {
-      Node& n = t.nodes[i];
-      const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
-      auto fe = forward_end.find(n.step);
-      if (n.category != Category::forward || n.layer != 0 || fe == forward_end.end() || n.start < fe->second) continue;
-      if (parent && parent->category != Category::step) continue;
-      for (std::size_t j = i; j < subtree_end(t.nodes, i); ++j) t.nodes[j].category = Category::loss;
+  void mark_loss_ops() {
+    for (auto& t : threads) {
+      for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+        Node& n = t.nodes[i];
+        const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+        auto fe = forward_end.find(n.step);
+        if (n.category != Category::forward || n.layer != 0 || fe == forward_end.end() || n.start < fe->second) continue;
+        if (parent && parent->category != Category::step) continue;
+        for (std::size_t j = i; j < subtree_end(t.nodes, i); ++j) t.nodes[j].category = Category::loss;
+      }
     }
   }
 
   // Backward: the autograd nodes of every thread, in time order.
-  std::vector<Where> evals;
-  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
-    auto& nodes = threads[ti].nodes;
-    for (std::size_t i = 0; i < nodes.size(); ++i) {
-      const Node& n = nodes[i];
-      if (!starts_with(names.text(n.name), kEvalPrefix)) continue;
-      if (n.parent >= 0 && starts_with(names.text(nodes[static_cast<std::size_t>(n.parent)].name), kEvalPrefix)) continue;
-      evals.push_back({ti, i});
+  void collect_evals() {
+    for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+      auto& nodes = threads[ti].nodes;
+      for (std::size_t i = 0; i < nodes.size(); ++i) {
+        const Node& n = nodes[i];
+        if (!starts_with(names.text(n.name), kEvalPrefix)) continue;
+        if (n.parent >= 0 && starts_with(names.text(nodes[static_cast<std::size_t>(n.parent)].name), kEvalPrefix)) continue;
+        evals.push_back({ti, i});
+      }
     }
+    std::stable_sort(evals.begin(), evals.end(), [&](const Where& a, const Where& b) {
+      return threads[a.thread].nodes[a.node].start < threads[b.thread].nodes[b.node].start;
+    });
   }
-  std::stable_sort(evals.begin(), evals.end(), [&](const Where& a, const Where& b) {
-    return threads[a.thread].nodes[a.node].start < threads[b.thread].nodes[b.node].start;
-  });
 
-  std::map<std::int32_t, std::size_t> back_pos;       // per step: next position in the reversed units
-  std::map<std::int32_t, std::uint32_t> last_layer;   // per step: the layer of the node before
-  const std::uint32_t loss_name = names.id("loss");
-  for (const Where& w : evals) {
+  void map_backward() {
+    loss_name = names.id("loss");
+    for (const Where& w : evals) map_backward_node(w);
+  }
+
+  // An autograd node's layer: the loss's, its forward op's by sequence number, the next of its kind
+  // in the step's forward layers taken backwards, else the layer of the node before.
+  void map_backward_node(const Where& w) {
     auto& nodes = threads[w.thread].nodes;
     Node& n = nodes[w.node];
     std::string_view fn = std::string_view(names.text(n.name)).substr(kEvalPrefix.size());
@@ -330,15 +338,7 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
         ++counts.backward_order;
       }
     }
-    if (layer == 0 && k != Kind::loss) {
-      auto it = last_layer.find(n.step);
-      if (it != last_layer.end() && it->second != loss_name) {
-        layer = it->second;
-        ++counts.backward_follow;
-      } else {
-        ++counts.backward_unmatched;
-      }
-    }
+    if (layer == 0 && k != Kind::loss) layer = follow_previous(n.step);
     n.layer = layer;
     if (layer != 0) {
       if (layer == loss_name) ++counts.backward_loss;
@@ -347,38 +347,62 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
     }
   }
 
-  // Consecutive autograd nodes of one layer on one thread become one backward range.
-  for (std::size_t a = 0; a < evals.size();) {
-    const Node& first = threads[evals[a].thread].nodes[evals[a].node];
-    std::size_t b = a + 1;
-    std::int64_t end = first.end;
-    while (b < evals.size() && evals[b].thread == evals[a].thread) {
-      const Node& n = threads[evals[b].thread].nodes[evals[b].node];
-      if (n.layer != first.layer || n.step != first.step) break;
-      end = std::max(end, n.end);
-      ++b;
+  // The layer of the step's node before (not the loss), or 0 when there is none.
+  std::uint32_t follow_previous(std::int32_t step) {
+    auto it = last_layer.find(step);
+    if (it != last_layer.end() && it->second != loss_name) {
+      ++counts.backward_follow;
+      return it->second;
     }
-    if (first.layer != 0)
-      added[evals[a].thread].push_back(
-          wrap(first, end, first.layer, first.layer == loss_name ? Category::loss : Category::backward));
-    a = b;
+    ++counts.backward_unmatched;
+    return 0;
+  }
+
+  // Consecutive autograd nodes of one layer on one thread become one backward range.
+  void add_backward_ranges() {
+    for (std::size_t a = 0; a < evals.size();) {
+      const Node& first = threads[evals[a].thread].nodes[evals[a].node];
+      std::size_t b = a + 1;
+      std::int64_t end = first.end;
+      while (b < evals.size() && evals[b].thread == evals[a].thread) {
+        const Node& n = threads[evals[b].thread].nodes[evals[b].node];
+        if (n.layer != first.layer || n.step != first.step) break;
+        end = std::max(end, n.end);
+        ++b;
+      }
+      if (first.layer != 0)
+        added[evals[a].thread].push_back(
+            wrap(first, end, first.layer, first.layer == loss_name ? Category::loss : Category::backward));
+      a = b;
+    }
   }
 
   // The loss's forward ops and the optimizer's calls get the names wb-train gives them.
-  const std::uint32_t optimizer_name = names.id("optimizer");
-  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
-    for (const Node& n : threads[ti].nodes) {
-      const Node* parent = n.parent >= 0 ? &threads[ti].nodes[static_cast<std::size_t>(n.parent)] : nullptr;
-      const std::string& text = names.text(n.name);
-      if (n.category == Category::loss && (!parent || parent->category != Category::loss) && !starts_with(text, kEvalPrefix))
-        added[ti].push_back(wrap(n, n.end, loss_name, Category::loss));
-      if (n.category == Category::optimizer && (!parent || parent->category != Category::optimizer))
-        added[ti].push_back(wrap(n, n.end, optimizer_name, Category::optimizer));
+  void add_loss_and_optimizer_ranges() {
+    const std::uint32_t optimizer_name = names.id("optimizer");
+    for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+      for (const Node& n : threads[ti].nodes) {
+        const Node* parent = n.parent >= 0 ? &threads[ti].nodes[static_cast<std::size_t>(n.parent)] : nullptr;
+        const std::string& text = names.text(n.name);
+        if (n.category == Category::loss && (!parent || parent->category != Category::loss) && !starts_with(text, kEvalPrefix))
+          added[ti].push_back(wrap(n, n.end, loss_name, Category::loss));
+        if (n.category == Category::optimizer && (!parent || parent->category != Category::optimizer))
+          added[ti].push_back(wrap(n, n.end, optimizer_name, Category::optimizer));
+      }
     }
   }
 
   // Block ranges around the layers of each block where the trace has none.
-  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+  void add_block_ranges() {
+    for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+      std::vector<Node> blocks = block_ranges(ti);
+      added[ti].insert(added[ti].end(), blocks.begin(), blocks.end());
+    }
+  }
+
+  // One thread's missing block ranges: consecutive layer ranges (added ones, and module ranges with a
+  // kind) of one block, direction and step.
+  std::vector<Node> block_ranges(std::size_t ti) {
     std::vector<std::pair<std::int64_t, const Node*>> layer_ranges;  // added and module ranges with a kind
     for (const Node& n : threads[ti].nodes)
       if (by_module && n.layer == n.name && n.category == Category::forward && kind_of_module(names.text(n.name)) != Kind::none)
@@ -402,12 +426,46 @@ LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
       if (!block.empty() && !have) blocks.push_back(wrap(first, end, names.id(block), first.category));
       a = b;
     }
-    added[ti].insert(added[ti].end(), blocks.begin(), blocks.end());
+    return blocks;
   }
 
-  for (std::size_t ti = 0; ti < threads.size(); ++ti)
-    threads[ti].nodes.insert(threads[ti].nodes.end(), added[ti].begin(), added[ti].end());
-  return counts;
+  void insert_added() {
+    for (std::size_t ti = 0; ti < threads.size(); ++ti)
+      threads[ti].nodes.insert(threads[ti].nodes.end(), added[ti].begin(), added[ti].end());
+  }
+
+  std::vector<Thread>& threads;
+  Names& names;
+  std::map<std::string, std::map<std::string, std::string>>& methods;
+  LayerMatchCounts counts;
+  const std::vector<std::string>& call_seq;
+  std::vector<Kind> call_kinds;
+  bool by_module = false;
+  std::map<std::int32_t, std::vector<Unit>> forward_units;  // per step, in execution order
+  std::map<std::int32_t, std::int64_t> forward_end;         // per step, the end of its last layer
+  std::unordered_map<std::int64_t, std::uint32_t> layer_of_seq;
+  std::vector<std::vector<Node>> added;
+  std::set<std::pair<std::string, std::int32_t>> existing_blocks;  // (block, step) forward ranges in the trace
+  std::vector<Where> evals;
+  std::map<std::int32_t, std::size_t> back_pos;       // per step: next position in the reversed units
+  std::map<std::int32_t, std::uint32_t> last_layer;   // per step: the layer of the node before
+  std::uint32_t loss_name = 0;
+};
+
+}  // namespace
+
+LayerMatchCounts map_layers(std::vector<Thread>& threads, Names& names,
+                            std::map<std::string, std::map<std::string, std::string>>& methods) {
+  LayerMapper mapper(threads, names, methods);
+  mapper.map_forward();
+  mapper.mark_loss_ops();
+  mapper.collect_evals();
+  mapper.map_backward();
+  mapper.add_backward_ranges();
+  mapper.add_loss_and_optimizer_ranges();
+  mapper.add_block_ranges();
+  mapper.insert_added();
+  return mapper.counts;
 }
 
 }  // namespace wb::ingest

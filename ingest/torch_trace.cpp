@@ -109,60 +109,84 @@ struct RankTrace {
   int rank = 0;
 };
 
-TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, const std::filesystem::path& path,
-                       bool build_indexes) {
-  ParsedTrace& tr = rt.trace;
-  TraceImport info;
-  info.file = rt.file;
-  info.format = tr.format;
-  info.rank = rt.rank;
-  std::copy(std::begin(tr.events_by_cat), std::end(tr.events_by_cat), std::begin(info.events_by_cat));
+// A host event as a range node (times from the import's time base), before build_tree.
+Node host_node(const TraceEvent& ev, std::int64_t base_ns) {
+  Node n;
+  n.start = ev.ts_ns - base_ns;
+  n.end = n.start + std::max<std::int64_t>(ev.dur_ns, 0);
+  n.ext = ev.external_id;
+  n.corr = ev.correlation;
+  n.seq = ev.sequence;
+  n.fwd_tid = ev.fwd_tid;
+  n.name = ev.name;
+  n.cat = ev.cat;
+  return n;
+}
 
-  // Threads of host ranges, and the device streams.
-  std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> thread_index;
+// A device stream's events, in trace order.
+struct Stream {
+  std::string label;
+  std::vector<const TraceEvent*> events;
+};
+
+// One rank's events: threads of host ranges, and the device streams with the devices they ran on.
+struct RankEvents {
   std::vector<Thread> threads;
-  struct Stream {
-    std::string label;
-    std::vector<const TraceEvent*> events;
-  };
-  std::map<std::pair<std::int64_t, std::int64_t>, Stream> streams;
+  std::map<std::pair<std::int64_t, std::int64_t>, Stream> streams;  // (device, stream) -> its events
   std::set<int> devices;
+};
+
+RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
+  RankEvents out;
+  std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> thread_index;
   for (const TraceEvent& ev : tr.events) {
     if (is_host(ev.cat)) {
-      auto [it, fresh] = thread_index.try_emplace({ev.pid, ev.tid}, threads.size());
+      auto [it, fresh] = thread_index.try_emplace({ev.pid, ev.tid}, out.threads.size());
       if (fresh) {
         Thread t;
         t.key = tr.strings[ev.pid] + "/" + tr.strings[ev.tid];
         auto named = tr.thread_names.find((std::uint64_t{ev.pid} << 32) | ev.tid);
         t.label = named != tr.thread_names.end() && !named->second.empty() ? named->second : "thread " + tr.strings[ev.tid];
-        threads.push_back(std::move(t));
+        out.threads.push_back(std::move(t));
       }
-      Node n;
-      n.start = ev.ts_ns - base_ns;
-      n.end = n.start + std::max<std::int64_t>(ev.dur_ns, 0);
-      n.ext = ev.external_id;
-      n.corr = ev.correlation;
-      n.seq = ev.sequence;
-      n.fwd_tid = ev.fwd_tid;
-      n.name = ev.name;
-      n.cat = ev.cat;
-      threads[it->second].nodes.push_back(n);
+      out.threads[it->second].nodes.push_back(host_node(ev, base_ns));
     } else if (is_device(ev.cat)) {
       std::int64_t dev = ev.device >= 0 ? ev.device : std::atoll(tr.strings[ev.pid].c_str());
       std::int64_t stream = ev.stream >= 0 ? ev.stream : std::atoll(tr.strings[ev.tid].c_str());
-      auto& s = streams[{dev, stream}];
+      auto& s = out.streams[{dev, stream}];
       if (s.label.empty()) s.label = "cuda:" + std::to_string(dev) + " stream " + std::to_string(stream);
       s.events.push_back(&ev);
-      devices.insert(static_cast<int>(dev));
+      out.devices.insert(static_cast<int>(dev));
     }
   }
-  if (threads.empty())
-    throw TraceError(rt.file.string() + ": the trace has no host ranges (expected cpu_op or ProfilerStep events)");
+  return out;
+}
 
-  Names names(tr.strings);
-  // Categories top-down (parents come first after build_tree), then steps by time.
-  std::vector<std::pair<std::int64_t, std::int64_t>> step_spans;  // [start, end) per ProfilerStep
-  std::vector<std::int32_t> step_ids;
+// The ProfilerSteps of a rank: which step a time falls in.
+struct StepIndex {
+  std::vector<std::pair<std::int64_t, std::int64_t>> spans;  // [start, end) per ProfilerStep
+  std::vector<std::int32_t> ids;
+  std::vector<std::size_t> order;  // the spans by start, once sorted
+
+  void sort_by_start() {
+    order.resize(spans.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return spans[a].first < spans[b].first; });
+  }
+
+  // The step whose span holds t, else -1.
+  std::int32_t at(std::int64_t t) const {
+    auto it = std::upper_bound(order.begin(), order.end(), t, [&](std::int64_t v, std::size_t i) { return v < spans[i].first; });
+    if (it == order.begin()) return -1;
+    std::size_t i = *(it - 1);
+    return t < spans[i].second ? ids[i] : -1;
+  }
+};
+
+// Builds each thread's tree and gives every node its category top-down (parents come first after
+// build_tree); returns the ProfilerSteps found, not yet sorted.
+StepIndex categorize(std::vector<Thread>& threads, const Names& names) {
+  StepIndex steps;
   for (Thread& t : threads) {
     build_tree(t.nodes);
     // autograd's device threads (GPU runs): autograd nodes and no steps
@@ -177,113 +201,136 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
       const std::string& text = names.text(n.name);
       n.category = category_of(text, n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
       if (n.category == Category::step) {
-        step_spans.push_back({n.start, n.end});
-        step_ids.push_back(static_cast<std::int32_t>(std::atoi(text.c_str() + 13)));
+        steps.spans.push_back({n.start, n.end});
+        steps.ids.push_back(static_cast<std::int32_t>(std::atoi(text.c_str() + 13)));
       }
     }
   }
-  // The main thread is the one with the steps (the legacy exporter's "CPU functions" tid 1, Kineto's
-  // python thread).
-  std::vector<std::size_t> order(step_spans.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return step_spans[a].first < step_spans[b].first; });
-  auto step_at = [&](std::int64_t t) -> std::int32_t {
-    auto it = std::upper_bound(order.begin(), order.end(), t, [&](std::int64_t v, std::size_t i) { return v < step_spans[i].first; });
-    if (it == order.begin()) return -1;
-    std::size_t i = *(it - 1);
-    return t < step_spans[i].second ? step_ids[i] : -1;
-  };
-  for (Thread& t : threads)
-    for (Node& n : t.nodes) n.step = step_at(n.start);
+  return steps;
+}
 
-  std::map<std::string, std::map<std::string, std::string>> methods;
-  info.layers = map_layers(threads, names, methods);
-  for (Thread& t : threads) {
-    build_tree(t.nodes);
-    for (Node& n : t.nodes) {
-      if (n.step < 0) n.step = step_at(n.start);
-      if (n.added) ++info.layer_ranges;
-    }
-  }
+// Correlation ids: a launching op keeps its External id; a device row whose op is not on record links
+// to its runtime call through "correlation" (offset to keep the two id spaces apart).
+constexpr std::uint64_t kRuntimeCorr = std::uint64_t{1} << 40;
 
-  // Correlation ids: a launching op keeps its External id; a device row whose op is not on record links
-  // to its runtime call through "correlation" (offset to keep the two id spaces apart).
-  constexpr std::uint64_t kRuntimeCorr = std::uint64_t{1} << 40;
+// The host nodes device rows can link to: ops by External id, runtime calls by correlation id.
+struct Launches {
   std::unordered_set<std::int64_t> op_ext;
   std::unordered_map<std::int64_t, Node*> runtime_by_corr;
+};
+
+// Finds the launching nodes; an op with an External id takes it as its correlation id.
+Launches index_launches(std::vector<Thread>& threads) {
+  Launches out;
   for (Thread& t : threads)
     for (Node& n : t.nodes) {
       if (n.added) continue;
       if (n.cat == EventCat::cuda_runtime) {
-        if (n.corr >= 0) runtime_by_corr[n.corr] = &n;
+        if (n.corr >= 0) out.runtime_by_corr[n.corr] = &n;
       } else if (n.ext >= 0) {
-        op_ext.insert(n.ext);
+        out.op_ext.insert(n.ext);
         n.corr_id = static_cast<std::uint64_t>(n.ext);
       }
     }
+  return out;
+}
 
+store::WriterOptions import_writer_options(const std::filesystem::path& path, int rank, bool build_indexes) {
   store::WriterOptions wo;
   wo.path = path;
-  wo.rank = rt.rank;
+  wo.rank = rank;
   wo.handle_signals = false;
   wo.overwrite = true;
   wo.build_indexes = build_indexes;  // merge builds the merged file's
   wo.bulk_load = true;                // a scratch file, renamed or merged once complete
   wo.max_pending_rows = std::numeric_limits<std::size_t>::max() / 2;
-  store::Writer w(wo);
+  return wo;
+}
 
+// A device event as a kernel row, its name still the trace's string id, linked to its launching op or
+// runtime call (which then takes the row's correlation id); counted in `info`.
+store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, const Launches& launches, TraceImport& info) {
+  store::KernelRow k;
+  k.start_ns = ev.ts_ns - base_ns;
+  k.end_ns = k.start_ns + std::max<std::int64_t>(ev.dur_ns, 0);
+  k.kind = static_cast<std::uint8_t>(ev.cat == EventCat::kernel ? store::KernelKind::kernel
+                                     : ev.cat == EventCat::gpu_memcpy ? store::KernelKind::memcpy
+                                                                      : store::KernelKind::memset);
+  for (int d = 0; d < 3; ++d) {
+    k.grid[d] = ev.grid[d];
+    k.block[d] = ev.block[d];
+  }
+  k.bytes = ev.bytes;
+  if (ev.external_id >= 0 && launches.op_ext.count(ev.external_id)) {
+    k.corr_id = static_cast<std::uint64_t>(ev.external_id);
+    ++info.linked_by_external_id;
+  } else if (auto it = launches.runtime_by_corr.find(ev.correlation); ev.correlation >= 0 && it != launches.runtime_by_corr.end()) {
+    k.corr_id = kRuntimeCorr + static_cast<std::uint64_t>(ev.correlation);
+    it->second->corr_id = k.corr_id;
+    ++info.linked_by_correlation;
+  }
+  if (ev.cat == EventCat::kernel) ++info.kernels;
+  else if (ev.cat == EventCat::gpu_memcpy) ++info.memcpys;
+  else ++info.memsets;
+  k.name = ev.name;  // trace string id, interned when written
+  return k;
+}
+
+// Each stream's label and kernel rows, by start.
+std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_kernel_rows(
+    const std::map<std::pair<std::int64_t, std::int64_t>, Stream>& streams, std::int64_t base_ns, const Launches& launches,
+    TraceImport& info) {
   std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
-  for (auto& [key, s] : streams) {
+  for (const auto& [key, s] : streams) {
     std::vector<store::KernelRow> rows;
     rows.reserve(s.events.size());
-    for (const TraceEvent* ev : s.events) {
-      store::KernelRow k;
-      k.start_ns = ev->ts_ns - base_ns;
-      k.end_ns = k.start_ns + std::max<std::int64_t>(ev->dur_ns, 0);
-      k.kind = static_cast<std::uint8_t>(ev->cat == EventCat::kernel ? store::KernelKind::kernel
-                                         : ev->cat == EventCat::gpu_memcpy ? store::KernelKind::memcpy
-                                                                           : store::KernelKind::memset);
-      for (int d = 0; d < 3; ++d) {
-        k.grid[d] = ev->grid[d];
-        k.block[d] = ev->block[d];
-      }
-      k.bytes = ev->bytes;
-      if (ev->external_id >= 0 && op_ext.count(ev->external_id)) {
-        k.corr_id = static_cast<std::uint64_t>(ev->external_id);
-        ++info.linked_by_external_id;
-      } else if (auto it = runtime_by_corr.find(ev->correlation); ev->correlation >= 0 && it != runtime_by_corr.end()) {
-        k.corr_id = kRuntimeCorr + static_cast<std::uint64_t>(ev->correlation);
-        it->second->corr_id = k.corr_id;
-        ++info.linked_by_correlation;
-      }
-      if (ev->cat == EventCat::kernel) ++info.kernels;
-      else if (ev->cat == EventCat::gpu_memcpy) ++info.memcpys;
-      else ++info.memsets;
-      k.name = ev->name;  // trace string id, interned below
-      rows.push_back(k);
-    }
+    for (const TraceEvent* ev : s.events) rows.push_back(kernel_row(*ev, base_ns, launches, info));
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
     stream_rows.emplace_back(s.label, std::move(rows));
   }
+  return stream_rows;
+}
 
-  // Trace string ids -> the run file's, interned once each.
-  std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
-  auto run_id = [&](std::uint32_t id) {
-    if (sid[id] == std::numeric_limits<std::uint32_t>::max()) sid[id] = w.intern(tr.strings[id]);
-    return sid[id];
-  };
-
-  // The thread with the steps first, so it is track 1 and "main".
+// The thread with the steps first, so it is track 1 and "main".
+void main_thread_first(std::vector<Thread>& threads) {
   std::stable_sort(threads.begin(), threads.end(), [](const Thread& a, const Thread& b) {
     auto steps = [](const Thread& t) {
       return std::count_if(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
     };
     return steps(a) > steps(b);
   });
+}
+
+// One step row per ProfilerStep: data wait is the DataLoader's time in it; PyTorch's trace has no loss,
+// learning rate or image count.
+template <class StepAt>
+std::vector<store::StepRow> step_rows(const Thread& t, int rank, const StepAt& step_at) {
+  std::vector<store::StepRow> steps;
+  for (std::size_t i = 0; i < t.nodes.size(); ++i) {
+    const Node& n = t.nodes[i];
+    if (n.category != Category::step) continue;
+    store::StepRow s;
+    s.rank = rank;
+    s.step = step_at(n.start);
+    s.start_ns = n.start;
+    s.end_ns = n.end;
+    for (std::size_t j = i + 1; j < t.nodes.size() && t.nodes[j].start < n.end; ++j)
+      if (t.nodes[j].category == Category::data && t.nodes[j].parent == static_cast<std::int32_t>(i))
+        s.data_wait_ns += t.nodes[j].end - t.nodes[j].start;
+    steps.push_back(s);
+  }
+  return steps;
+}
+
+// Each thread's ranges on a track of its own, and the main thread's steps; returns how many steps
+// that is.
+template <class StepAt, class RunId>
+std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const StepAt& step_at, const RunId& run_id,
+                           store::Writer& w, TraceImport& info) {
   std::vector<store::RangeRow> rows;
   std::int32_t main_steps = 0;
   for (std::size_t ti = 0; ti < threads.size(); ++ti) {
-    Thread& t = threads[ti];
+    const Thread& t = threads[ti];
     bool has_steps = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
     std::string label = ti == 0 && has_steps ? "main" : t.label;
     std::uint32_t track = w.add_track(store::TrackKind::thread, label);
@@ -305,29 +352,18 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     w.add(std::span<const store::RangeRow>(rows));
 
     if (ti == 0 && has_steps) {
-      // One step row per ProfilerStep: data wait is the DataLoader's time in it; PyTorch's trace has
-      // no loss, learning rate or image count.
-      std::vector<store::StepRow> steps;
-      for (std::size_t i = 0; i < t.nodes.size(); ++i) {
-        const Node& n = t.nodes[i];
-        if (n.category != Category::step) continue;
-        store::StepRow s;
-        s.rank = rt.rank;
-        s.step = step_at(n.start);
-        s.start_ns = n.start;
-        s.end_ns = n.end;
-        for (std::size_t j = i + 1; j < t.nodes.size() && t.nodes[j].start < n.end; ++j)
-          if (t.nodes[j].category == Category::data && t.nodes[j].parent == static_cast<std::int32_t>(i))
-            s.data_wait_ns += t.nodes[j].end - t.nodes[j].start;
-        steps.push_back(s);
-      }
+      std::vector<store::StepRow> steps = step_rows(t, rank, step_at);
       main_steps = static_cast<std::int32_t>(steps.size());
       w.add(std::span<const store::StepRow>(steps));
     }
   }
-  info.steps = main_steps;
-  info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
-  if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
+  return main_steps;
+}
+
+// Each stream's kernel rows on a track of its own.
+template <class RunId>
+void write_streams(std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows, const RunId& run_id,
+                   store::Writer& w) {
   for (auto& [label, krs] : stream_rows) {
     std::uint32_t track = w.add_track(store::TrackKind::stream, label);
     for (auto& k : krs) {
@@ -336,17 +372,24 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     }
     w.add(std::span<const store::KernelRow>(krs));
   }
+}
 
-  // Where it ran, and what it was.
-  info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
-  std::string device_name;
+// The name of the device the rank ran on, from the trace's deviceProperties ("" when it has none).
+std::string device_name_of(const ParsedTrace& tr, const std::set<int>& devices) {
   if (tr.device_properties.is_array())
     for (const auto& d : tr.device_properties)
       if (d.is_object() && d.contains("name") && d["name"].is_string() &&
           (!d.contains("id") || !d["id"].is_number_integer() || devices.empty() || d["id"].get<int>() == *devices.begin())) {
-        device_name = d["name"].get<std::string>();
-        break;
+        return d["name"].get<std::string>();
       }
+  return {};
+}
+
+// Where it ran, and what it was: the rank row and the run's meta.
+void write_rank_meta(const RankTrace& rt, const TraceImport& info, const std::string& device_name, bool gpu,
+                     int world_size, const std::map<std::string, std::map<std::string, std::string>>& methods,
+                     store::Writer& w) {
+  const ParsedTrace& tr = rt.trace;
   store::RankRow rr;
   rr.rank = rt.rank;
   rr.host = "pytorch-trace";
@@ -365,7 +408,64 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   w.set_meta("source_trace", rt.file.string());
   w.set_meta("trace_format", tr.format == TraceFormat::kineto ? "kineto" : "legacy");
   w.set_meta("layer_match", nlohmann::json(methods).dump());
-  if (!devices.empty()) w.set_meta("gpu_trace", "1");
+  if (gpu) w.set_meta("gpu_trace", "1");
+}
+
+TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, const std::filesystem::path& path,
+                       bool build_indexes) {
+  ParsedTrace& tr = rt.trace;
+  TraceImport info;
+  info.file = rt.file;
+  info.format = tr.format;
+  info.rank = rt.rank;
+  std::copy(std::begin(tr.events_by_cat), std::end(tr.events_by_cat), std::begin(info.events_by_cat));
+
+  // Threads of host ranges, and the device streams.
+  RankEvents events = split_events(tr, base_ns);
+  std::vector<Thread>& threads = events.threads;
+  const std::set<int>& devices = events.devices;
+  if (threads.empty())
+    throw TraceError(rt.file.string() + ": the trace has no host ranges (expected cpu_op or ProfilerStep events)");
+
+  Names names(tr.strings);
+  // Categories top-down (parents come first after build_tree), then steps by time.
+  StepIndex steps = categorize(threads, names);
+  // The main thread is the one with the steps (the legacy exporter's "CPU functions" tid 1, Kineto's
+  // python thread).
+  steps.sort_by_start();
+  auto step_at = [&](std::int64_t t) -> std::int32_t { return steps.at(t); };
+  for (Thread& t : threads)
+    for (Node& n : t.nodes) n.step = step_at(n.start);
+
+  std::map<std::string, std::map<std::string, std::string>> methods;
+  info.layers = map_layers(threads, names, methods);
+  for (Thread& t : threads) {
+    build_tree(t.nodes);
+    for (Node& n : t.nodes) {
+      if (n.step < 0) n.step = step_at(n.start);
+      if (n.added) ++info.layer_ranges;
+    }
+  }
+
+  const Launches launches = index_launches(threads);
+  store::Writer w(import_writer_options(path, rt.rank, build_indexes));
+  auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, info);
+
+  // Trace string ids -> the run file's, interned once each.
+  std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
+  auto run_id = [&](std::uint32_t id) {
+    if (sid[id] == std::numeric_limits<std::uint32_t>::max()) sid[id] = w.intern(tr.strings[id]);
+    return sid[id];
+  };
+
+  main_thread_first(threads);
+  info.steps = write_threads(threads, rt.rank, step_at, run_id, w, info);
+  info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
+  if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
+  write_streams(stream_rows, run_id, w);
+
+  info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
+  write_rank_meta(rt, info, device_name_of(tr, devices), !devices.empty(), world_size, methods, w);
   if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed");
   return info;
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <utility>
 
+#include "store/migrate.hpp"
 #include "store/schema_sql.hpp"
 
 namespace wb::store {
@@ -335,11 +336,9 @@ Db open_run(const std::filesystem::path& path, OpenMode mode) {
   if (version > kSchemaVersion)
     fail(path, "schema version " + std::to_string(version) + " is newer than this build supports (" +
                    std::to_string(kSchemaVersion) + "); use a newer wb");
-  // The first schema: nothing older exists to migrate. A version 2 adds its migration step here,
-  // with a version-1 fixture file that a test migrates.
-  if (version < kSchemaVersion)
-    fail(path, "schema version " + std::to_string(version) + " is older than any this build reads (" +
-                   std::to_string(kSchemaVersion) + ")");
+  if (version < 1) fail(path, "schema version " + std::to_string(version) + " is not one any wb wrote");
+  // An older file: migrated in place when opened for writing, through temp tables when read-only.
+  if (version < kSchemaVersion) migrate(db, version, mode == OpenMode::read_write);
   if (mode == OpenMode::read_write) create_indexes(db);
   return db;
 }

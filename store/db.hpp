@@ -28,7 +28,7 @@ class StoreError : public std::runtime_error {
 };
 
 // The schema version this build writes; PRAGMA user_version and meta.schema_version both hold it.
-inline constexpr int kSchemaVersion = 1;
+inline constexpr int kSchemaVersion = 2;  // store/migrate.hpp: what each version holds
 
 // Turns a non-OK SQLite result into a StoreError naming the file, the statement, SQLite's message and
 // the caller's file:line. SQLITE_ROW and SQLITE_DONE count as success.
@@ -144,8 +144,9 @@ void create_indexes(Db& db);
 
 // Opens an existing run file and validates it. Errors (StoreError, message starting with the path):
 // missing file; empty, truncated or non-SQLite bytes ("not a wb run file (...)"); an SQLite file of
-// another application (no meta table or no schema_version); a version other than kSchemaVersion
-// (names both: there is one schema version so far, so nothing to migrate).
+// another application (no meta table or no schema_version); a version newer than kSchemaVersion (names
+// both). An older version is migrated (store/migrate.hpp): in place in read_write mode, through temp
+// tables in read_only mode (the file is not touched).
 // In read_write mode, missing indexes are created (a killed writer leaves none, see Writer).
 Db open_run(const std::filesystem::path& path, OpenMode mode = OpenMode::read_only);
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "store/db.hpp"
+#include "store/migrate.hpp"
 
 namespace wb::store {
 namespace {
@@ -26,15 +27,6 @@ struct RankFile {
   std::filesystem::path path;
   std::map<std::string, std::string> meta;
 };
-
-// Whether the attached database `schema` has table `name` (rank files of older builds lack newer tables).
-bool has_table(Db& db, const std::string& schema, const std::string& name) {
-  auto& st = db.prepare("SELECT count(*) FROM " + schema + ".sqlite_master WHERE type = 'table' AND name = ?");
-  st.bind(1, name);
-  const bool found = st.step() && st.column_int64(0) > 0;
-  st.reset();
-  return found;
-}
 
 std::map<std::string, std::string> read_meta(Db& db) {
   std::map<std::string, std::string> out;
@@ -114,21 +106,8 @@ DriftCorrection drift_correction(Db& db, const RankFile& f) {
   return d;
 }
 
-}  // namespace
-
-std::filesystem::path default_merge_output(const std::filesystem::path& run_dir) {
-  auto dir = run_dir;
-  while (!dir.empty() && !dir.has_filename() && dir.has_parent_path() && dir != dir.root_path()) dir = dir.parent_path();
-  auto out = dir;
-  out += ".sqlite";
-  return out;
-}
-
-MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::path out, bool overwrite, bool partial) {
-  if (!std::filesystem::is_directory(run_dir))
-    throw StoreError(run_dir.string() + ": not a directory (expected a run directory holding rank-<r>.sqlite files)");
-
-  // Find and validate the rank files. Every bad one is named; with `partial` they are left out.
+// The rank-<r>.sqlite files of a run directory, by rank.
+std::vector<RankFile> find_rank_files(const std::filesystem::path& run_dir) {
   static const std::regex kRankName(R"(rank-(\d+)\.sqlite)");
   std::vector<RankFile> found;
   for (const auto& entry : std::filesystem::directory_iterator(run_dir)) {
@@ -139,8 +118,13 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
   }
   if (found.empty()) throw StoreError(run_dir.string() + ": no rank-<r>.sqlite files to merge");
   std::sort(found.begin(), found.end(), [](const RankFile& a, const RankFile& b) { return a.rank < b.rank; });
+  return found;
+}
+
+// The rank files that open and hold the rank their name says, with their meta read; each other one is
+// named in `skipped` with why.
+std::vector<RankFile> readable_rank_files(std::vector<RankFile>& found, std::vector<std::string>& skipped) {
   std::vector<RankFile> files;
-  std::vector<std::string> skipped;  // "rank-<r>.sqlite: why"
   for (auto& f : found) {
     try {
       Db db = open_run(f.path, OpenMode::read_only);
@@ -154,9 +138,13 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
       skipped.push_back(e.what());
     }
   }
-  int world_size = found.back().rank + 1;
-  if (!files.empty() && files.front().rank == 0)
-    world_size = std::max(world_size, static_cast<int>(std::clamp<std::int64_t>(meta_int(files.front(), "world_size", 1), 1, 1 << 20)));
+  return files;
+}
+
+// Checks that no rank of the world is missing and no rank file was skipped, unless `partial`, where
+// each missing rank is named in `skipped` instead.
+void check_rank_set(const std::filesystem::path& run_dir, const std::vector<RankFile>& found, int world_size, bool partial,
+                    std::vector<std::string>& skipped) {
   std::string missing;
   for (int r = 0, i = 0; r < world_size; ++r) {
     if (i < static_cast<int>(found.size()) && found[static_cast<std::size_t>(i)].rank == r) {
@@ -175,6 +163,137 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     throw StoreError(list + (skipped.size() > 1 ? " (" + std::to_string(skipped.size()) + " rank files cannot be merged;" : " (")
                      + " wb merge --partial merges the others)");
   }
+}
+
+// Copies the attached rank file (src) into the merged file in one transaction: strings remapped, track
+// ids shifted, correlation ids tagged with the rank and times drift-corrected; rank 0 also brings the
+// job-wide rows.
+void copy_rank(Db& db, const RankFile& f) {
+  Transaction tx(db);
+  std::string track_offset = std::to_string(db.query_int64("SELECT coalesce(max(id), 0) FROM main.track"));
+  std::string r = std::to_string(f.rank);
+  std::string corr = "(CASE WHEN x.corr_id = 0 THEN 0 ELSE x.corr_id + (" + r + " << " +
+                     std::to_string(kCorrRankShift) + ") END)";
+  const DriftCorrection drift = drift_correction(db, f);
+  auto t = [&](const char* column) { return drift.apply(std::string("x.") + column); };
+  db.exec(
+      "INSERT OR IGNORE INTO main.string(text) SELECT text FROM src.string ORDER BY id;"
+      "CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
+      "INSERT INTO smap SELECT s.id, m.id FROM src.string s JOIN main.string m ON m.text = s.text;");
+  db.exec("INSERT INTO main.track(id, rank, kind, name_id) SELECT x.id + " + track_offset + ", " + r +
+          ", x.kind, smap.new FROM src.track x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.id");
+  db.exec("INSERT INTO main.range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) "
+          "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + ", " + t("end_ns") +
+          ", smap.new, x.category, x.depth, x.step, " +
+          corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
+  db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
+          "block_x, block_y, block_z, bytes) SELECT x.track_id + " + track_offset +
+          ", " + t("start_ns") + ", " + t("end_ns") + ", smap.new, " + corr +
+          ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes "
+          "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
+  db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT x.track_id + " + track_offset + ", " +
+          t("t_ns") + ", x.value FROM src.counter x ORDER BY x.rowid");
+  db.exec("INSERT INTO main.allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, "
+          "end_ns) SELECT x.rank, x.step, x.bucket, x.first_param, x.last_param, x.bytes, " +
+          t("ready_ns") + ", " + t("start_ns") + ", " + t("end_ns") + " FROM src.allreduce x ORDER BY x.rowid");
+  db.exec("INSERT INTO main.step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
+          "SELECT x.rank, x.step, " + t("start_ns") + ", " + t("end_ns") +
+          ", x.data_wait_ns, x.comm_exposed_ns, x.loss, x.lr, x.images FROM src.step x ORDER BY x.rowid");
+  // A rank file of an older schema version lacks the tables later versions added (migrate.hpp).
+  const int version = static_cast<int>(meta_int(f, "schema_version", 1));
+  auto has = [&](const char* table) { return version >= table_since(table); };
+  if (has("pipeline_span")) {
+    db.exec("INSERT INTO main.pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
+            "SELECT x.rank, x.step, x.stage, x.micro, x.kind, x.peer, x.bytes, " + t("post_ns") + ", " +
+            t("start_ns") + ", " + t("end_ns") + " FROM src.pipeline_span x ORDER BY x.rowid");
+    db.exec("INSERT INTO main.pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, "
+            "wait_grad_ns, wait_allreduce_ns) SELECT x.rank, x.step, x.stage, x.replica, " + t("start_ns") + ", " +
+            t("end_ns") + ", x.busy_ns, x.wait_act_ns, x.wait_grad_ns, x.wait_allreduce_ns FROM src.pipeline_step x "
+            "ORDER BY x.rowid");
+  }
+  // Every rank's captured windows (each rank file holds its own rows).
+  if (has("capture_window"))
+    db.exec("INSERT INTO main.capture_window SELECT * FROM src.capture_window ORDER BY rowid;");
+  if (has("memory"))
+    db.exec("INSERT INTO main.memory(rank, t_ns, step, bytes, live_bytes, role, name_id) SELECT x.rank, " +
+            t("t_ns") + ", x.step, x.bytes, x.live_bytes, x.role, smap.new FROM src.memory x CROSS JOIN smap "
+            "ON smap.old = x.name_id ORDER BY x.rowid");
+  db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
+          "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
+          "DROP TABLE temp.smap;");
+  if (f.rank == 0) {
+    // Parameters and saved comparisons are the same job-wide; rank 0's copy is the one kept.
+    db.exec("INSERT INTO main.param SELECT * FROM src.param;"
+            "INSERT INTO main.comparison SELECT * FROM src.comparison;"
+            "INSERT INTO main.comparison_row SELECT * FROM src.comparison_row;"
+            "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
+            "WHERE key NOT IN ('rank', 'schema_version');");
+    if (has("evaluation")) db.exec("INSERT INTO main.evaluation SELECT * FROM src.evaluation;");
+  } else {
+    // Facts of one rank are keyed '<name>.rank<R>' (an image folder's dumped batch, its bad images).
+    db.exec("INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta WHERE key GLOB '*.rank[0-9]*';");
+  }
+  tx.commit();
+}
+
+// Attaches a rank file and copies it; false (the file named in `skipped`) when it fails while being
+// read and `partial` allows leaving it out.
+bool merge_rank(Db& db, const RankFile& f, bool partial, std::vector<std::string>& skipped) {
+  db.exec("ATTACH DATABASE " + attach_name(f.path) + " AS src");
+  try {
+    copy_rank(db, f);
+  } catch (const StoreError& e) {
+    // A rank file that opened but fails while being read (damaged pages past the header): the
+    // transaction rolled back, so nothing of it is in the merged file.
+    db.exec("DROP TABLE IF EXISTS temp.smap");
+    db.exec("DETACH DATABASE src");
+    const std::string why = f.path.string() + ": cannot be merged (" + e.what() + ")";
+    if (!partial) throw StoreError(why + "; wb merge --partial merges the others");
+    skipped.push_back(why);
+    return false;
+  }
+  db.exec("DETACH DATABASE src");
+  return true;
+}
+
+// The merged file's own meta: the world size, whether the run is complete, the events dropped over the
+// ranks and the rank files left out.
+void write_merge_meta(Db& db, int world_size, bool complete, std::int64_t dropped, const std::vector<std::string>& skipped) {
+  Transaction tx(db);
+  auto& set = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+  set.bind(1, "world_size").bind(2, std::to_string(world_size)).run();
+  set.bind(1, "complete").bind(2, complete ? "1" : "0").run();
+  set.bind(1, "dropped_events").bind(2, std::to_string(dropped)).run();
+  if (!skipped.empty()) {
+    std::string list;
+    for (const auto& s : skipped) list += (list.empty() ? "" : "\n") + s;
+    set.bind(1, "skipped_ranks").bind(2, list).run();
+  }
+  tx.commit();
+}
+
+}  // namespace
+
+std::filesystem::path default_merge_output(const std::filesystem::path& run_dir) {
+  auto dir = run_dir;
+  while (!dir.empty() && !dir.has_filename() && dir.has_parent_path() && dir != dir.root_path()) dir = dir.parent_path();
+  auto out = dir;
+  out += ".sqlite";
+  return out;
+}
+
+MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::path out, bool overwrite, bool partial) {
+  if (!std::filesystem::is_directory(run_dir))
+    throw StoreError(run_dir.string() + ": not a directory (expected a run directory holding rank-<r>.sqlite files)");
+
+  // Find and validate the rank files. Every bad one is named; with `partial` they are left out.
+  std::vector<RankFile> found = find_rank_files(run_dir);
+  std::vector<std::string> skipped;  // "rank-<r>.sqlite: why"
+  std::vector<RankFile> files = readable_rank_files(found, skipped);
+  int world_size = found.back().rank + 1;
+  if (!files.empty() && files.front().rank == 0)
+    world_size = std::max(world_size, static_cast<int>(std::clamp<std::int64_t>(meta_int(files.front(), "world_size", 1), 1, 1 << 20)));
+  check_rank_set(run_dir, found, world_size, partial, skipped);
   if (files.empty()) throw StoreError(run_dir.string() + ": no rank file can be merged");
 
   if (out.empty()) out = default_merge_output(run_dir);
@@ -194,81 +313,7 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
 
     std::vector<std::string> merged_ranks;
     for (const RankFile& f : files) {
-      db.exec("ATTACH DATABASE " + attach_name(f.path) + " AS src");
-      try {
-        Transaction tx(db);
-        std::string track_offset = std::to_string(db.query_int64("SELECT coalesce(max(id), 0) FROM main.track"));
-        std::string r = std::to_string(f.rank);
-        std::string corr = "(CASE WHEN x.corr_id = 0 THEN 0 ELSE x.corr_id + (" + r + " << " +
-                           std::to_string(kCorrRankShift) + ") END)";
-        const DriftCorrection drift = drift_correction(db, f);
-        auto t = [&](const char* column) { return drift.apply(std::string("x.") + column); };
-        db.exec(
-            "INSERT OR IGNORE INTO main.string(text) SELECT text FROM src.string ORDER BY id;"
-            "CREATE TEMP TABLE smap(old INTEGER PRIMARY KEY, new INTEGER NOT NULL);"
-            "INSERT INTO smap SELECT s.id, m.id FROM src.string s JOIN main.string m ON m.text = s.text;");
-        db.exec("INSERT INTO main.track(id, rank, kind, name_id) SELECT x.id + " + track_offset + ", " + r +
-                ", x.kind, smap.new FROM src.track x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.id");
-        db.exec("INSERT INTO main.range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) "
-                "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + ", " + t("end_ns") +
-                ", smap.new, x.category, x.depth, x.step, " +
-                corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
-        db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-                "block_x, block_y, block_z, bytes) SELECT x.track_id + " + track_offset +
-                ", " + t("start_ns") + ", " + t("end_ns") + ", smap.new, " + corr +
-                ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes "
-                "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
-        db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT x.track_id + " + track_offset + ", " +
-                t("t_ns") + ", x.value FROM src.counter x ORDER BY x.rowid");
-        db.exec("INSERT INTO main.allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, "
-                "end_ns) SELECT x.rank, x.step, x.bucket, x.first_param, x.last_param, x.bytes, " +
-                t("ready_ns") + ", " + t("start_ns") + ", " + t("end_ns") + " FROM src.allreduce x ORDER BY x.rowid");
-        db.exec("INSERT INTO main.step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
-                "SELECT x.rank, x.step, " + t("start_ns") + ", " + t("end_ns") +
-                ", x.data_wait_ns, x.comm_exposed_ns, x.loss, x.lr, x.images FROM src.step x ORDER BY x.rowid");
-        if (db.query_int64("SELECT count(*) FROM src.sqlite_master WHERE name = 'pipeline_span'") > 0) {
-          db.exec("INSERT INTO main.pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
-                  "SELECT x.rank, x.step, x.stage, x.micro, x.kind, x.peer, x.bytes, " + t("post_ns") + ", " +
-                  t("start_ns") + ", " + t("end_ns") + " FROM src.pipeline_span x ORDER BY x.rowid");
-          db.exec("INSERT INTO main.pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, "
-                  "wait_grad_ns, wait_allreduce_ns) SELECT x.rank, x.step, x.stage, x.replica, " + t("start_ns") + ", " +
-                  t("end_ns") + ", x.busy_ns, x.wait_act_ns, x.wait_grad_ns, x.wait_allreduce_ns FROM src.pipeline_step x "
-                  "ORDER BY x.rowid");
-        }
-        // Every rank's captured windows (each rank file holds its own rows).
-        if (has_table(db, "src", "capture_window"))
-          db.exec("INSERT INTO main.capture_window SELECT * FROM src.capture_window ORDER BY rowid;");
-        if (has_table(db, "src", "memory"))
-          db.exec("INSERT INTO main.memory(rank, t_ns, step, bytes, live_bytes, role, name_id) SELECT x.rank, " +
-                  t("t_ns") + ", x.step, x.bytes, x.live_bytes, x.role, smap.new FROM src.memory x CROSS JOIN smap "
-                  "ON smap.old = x.name_id ORDER BY x.rowid");
-        db.exec("INSERT INTO main.tensor SELECT * FROM src.tensor ORDER BY rowid;"
-                "INSERT OR REPLACE INTO main.rank SELECT * FROM src.rank;"
-                "DROP TABLE temp.smap;");
-        if (f.rank == 0) {
-          // Parameters and saved comparisons are the same job-wide; rank 0's copy is the one kept.
-          db.exec("INSERT INTO main.param SELECT * FROM src.param;"
-                  "INSERT INTO main.comparison SELECT * FROM src.comparison;"
-                  "INSERT INTO main.comparison_row SELECT * FROM src.comparison_row;"
-                  "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
-                  "WHERE key NOT IN ('rank', 'schema_version');");
-          if (has_table(db, "src", "evaluation")) db.exec("INSERT INTO main.evaluation SELECT * FROM src.evaluation;");
-        } else {
-          // Facts of one rank are keyed '<name>.rank<R>' (an image folder's dumped batch, its bad images).
-          db.exec("INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta WHERE key GLOB '*.rank[0-9]*';");
-        }
-        tx.commit();
-      } catch (const StoreError& e) {
-        // A rank file that opened but fails while being read (damaged pages past the header): the
-        // transaction rolled back, so nothing of it is in the merged file.
-        db.exec("DROP TABLE IF EXISTS temp.smap");
-        db.exec("DETACH DATABASE src");
-        const std::string why = f.path.string() + ": cannot be merged (" + e.what() + ")";
-        if (!partial) throw StoreError(why + "; wb merge --partial merges the others");
-        skipped.push_back(why);
-        continue;
-      }
-      db.exec("DETACH DATABASE src");
+      if (!merge_rank(db, f, partial, skipped)) continue;
       merged_ranks.push_back(std::to_string(f.rank));
       complete = complete && f.meta.count("complete") > 0 && f.meta.at("complete") == "1";
       dropped += meta_int(f, "dropped_events", 0);
@@ -277,17 +322,7 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     complete = complete && skipped.empty();
 
     create_indexes(db);
-    Transaction tx(db);
-    auto& set = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-    set.bind(1, "world_size").bind(2, std::to_string(world_size)).run();
-    set.bind(1, "complete").bind(2, complete ? "1" : "0").run();
-    set.bind(1, "dropped_events").bind(2, std::to_string(dropped)).run();
-    if (!skipped.empty()) {
-      std::string list;
-      for (const auto& s : skipped) list += (list.empty() ? "" : "\n") + s;
-      set.bind(1, "skipped_ranks").bind(2, list).run();
-    }
-    tx.commit();
+    write_merge_meta(db, world_size, complete, dropped, skipped);
   } catch (...) {
     std::filesystem::remove(tmp);
     throw;

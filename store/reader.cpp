@@ -334,7 +334,6 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
 }
 
 std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
-  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'memory'") == 0) return {};
   static constexpr const char* kCols = "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory";
   auto& st = rank ? db_->prepare(std::string(kCols) + " WHERE rank = ? ORDER BY t_ns, rowid")
                   : db_->prepare(std::string(kCols) + " ORDER BY rank, t_ns, rowid");
@@ -348,7 +347,6 @@ std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
 }
 
 std::vector<EvaluationRow> Reader::evaluations() {
-  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'evaluation'") == 0) return {};
   auto& st = db_->prepare("SELECT step, top1, top5, images, seconds FROM evaluation ORDER BY rowid");
   return collect<EvaluationRow>(st, [](sqlite3_stmt* h) {
     return EvaluationRow{sqlite3_column_int(h, 0), sqlite3_column_double(h, 1), sqlite3_column_double(h, 2),
@@ -357,7 +355,6 @@ std::vector<EvaluationRow> Reader::evaluations() {
 }
 
 std::vector<CaptureWindowRow> Reader::capture_windows() {
-  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'capture_window'") == 0) return {};
   auto& st = db_->prepare(
       "SELECT rank, first_step, last_step, trigger, trigger_step, detail FROM capture_window ORDER BY rank, first_step");
   return collect<CaptureWindowRow>(st, [](sqlite3_stmt* h) {
@@ -371,7 +368,6 @@ std::vector<CaptureWindowRow> Reader::capture_windows() {
 }
 
 std::vector<PipelineSpanRow> Reader::pipeline_spans() {
-  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'pipeline_span'") == 0) return {};
   auto& st = db_->prepare(
       "SELECT rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns FROM pipeline_span "
       "ORDER BY rank, step, start_ns");
@@ -393,7 +389,6 @@ std::vector<PipelineSpanRow> Reader::pipeline_spans() {
 }
 
 std::vector<PipelineStepRow> Reader::pipeline_steps() {
-  if (db_->query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'pipeline_step'") == 0) return {};
   auto& st = db_->prepare(
       "SELECT rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, wait_grad_ns, wait_allreduce_ns "
       "FROM pipeline_step ORDER BY step, rank");
@@ -503,7 +498,10 @@ TensorRow Reader::tensor(std::string_view source, std::string_view name, std::in
 
 std::map<std::string, std::int64_t> Reader::row_counts() {
   std::vector<std::string> tables;
-  auto& st = db_->prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+  // A file opened read-only at an older schema version has its newer tables as temp tables (migrate.hpp).
+  auto& st = db_->prepare(
+      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' UNION "
+      "SELECT name FROM sqlite_temp_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
   while (st.step()) tables.push_back(st.column_text(0));
   st.reset();
   std::map<std::string, std::int64_t> out;

@@ -16,6 +16,7 @@ enum class TrackKind : std::uint8_t { thread, stream, queue, comm };
 
 // Range categories, stored as their small integer code in range.category (schema.sql lists the codes).
 enum class Category : std::uint8_t { forward = 0, backward = 1, optimizer = 2, loss = 3, data = 4, h2d = 5, comm = 6, step = 7 };
+inline constexpr int kCategories = 8;  // category_name() names each; the one table of their names
 
 // Device activity kinds, stored as their small integer code in kernel.kind.
 enum class KernelKind : std::uint8_t { kernel = 0, memcpy = 1, memset = 2 };

@@ -1,13 +1,13 @@
--- wb run file, schema version 1.
+-- wb run file, schema version 2 (store/migrate.hpp: what each version added, and the migration steps).
 -- One file per run (or per rank before `wb merge`). Python's sqlite3 reads it with no extra package.
 -- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
 -- offset before writing, and keeps the offsets in `rank` so drift can be checked.
 -- Names are interned in `string` and referred to by id (name_id), like Nsight Systems' StringIds.
--- PRAGMA user_version and meta.schema_version both hold the version. A build reads its own version only;
--- a later version adds a migration step per version to store/db.cpp's open_run.
+-- PRAGMA user_version and meta.schema_version both hold the version. A file of an older version opens
+-- through the migration steps in store/migrate.cpp; a newer one is an error naming both versions.
 
 -- Key/value metadata of the run.
---   schema_version  this schema's version ("1")
+--   schema_version  this schema's version ("2")
 --   created_utc     ISO-8601 UTC time the file was created
 --   config_json     the trainer's resolved configuration, JSON
 --   world_size      number of ranks in the job

@@ -463,169 +463,230 @@ void Writer::run_background() {
   }
 }
 
+namespace {
+
+// One insert per kind of row, called in turn by Writer::commit inside its transaction; each does
+// nothing (prepares no statement) when the batch holds none of its rows.
+
+void insert_strings(Db& db, const std::vector<std::pair<std::uint32_t, std::string>>& strings) {
+  if (strings.empty()) return;
+  auto& st = db.prepare("INSERT INTO string(id, text) VALUES (?, ?)");
+  for (const auto& [id, text] : strings) st.bind(1, id).bind(2, text).run();
+}
+
+void insert_tracks(Db& db, const std::vector<TrackRow>& tracks) {
+  if (tracks.empty()) return;
+  auto& st = db.prepare("INSERT INTO track(id, rank, kind, name_id) VALUES (?, ?, ?, ?)");
+  for (const auto& t : tracks) st.bind(1, t.id).bind(2, t.rank).bind(3, track_kind_name(t.kind)).bind(4, t.name).run();
+}
+
+void insert_meta(Db& db, const std::vector<std::pair<std::string, std::string>>& meta) {
+  if (meta.empty()) return;
+  auto& st = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+  for (const auto& [k, v] : meta) st.bind(1, k).bind(2, v).run();
+}
+
+// The rank's row, with the events dropped so far.
+void insert_rank(Db& db, const std::optional<RankRow>& rank, std::uint64_t dropped_now) {
+  if (!rank) return;
+  const RankRow& r = *rank;
+  db.prepare(
+        "INSERT OR REPLACE INTO rank(rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, r.rank).bind(2, r.host).bind(3, r.device).bind(4, r.pid)
+      .bind(5, r.clock_offset_ns).bind(6, r.clock_offset_end_ns).bind(7, static_cast<std::int64_t>(dropped_now))
+      .run();
+}
+
+int bind_range(sqlite3_stmt* h, int base, const RangeRow& r) {
+  return bind_i64(h, base + 1, r.track) | bind_i64(h, base + 2, r.start_ns) | bind_i64(h, base + 3, r.end_ns) |
+         bind_i64(h, base + 4, r.name) | bind_i64(h, base + 5, r.category) | bind_i64(h, base + 6, r.depth) |
+         bind_i64(h, base + 7, r.step) | bind_i64(h, base + 8, static_cast<std::int64_t>(r.corr_id));
+}
+
+void insert_ranges(Db& db, const std::vector<RangeRow>& ranges) {
+  if (ranges.empty()) return;
+  // Many rows per statement: the per-statement cost (step, reset, VDBE setup) dominates small rows.
+  std::size_t i = 0;
+  const std::size_t n = ranges.size();
+  if (n >= kRowsPerInsert) {
+    sqlite3_stmt* h = db.prepare(range_insert_sql(kRowsPerInsert)).handle();
+    for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
+      int rc = 0;
+      for (std::size_t k = 0; k < kRowsPerInsert; ++k) rc |= bind_range(h, static_cast<int>(8 * k), ranges[i + k]);
+      WB_SQLITE_CHECK(db.handle(), rc);
+      WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+      sqlite3_reset(h);
+    }
+  }
+  if (i < n) {
+    sqlite3_stmt* h = db.prepare(range_insert_sql(1)).handle();
+    for (; i < n; ++i) {
+      WB_SQLITE_CHECK(db.handle(), bind_range(h, 0, ranges[i]));
+      WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+      sqlite3_reset(h);
+    }
+  }
+}
+
+void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
+  if (kernels.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
+      "block_x, block_y, block_z, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  sqlite3_stmt* h = st.handle();
+  for (const KernelRow& k : kernels) {
+    int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
+             bind_i64(h, 4, k.name) | bind_i64(h, 5, static_cast<std::int64_t>(k.corr_id)) | bind_i64(h, 6, k.kind) |
+             bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
+             bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
+             bind_i64(h, 13, k.bytes);
+    WB_SQLITE_CHECK(db.handle(), rc);
+    WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+    sqlite3_reset(h);
+  }
+}
+
+void insert_counters(Db& db, const std::vector<CounterRow>& counters) {
+  if (counters.empty()) return;
+  auto& st = db.prepare("INSERT INTO counter(track_id, t_ns, value) VALUES (?, ?, ?)");
+  sqlite3_stmt* h = st.handle();
+  for (const CounterRow& c : counters) {
+    int rc = bind_i64(h, 1, c.track) | bind_i64(h, 2, c.t_ns) | sqlite3_bind_double(h, 3, c.value);
+    WB_SQLITE_CHECK(db.handle(), rc);
+    WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+    sqlite3_reset(h);
+  }
+}
+
+void insert_allreduces(Db& db, const std::vector<AllreduceRow>& allreduces) {
+  if (allreduces.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const AllreduceRow& a : allreduces)
+    st.bind(1, a.rank).bind(2, a.step).bind(3, a.bucket).bind(4, a.first_param).bind(5, a.last_param)
+        .bind(6, a.bytes).bind(7, a.ready_ns).bind(8, a.start_ns).bind(9, a.end_ns).run();
+}
+
+// SQLite stores a NaN REAL as NULL, which the NOT NULL columns refuse (and a diverged step's row
+// would take its whole batch down with it): a NaN is stored as the text 'nan', which Reader reads
+// back as NaN. Infinities are REALs like any other.
+Statement& bind_real(Statement& stmt, int i, double v) {
+  return std::isnan(v) ? stmt.bind(i, std::string_view("nan")) : stmt.bind(i, v);
+}
+
+void insert_steps(Db& db, const std::vector<StepRow>& steps) {
+  if (steps.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const StepRow& s : steps) {
+    st.bind(1, s.rank).bind(2, s.step).bind(3, s.start_ns).bind(4, s.end_ns).bind(5, s.data_wait_ns)
+        .bind(6, s.comm_exposed_ns).bind(9, s.images);
+    bind_real(st, 7, s.loss);
+    bind_real(st, 8, s.lr);
+    st.run();
+  }
+}
+
+void insert_pipeline_spans(Db& db, const std::vector<PipelineSpanRow>& spans) {
+  if (spans.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const PipelineSpanRow& p : spans)
+    st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.micro).bind(5, p.kind).bind(6, p.peer)
+        .bind(7, p.bytes).bind(8, p.post_ns).bind(9, p.start_ns).bind(10, p.end_ns).run();
+}
+
+void insert_pipeline_steps(Db& db, const std::vector<PipelineStepRow>& steps) {
+  if (steps.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, wait_grad_ns, "
+      "wait_allreduce_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const PipelineStepRow& p : steps)
+    st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.replica).bind(5, p.start_ns).bind(6, p.end_ns)
+        .bind(7, p.busy_ns).bind(8, p.wait_act_ns).bind(9, p.wait_grad_ns).bind(10, p.wait_allreduce_ns).run();
+}
+
+void insert_memory(Db& db, const std::vector<MemoryRow>& memory) {
+  if (memory.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO memory(rank, t_ns, step, bytes, live_bytes, role, name_id) VALUES (?, ?, ?, ?, ?, ?, ?)");
+  for (const MemoryRow& m : memory)
+    st.bind(1, m.rank).bind(2, m.t_ns).bind(3, m.step).bind(4, m.bytes).bind(5, m.live_bytes)
+        .bind(6, static_cast<std::int64_t>(m.role)).bind(7, static_cast<std::int64_t>(m.name)).run();
+}
+
+void insert_params(Db& db, const std::vector<ParamRow>& params) {
+  if (params.empty()) return;
+  auto& st = db.prepare(
+      "INSERT OR REPLACE INTO param(idx, name, shape, numel, bucket, decay) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const ParamRow& p : params)
+    st.bind(1, p.idx).bind(2, p.name).bind(3, shape_to_json(p.shape)).bind(4, p.numel).bind(5, p.bucket)
+        .bind(6, p.decay ? 1 : 0).run();
+}
+
+void insert_tensors(Db& db, const std::vector<TensorRow>& tensors) {
+  if (tensors.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO tensor(source, step, rank, kind, name, exec_order, dtype, shape, data) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const TensorRow& t : tensors)
+    st.bind(1, t.source).bind(2, t.step).bind(3, t.rank).bind(4, t.kind).bind(5, t.name).bind(6, t.exec_order)
+        .bind(7, t.dtype).bind(8, shape_to_json(t.shape)).bind(9, std::span<const std::byte>(t.data)).run();
+}
+
+void insert_evaluations(Db& db, const std::vector<EvaluationRow>& evaluations) {
+  if (evaluations.empty()) return;
+  auto& st = db.prepare("INSERT INTO evaluation(step, top1, top5, images, seconds) VALUES (?, ?, ?, ?, ?)");
+  for (const EvaluationRow& e : evaluations)
+    st.bind(1, e.step).bind(2, e.top1).bind(3, e.top5).bind(4, e.images).bind(5, e.seconds).run();
+}
+
+void insert_capture_windows(Db& db, const std::vector<CaptureWindowRow>& windows) {
+  if (windows.empty()) return;
+  auto& st = db.prepare(
+      "INSERT INTO capture_window(rank, first_step, last_step, trigger, trigger_step, detail) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const CaptureWindowRow& c : windows)
+    st.bind(1, c.rank).bind(2, c.first_step).bind(3, c.last_step).bind(4, c.trigger).bind(5, c.trigger_step)
+        .bind(6, c.detail).run();
+}
+
+// The events dropped so far, in meta and in the rank's row.
+void record_dropped_events(Db& db, std::uint64_t dropped_now, int rank) {
+  auto dropped_text = std::to_string(dropped_now);
+  db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('dropped_events', ?)").bind(1, dropped_text).run();
+  db.prepare("UPDATE rank SET dropped_events = ? WHERE rank = ?")
+      .bind(1, static_cast<std::int64_t>(dropped_now)).bind(2, rank).run();
+}
+
+}  // namespace
+
 bool Writer::commit(Pending& batch) {
   std::uint64_t dropped_now = dropped_.load();
   if (batch.empty() && dropped_now == dropped_written_) return false;
   try {
     Db& db = *db_;
     Transaction tx(db);
-    if (!batch.strings.empty()) {
-      auto& st = db.prepare("INSERT INTO string(id, text) VALUES (?, ?)");
-      for (auto& [id, text] : batch.strings) st.bind(1, id).bind(2, text).run();
-    }
-    if (!batch.tracks.empty()) {
-      auto& st = db.prepare("INSERT INTO track(id, rank, kind, name_id) VALUES (?, ?, ?, ?)");
-      for (auto& t : batch.tracks) st.bind(1, t.id).bind(2, t.rank).bind(3, track_kind_name(t.kind)).bind(4, t.name).run();
-    }
-    if (!batch.meta.empty()) {
-      auto& st = db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
-      for (auto& [k, v] : batch.meta) st.bind(1, k).bind(2, v).run();
-    }
-    if (batch.rank) {
-      const RankRow& r = *batch.rank;
-      db.prepare(
-            "INSERT OR REPLACE INTO rank(rank, host, device, pid, clock_offset_ns, clock_offset_end_ns, dropped_events) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)")
-          .bind(1, r.rank).bind(2, r.host).bind(3, r.device).bind(4, r.pid)
-          .bind(5, r.clock_offset_ns).bind(6, r.clock_offset_end_ns).bind(7, static_cast<std::int64_t>(dropped_now))
-          .run();
-    }
-    if (!batch.ranges.empty()) {
-      // Many rows per statement: the per-statement cost (step, reset, VDBE setup) dominates small rows.
-      auto bind_range = [&](sqlite3_stmt* h, int base, const RangeRow& r) {
-        return bind_i64(h, base + 1, r.track) | bind_i64(h, base + 2, r.start_ns) | bind_i64(h, base + 3, r.end_ns) |
-               bind_i64(h, base + 4, r.name) | bind_i64(h, base + 5, r.category) | bind_i64(h, base + 6, r.depth) |
-               bind_i64(h, base + 7, r.step) | bind_i64(h, base + 8, static_cast<std::int64_t>(r.corr_id));
-      };
-      std::size_t i = 0;
-      const std::size_t n = batch.ranges.size();
-      if (n >= kRowsPerInsert) {
-        sqlite3_stmt* h = db.prepare(range_insert_sql(kRowsPerInsert)).handle();
-        for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
-          int rc = 0;
-          for (std::size_t k = 0; k < kRowsPerInsert; ++k) rc |= bind_range(h, static_cast<int>(8 * k), batch.ranges[i + k]);
-          WB_SQLITE_CHECK(db.handle(), rc);
-          WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-          sqlite3_reset(h);
-        }
-      }
-      if (i < n) {
-        sqlite3_stmt* h = db.prepare(range_insert_sql(1)).handle();
-        for (; i < n; ++i) {
-          WB_SQLITE_CHECK(db.handle(), bind_range(h, 0, batch.ranges[i]));
-          WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-          sqlite3_reset(h);
-        }
-      }
-    }
-    if (!batch.kernels.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-          "block_x, block_y, block_z, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      sqlite3_stmt* h = st.handle();
-      for (const KernelRow& k : batch.kernels) {
-        int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
-                 bind_i64(h, 4, k.name) | bind_i64(h, 5, static_cast<std::int64_t>(k.corr_id)) | bind_i64(h, 6, k.kind) |
-                 bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
-                 bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
-                 bind_i64(h, 13, k.bytes);
-        WB_SQLITE_CHECK(db.handle(), rc);
-        WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-        sqlite3_reset(h);
-      }
-    }
-    if (!batch.counters.empty()) {
-      auto& st = db.prepare("INSERT INTO counter(track_id, t_ns, value) VALUES (?, ?, ?)");
-      sqlite3_stmt* h = st.handle();
-      for (const CounterRow& c : batch.counters) {
-        int rc = bind_i64(h, 1, c.track) | bind_i64(h, 2, c.t_ns) | sqlite3_bind_double(h, 3, c.value);
-        WB_SQLITE_CHECK(db.handle(), rc);
-        WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-        sqlite3_reset(h);
-      }
-    }
-    if (!batch.allreduces.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO allreduce(rank, step, bucket, first_param, last_param, bytes, ready_ns, start_ns, end_ns) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const AllreduceRow& a : batch.allreduces)
-        st.bind(1, a.rank).bind(2, a.step).bind(3, a.bucket).bind(4, a.first_param).bind(5, a.last_param)
-            .bind(6, a.bytes).bind(7, a.ready_ns).bind(8, a.start_ns).bind(9, a.end_ns).run();
-    }
-    if (!batch.steps.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      // SQLite stores a NaN REAL as NULL, which the NOT NULL columns refuse (and a diverged step's row
-      // would take its whole batch down with it): a NaN is stored as the text 'nan', which Reader reads
-      // back as NaN. Infinities are REALs like any other.
-      auto bind_real = [&](Statement& stmt, int i, double v) -> Statement& {
-        return std::isnan(v) ? stmt.bind(i, std::string_view("nan")) : stmt.bind(i, v);
-      };
-      for (const StepRow& s : batch.steps) {
-        st.bind(1, s.rank).bind(2, s.step).bind(3, s.start_ns).bind(4, s.end_ns).bind(5, s.data_wait_ns)
-            .bind(6, s.comm_exposed_ns).bind(9, s.images);
-        bind_real(st, 7, s.loss);
-        bind_real(st, 8, s.lr);
-        st.run();
-      }
-    }
-    if (!batch.pipeline_spans.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const PipelineSpanRow& p : batch.pipeline_spans)
-        st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.micro).bind(5, p.kind).bind(6, p.peer)
-            .bind(7, p.bytes).bind(8, p.post_ns).bind(9, p.start_ns).bind(10, p.end_ns).run();
-    }
-    if (!batch.pipeline_steps.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO pipeline_step(rank, step, stage, replica, start_ns, end_ns, busy_ns, wait_act_ns, wait_grad_ns, "
-          "wait_allreduce_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const PipelineStepRow& p : batch.pipeline_steps)
-        st.bind(1, p.rank).bind(2, p.step).bind(3, p.stage).bind(4, p.replica).bind(5, p.start_ns).bind(6, p.end_ns)
-            .bind(7, p.busy_ns).bind(8, p.wait_act_ns).bind(9, p.wait_grad_ns).bind(10, p.wait_allreduce_ns).run();
-    }
-    if (!batch.memory.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO memory(rank, t_ns, step, bytes, live_bytes, role, name_id) VALUES (?, ?, ?, ?, ?, ?, ?)");
-      for (const MemoryRow& m : batch.memory)
-        st.bind(1, m.rank).bind(2, m.t_ns).bind(3, m.step).bind(4, m.bytes).bind(5, m.live_bytes)
-            .bind(6, static_cast<std::int64_t>(m.role)).bind(7, static_cast<std::int64_t>(m.name)).run();
-    }
-    if (!batch.params.empty()) {
-      auto& st = db.prepare(
-          "INSERT OR REPLACE INTO param(idx, name, shape, numel, bucket, decay) VALUES (?, ?, ?, ?, ?, ?)");
-      for (const ParamRow& p : batch.params)
-        st.bind(1, p.idx).bind(2, p.name).bind(3, shape_to_json(p.shape)).bind(4, p.numel).bind(5, p.bucket)
-            .bind(6, p.decay ? 1 : 0).run();
-    }
-    if (!batch.tensors.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO tensor(source, step, rank, kind, name, exec_order, dtype, shape, data) "
-          "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
-      for (const TensorRow& t : batch.tensors)
-        st.bind(1, t.source).bind(2, t.step).bind(3, t.rank).bind(4, t.kind).bind(5, t.name).bind(6, t.exec_order)
-            .bind(7, t.dtype).bind(8, shape_to_json(t.shape)).bind(9, std::span<const std::byte>(t.data)).run();
-    }
-    if (!batch.evaluations.empty()) {
-      auto& st = db.prepare("INSERT INTO evaluation(step, top1, top5, images, seconds) VALUES (?, ?, ?, ?, ?)");
-      for (const EvaluationRow& e : batch.evaluations)
-        st.bind(1, e.step).bind(2, e.top1).bind(3, e.top5).bind(4, e.images).bind(5, e.seconds).run();
-    }
-    if (!batch.capture_windows.empty()) {
-      auto& st = db.prepare(
-          "INSERT INTO capture_window(rank, first_step, last_step, trigger, trigger_step, detail) VALUES (?, ?, ?, ?, ?, ?)");
-      for (const CaptureWindowRow& c : batch.capture_windows)
-        st.bind(1, c.rank).bind(2, c.first_step).bind(3, c.last_step).bind(4, c.trigger).bind(5, c.trigger_step)
-            .bind(6, c.detail).run();
-    }
-    if (dropped_now != dropped_written_) {
-      auto dropped_text = std::to_string(dropped_now);
-      db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('dropped_events', ?)").bind(1, dropped_text).run();
-      db.prepare("UPDATE rank SET dropped_events = ? WHERE rank = ?")
-          .bind(1, static_cast<std::int64_t>(dropped_now)).bind(2, opts_.rank).run();
-    }
+    insert_strings(db, batch.strings);
+    insert_tracks(db, batch.tracks);
+    insert_meta(db, batch.meta);
+    insert_rank(db, batch.rank, dropped_now);
+    insert_ranges(db, batch.ranges);
+    insert_kernels(db, batch.kernels);
+    insert_counters(db, batch.counters);
+    insert_allreduces(db, batch.allreduces);
+    insert_steps(db, batch.steps);
+    insert_pipeline_spans(db, batch.pipeline_spans);
+    insert_pipeline_steps(db, batch.pipeline_steps);
+    insert_memory(db, batch.memory);
+    insert_params(db, batch.params);
+    insert_tensors(db, batch.tensors);
+    insert_evaluations(db, batch.evaluations);
+    insert_capture_windows(db, batch.capture_windows);
+    if (dropped_now != dropped_written_) record_dropped_events(db, dropped_now, opts_.rank);
     tx.commit();
     dropped_written_ = dropped_now;
     return true;

@@ -20,6 +20,7 @@
 #include "store/db.hpp"
 #include "memory_test_util.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 namespace {
 

@@ -12,6 +12,7 @@
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/stragglers.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 using namespace wb;
 

@@ -22,6 +22,7 @@
 #include "store/db.hpp"
 #include "support/python.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 namespace {
 

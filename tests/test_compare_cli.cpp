@@ -17,6 +17,7 @@
 #include "support/files.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/peers.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb::compare;

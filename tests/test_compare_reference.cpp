@@ -15,6 +15,7 @@
 #include "store/tensor_file.hpp"
 #include "support/python.hpp"
 #include "support/temp_dir.hpp"
+#include "support/peers.hpp"
 
 namespace fs = std::filesystem;
 

@@ -36,6 +36,7 @@
 
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/peers.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;

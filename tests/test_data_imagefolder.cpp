@@ -18,6 +18,7 @@
 #include "trainer/data/image_folder.hpp"
 #include "trainer/data/pipeline.hpp"
 #include "trainer/data/sampler.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::data;
 using wb::test::read_raw;

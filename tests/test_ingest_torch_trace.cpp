@@ -24,6 +24,7 @@
 #include "support/process.hpp"
 #include "support/python.hpp"
 #include "support/temp_dir.hpp"
+#include "support/peers.hpp"
 
 namespace fs = std::filesystem;
 using namespace wb;

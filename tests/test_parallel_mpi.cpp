@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "support/process.hpp"
+#include "support/peers.hpp"
 
 using namespace std::chrono_literals;
 

@@ -19,6 +19,7 @@
 #include "cuda/check.hpp"
 #include "support/process.hpp"
 #include "trainer/parallel/cuda/nccl_communicator.hpp"
+#include "support/peers.hpp"
 
 TEST_CASE("NCCL allreduce, broadcast and GradientSync on device buffers", "[cuda][mpi]") {
   const int devices = wb::cuda::device_count();

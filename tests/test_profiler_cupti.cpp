@@ -1,6 +1,7 @@
 // CUPTI activity conversion (hand-built records, no GPU needed) and, on a machine with a GPU ([cuda]:
 // skipped without one, see tests/support/main.cpp), a traced memset linked to the host range that issued
-// it. CUDA builds only.
+// it. CUDA builds only. CUPTI is loaded when a tracer starts, never linked: without it a process starts
+// and a tracer is one clear error.
 #include <catch2/catch.hpp>
 
 #ifdef WB_PROFILER_CUPTI
@@ -8,12 +9,15 @@
 #include <cuda_runtime_api.h>
 #include <cupti.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "profiler/record/cuda/cupti_tracer.hpp"
+#include "store/db.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "support/temp_dir.hpp"
@@ -165,6 +169,58 @@ TEST_CASE("CUPTI records without timestamps are dropped and counted, never writt
   CHECK(n.converter.untimed() == 2);
 }
 
+// Whether a library whose path holds `name` is mapped into this process.
+bool mapped(const std::string& name) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST_CASE("CUPTI is not loaded until a tracer starts, and a missing CUPTI is one clear error", "[profiler][cupti]") {
+  // This executable links the profiler with its CUPTI tracer: the library is still not mapped.
+  CHECK_FALSE(mapped("libcupti"));
+  const wb::test::TempDir dir;
+  store::WriterOptions wo;
+  wo.path = dir / "run.sqlite";
+  wo.handle_signals = false;
+  store::Writer writer(wo);
+  profiler::Recorder rec(writer);
+  // The error a tracer gives with WB_CUPTI_LIBRARY set to `library` ("" when it started).
+  auto tracer_error = [&](const char* library) {
+    ::setenv("WB_CUPTI_LIBRARY", library, 1);
+    std::string what;
+    try {
+      profiler::cuda::CuptiTracer tracer(rec);
+    } catch (const profiler::ProfilerError& e) {
+      what = e.what();
+    }
+    ::unsetenv("WB_CUPTI_LIBRARY");
+    return what;
+  };
+  const std::string missing = tracer_error("/no/such/libcupti.so.13");
+  CAPTURE(missing);
+  CHECK(missing.find("CUPTI could not be loaded") != std::string::npos);
+  CHECK(missing.find("/no/such/libcupti.so.13") != std::string::npos);
+  CHECK(missing.find("WB_CUPTI_LIBRARY") != std::string::npos);
+  // A library that is not CUPTI: the first missing entry point is named.
+  const std::string other = tracer_error("libz.so.1");
+  CAPTURE(other);
+  CHECK(other.find("libz.so.1 has no cuptiGetResultString") != std::string::npos);
+  CHECK_FALSE(mapped("libcupti"));
+  // The recorder goes on.
+  profiler::set_thread_name("main");
+  { profiler::Range r(rec.intern("after"), profiler::Category::optimizer); }
+  rec.stop();
+  writer.finish();
+  store::Reader reader(dir / "run.sqlite");
+  std::size_t ranges = 0;
+  for (const auto& t : reader.tracks())
+    if (t.kind == store::TrackKind::thread) ranges += reader.ranges(t.id).size();
+  CHECK(ranges == 1);
+}
+
 TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profiler][cuda]") {
   const wb::test::TempDir dir;
   {
@@ -179,6 +235,11 @@ TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profi
     REQUIRE(cudaMalloc(&ptr, 1 << 20) == cudaSuccess);
     {
       profiler::cuda::CuptiTracer tracer(rec);
+      // Paused, a memset of another size is not recorded; resumed, the one below is.
+      tracer.pause();
+      REQUIRE(cudaMemset(ptr, 0, 1 << 19) == cudaSuccess);
+      REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+      tracer.resume();
       {
         profiler::Range r(op, profiler::Category::optimizer);
         REQUIRE(cudaMemset(ptr, 0, 1 << 20) == cudaSuccess);
@@ -200,6 +261,11 @@ TEST_CASE("on a GPU, a traced memset links to the range that issued it", "[profi
   REQUIRE(kernels.size() >= 1);
   CHECK(kernels[0].kind == static_cast<std::uint8_t>(store::KernelKind::memset));
   CHECK(kernels[0].bytes == (1 << 20));
+  std::int64_t paused_rows = 0;
+  auto& q = reader.db().prepare("SELECT COUNT(*) FROM kernel WHERE bytes = ?");
+  q.bind(1, std::int64_t{1} << 19);
+  if (q.step()) paused_rows = q.column_int64(0);
+  CHECK(paused_rows == 0);
 }
 
 #endif  // WB_PROFILER_CUPTI

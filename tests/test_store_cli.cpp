@@ -2,13 +2,17 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include <nlohmann/json.hpp>
 
+#include "store/db.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "store_test_util.hpp"
 #include "support/process.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::store;
 using wb::test::TempDir;
@@ -117,4 +121,34 @@ TEST_CASE("wb usage errors: one clear line and exit 2; help exits 0", "[store]")
   CHECK(cmd_help.status == 0);
   CHECK_THAT(cmd_help.out, Contains("usage: wb merge RUNDIR"));
   CHECK(run_wb("").status == 2);
+}
+
+TEST_CASE("wb report on a version-1 run file prints what the last version-1 build printed", "[store]") {
+  // The frozen version-1 fixture, and that build's report of it (tests/fixtures/store/run_v1.report.txt).
+  TempDir dir;
+  const auto run = dir / "v1.sqlite";
+  const std::filesystem::path fixtures = std::filesystem::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "store";
+  {
+    std::ifstream in(fixtures / "run_v1.sql");
+    REQUIRE(in.good());
+    const std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Db db(run, OpenMode::create);
+    db.exec(sql);
+  }
+  std::ifstream golden_in(fixtures / "run_v1.report.txt");
+  REQUIRE(golden_in.good());
+  std::string want;
+  for (std::string line; std::getline(golden_in, line);) {
+    if (!line.starts_with("#")) want += line + "\n";
+  }
+  const Result r = run_wb("report " + wb::test::shell_quote(run.string()));
+  REQUIRE(r.status == 0);
+  // The Run line names the file, wherever it is.
+  std::string got = r.out;
+  REQUIRE(got.starts_with("Run " + run.string() + "\n"));
+  got = "Run RUN\n" + got.substr(got.find('\n') + 1);
+  CHECK(got == want);
+  // Reading it left the file at version 1.
+  Db db(run, OpenMode::read_only);
+  CHECK(db.query_int64("PRAGMA user_version") == 1);
 }

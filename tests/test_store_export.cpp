@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "store/writer.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::store;
 using namespace wb::store::test;

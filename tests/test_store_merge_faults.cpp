@@ -19,6 +19,7 @@
 #include "store_test_util.hpp"
 #include "support/files.hpp"
 #include "support/process.hpp"
+#include "support/peers.hpp"
 
 extern char** environ;
 

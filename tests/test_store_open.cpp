@@ -9,6 +9,7 @@
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "store_test_util.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::store;
 using wb::test::TempDir;
@@ -159,7 +160,7 @@ TEST_CASE("a time beyond +-2^62 ns is a StoreError naming the file and the colum
   CHECK(r.steps().at(0).end_ns == limit);
 }
 
-TEST_CASE("schema versions: newer and older are refused, both named", "[store]") {
+TEST_CASE("schema versions: a newer one is refused naming both, an unknown older one is refused", "[store]") {
   TempDir dir;
   auto path = dir / "run.sqlite";
   make_run(path, 10);
@@ -177,12 +178,10 @@ TEST_CASE("schema versions: newer and older are refused, both named", "[store]")
                              " is newer than this build supports (" + std::to_string(kSchemaVersion) + ")"));
     REQUIRE_THROWS_AS(open_run(path, OpenMode::read_write), StoreError);
   }
-  SECTION("older") {
-    set_version(kSchemaVersion - 1);
+  SECTION("older than any wb wrote") {
+    set_version(0);
     REQUIRE_THROWS_AS(Reader(path), StoreError);
-    CHECK_THAT(open_error(path), Contains("schema version " + std::to_string(kSchemaVersion - 1) +
-                                          " is older than any this build reads (" + std::to_string(kSchemaVersion) +
-                                          ")"));
+    CHECK_THAT(open_error(path), Contains("run.sqlite: schema version 0 is not one any wb wrote"));
     REQUIRE_THROWS_AS(open_run(path, OpenMode::read_write), StoreError);
   }
   SECTION("not an integer") {
@@ -217,18 +216,118 @@ TEST_CASE("Writer refuses to overwrite an existing file unless asked", "[store]"
   CHECK(r.complete());
 }
 
-TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]") {
-  // prepare: rebuild the fixture's run file from its SQL text
-  TempDir dir;
-  auto path = dir / "v1.sqlite";
+namespace {
+
+// The frozen version-1 fixture (a version-1 build's file, as SQL text) rebuilt as a run file.
+void make_v1_run(const std::filesystem::path& path) {
   std::ifstream in(std::filesystem::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "store" / "run_v1.sql");
   REQUIRE(in.good());
   std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Db db(path, OpenMode::create);
+  db.exec(sql);
+}
+
+std::int64_t user_version(const std::filesystem::path& path) {
+  Db db(path, OpenMode::read_only);
+  return db.query_int64("PRAGMA user_version");
+}
+
+}  // namespace
+
+TEST_CASE("a version-1 file opened read-only is read through the migration and left untouched", "[store]") {
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  make_v1_run(path);
+  REQUIRE(user_version(path) == 1);
   {
-    Db db(path, OpenMode::create);
-    db.exec(sql);
+    Reader r(path);
+    CHECK(r.meta().at("schema_version") == "1");  // the file says which version it is
+    // Version 2's tables read as empty, not as errors.
+    CHECK(r.memory().empty());
+    CHECK(r.evaluations().empty());
+    CHECK(r.capture_windows().empty());
+    CHECK(r.pipeline_spans().empty());
+    CHECK(r.pipeline_steps().empty());
+    const auto counts = r.row_counts();
+    CHECK(counts.at("memory") == 0);
+    CHECK(counts.at("range") == 3);
   }
-  // run + verify
+  CHECK(user_version(path) == 1);
+  Db db(path, OpenMode::read_only);
+  CHECK(db.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'memory'") == 0);
+}
+
+TEST_CASE("a version-1 file opened for writing is migrated in place, in one transaction, its rows unchanged",
+          "[store]") {
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  make_v1_run(path);
+  auto rows = [&] {
+    Reader r(path);
+    auto c = r.row_counts();
+    for (const char* t : {"evaluation", "pipeline_span", "pipeline_step", "capture_window", "memory"}) c.erase(t);
+    return c;
+  };
+  const auto before = rows();
+  {
+    Db db = open_run(path, OpenMode::read_write);
+    CHECK(db.query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                         "('evaluation', 'pipeline_span', 'pipeline_step', 'capture_window', 'memory')") == 5);
+  }
+  CHECK(user_version(path) == kSchemaVersion);
+  Reader r(path);
+  CHECK(r.meta().at("schema_version") == std::to_string(kSchemaVersion));
+  CHECK(rows() == before);
+  CHECK(r.row_counts().at("memory") == 0);
+
+  SECTION("a failed migration leaves the file at version 1") {
+    auto again = dir / "v1-again.sqlite";
+    make_v1_run(again);
+    {
+      // A table of version 2 already there with other columns (no wb build wrote it): the step fails
+      // midway, after creating evaluation, and the transaction takes that back.
+      Db db(again, OpenMode::read_write);
+      db.exec("CREATE TABLE memory (x INTEGER)");
+    }
+    CHECK_THAT(wb::test::error_message<StoreError>([&] { open_run(again, OpenMode::read_write); }),
+               Contains("v1-again.sqlite: schema version 1 file's table memory has the columns (x), expected (rank, "
+                        "t_ns, step, bytes, live_bytes, role, name_id)"));
+    CHECK(user_version(again) == 1);
+    Db db(again, OpenMode::read_only);
+    CHECK(db.query_int64("SELECT count(*) FROM sqlite_master WHERE name = 'evaluation'") == 0);
+  }
+}
+
+TEST_CASE("a version-1 file of a later build, which already has some version-2 tables, keeps their rows",
+          "[store]") {
+  // The version-1 fixture plus a memory table with a row, as builds before the version number moved
+  // wrote it.
+  TempDir dir;
+  auto path = dir / "v1-late.sqlite";
+  make_v1_run(path);
+  {
+    Db db(path, OpenMode::read_write);
+    db.exec("CREATE TABLE memory (rank INTEGER NOT NULL, t_ns INTEGER NOT NULL, step INTEGER NOT NULL, "
+            "bytes INTEGER NOT NULL, live_bytes INTEGER NOT NULL, role INTEGER NOT NULL, name_id INTEGER NOT NULL);"
+            "INSERT INTO memory VALUES (0, 100, 0, 4096, 4096, 0, 1);");
+  }
+  {
+    Reader r(path);  // read-only: the file's own memory table, not an empty stand-in
+    REQUIRE(r.memory().size() == 1);
+    CHECK(r.memory()[0].bytes == 4096);
+    CHECK(r.evaluations().empty());
+  }
+  CHECK(user_version(path) == 1);
+  open_run(path, OpenMode::read_write);
+  CHECK(user_version(path) == kSchemaVersion);
+  Reader r(path);
+  CHECK(r.memory().size() == 1);
+}
+
+TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]") {
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  make_v1_run(path);
   Reader r(path);
   CHECK(r.meta().at("schema_version") == "1");
   CHECK(r.meta().at("created_utc") == "2026-01-01T00:00:00Z");

@@ -125,7 +125,7 @@ TEST_CASE("every table round-trips through Writer and Reader", "[store]") {
   // verify
   Reader r(path);
   auto meta = r.meta();
-  CHECK(meta.at("schema_version") == "1");
+  CHECK(meta.at("schema_version") == std::to_string(kSchemaVersion));
   CHECK(meta.at("complete") == "1");
   CHECK(meta.at("rank") == "3");
   CHECK(r.complete());

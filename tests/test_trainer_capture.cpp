@@ -27,6 +27,7 @@
 
 #include "store/db.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 extern char** environ;
 

@@ -13,6 +13,7 @@
 #include "store/reader.hpp"
 #include "support/python.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 namespace {
 

@@ -26,6 +26,7 @@
 #include "store/writer.hpp"
 #include "test_trainer_util.hpp"
 #include "trainer/backend/backend.hpp"
+#include "support/peers.hpp"
 
 extern char** environ;
 
@@ -208,6 +209,8 @@ TEST_CASE("wb-train: a rank killed by SIGKILL in a 4-rank job is named, all exit
   check_death(4, 2);
 }
 
+// NCCL needs MPI (its unique id travels over it): a build without MPI has no NCCL, and this case is not built.
+#ifdef WB_PARALLEL_MPI
 TEST_CASE("wb-train over NCCL: a rank stopped by SIGSTOP, then one killed, are named, all exit, all files open",
           "[trainer][mpi][fault][cuda]") {
   const int devices = wb::backend::cuda_device_count();
@@ -217,6 +220,7 @@ TEST_CASE("wb-train over NCCL: a rank stopped by SIGSTOP, then one killed, are n
   check_hang(2, 1, extra);
   check_death(2, 1, extra);
 }
+#endif  // WB_PARALLEL_MPI
 
 TEST_CASE("wb-train: the disk fills while recording: training goes on, one report, losses counted, run incomplete",
           "[trainer]") {
@@ -336,17 +340,24 @@ TEST_CASE("wb-train: non-finite values stop the run at their step, naming the fi
     CAPTURE(r.exit_code, r.err);
     CHECK(r.exit_code == 1);
     CHECK(wb::test::count_lines(r.err) == 1);  // the recording did not fail on the NaN step row
-    CHECK(r.err.find("rank 0: loss is nan at step 1; rerun with --check-finite (or --dump-step 1)") !=
-          std::string::npos);
+    // Which step first overflows depends on the CPU's kernels (step 1 with AVX-512, step 2 with AVX2):
+    // whichever it is, the message, the log and the step rows agree on it, and every step before it is
+    // finite.
     wb::store::Reader reader(run);
     const auto log = nlohmann::json::parse(reader.meta().at("nonfinite"));
     REQUIRE(log.size() == 1);
+    const int bad = log[0]["step"].get<int>();
+    CHECK(bad >= 1);
+    CHECK(bad <= 3);
+    const std::string step = std::to_string(bad);
+    CHECK(r.err.find("rank 0: loss is nan at step " + step + "; rerun with --check-finite (or --dump-step " + step +
+                     ")") != std::string::npos);
     CHECK(log[0]["loss"] == "nan");
     CHECK(log[0]["first_tensor"].is_null());
     const auto steps = reader.steps();
-    REQUIRE(steps.size() == 2);  // the NaN step's row is recorded too, its loss read back as NaN
-    CHECK(std::isfinite(steps[0].loss));
-    CHECK(std::isnan(steps[1].loss));
+    REQUIRE(steps.size() == static_cast<std::size_t>(bad) + 1);  // the NaN step's row too, its loss read back as NaN
+    for (int i = 0; i < bad; ++i) CHECK(std::isfinite(steps[static_cast<std::size_t>(i)].loss));
+    CHECK(std::isnan(steps[static_cast<std::size_t>(bad)].loss));
     CHECK(reader.meta().at("dropped_events") == "0");
   }
   SECTION("a bad --on-nonfinite is a usage error") {

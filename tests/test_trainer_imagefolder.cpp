@@ -9,6 +9,7 @@
 
 #include "support/python.hpp"
 #include "test_trainer_util.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::test;
 namespace fs = std::filesystem;

@@ -20,6 +20,7 @@
 #include "trainer/backend/backend.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/optim/sgd.hpp"
+#include "support/peers.hpp"
 
 namespace wb::test {
 
@@ -145,6 +146,7 @@ struct Replay {
   std::string output;                 // torch_step.py's
   std::map<std::string, double> by_kind;
   double focus = 0;
+  std::string focus_name;  // the gradient with the worst rel-L2 among `focus`
   std::string describe() const {
     std::string line;
     for (const auto& [kind, e] : by_kind) line += " " + kind + " " + std::to_string(e);
@@ -180,7 +182,10 @@ inline Replay replay_and_compare(const std::filesystem::path& run_path, const st
     const std::string& name = info.name;
     if (info.kind == "grad" &&
         std::any_of(focus.begin(), focus.end(), [&](const std::string& p) { return name.starts_with(p); })) {
-      r.focus = std::max(r.focus, e);
+      if (e >= r.focus) {
+        r.focus = e;
+        r.focus_name = name;
+      }
     }
   }
   return r;

@@ -23,6 +23,7 @@
 #include "support/files.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
+#include "support/peers.hpp"
 
 namespace wb::test {
 

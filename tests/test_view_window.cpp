@@ -19,6 +19,7 @@
 #include "store_test_util.hpp"
 #include "support/process.hpp"
 #include "view_test_util.hpp"
+#include "support/peers.hpp"
 
 using wb::test::differing_fraction;
 using wb::test::Image;

@@ -26,7 +26,7 @@ void save_checkpoint(const std::filesystem::path& path, const model::ResNet50& m
                      std::span<const float> params, std::span<const float> momentum) {
   const std::vector<model::ParamInfo> table = model.full_params();
   std::vector<float> stats = model.running_stats_to_host();
-  auto counts = const_cast<model::ResNet50&>(model).num_batches_tracked();
+  const auto counts = model.num_batches_tracked();
   std::vector<store::HostTensor> out;
   for (const model::StateEntry& e : model.state_dict()) {
     if (e.is_param) {

@@ -14,6 +14,18 @@
 #include "trainer/model/resnet50.hpp"
 #include "trainer/train.hpp"
 
+namespace {
+
+// Errors in what the user gave (flags, config, data, a run file) exit with 2; anything else with 1.
+bool is_bad_input(const std::exception& e) {
+  return dynamic_cast<const wb::trainer::ConfigError*>(&e) != nullptr ||
+         dynamic_cast<const wb::data::DataError*>(&e) != nullptr ||
+         dynamic_cast<const wb::model::ModelError*>(&e) != nullptr ||
+         dynamic_cast<const wb::store::StoreError*>(&e) != nullptr;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace wb;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -33,20 +45,8 @@ int main(int argc, char** argv) {
       parallel::relaunch_under_mpirun(cfg.nproc, argc, argv);  // returns only by throwing
     }
     return trainer::run_training(cfg);
-  } catch (const trainer::ConfigError& e) {
-    std::cerr << "wb-train: " << e.what() << "\n";
-    return 2;
-  } catch (const data::DataError& e) {
-    std::cerr << "wb-train: " << e.what() << "\n";
-    return 2;
-  } catch (const model::ModelError& e) {
-    std::cerr << "wb-train: " << e.what() << "\n";
-    return 2;
-  } catch (const store::StoreError& e) {
-    std::cerr << "wb-train: " << e.what() << "\n";
-    return 2;
   } catch (const std::exception& e) {
     std::cerr << "wb-train: " << e.what() << "\n";
-    return 1;
+    return is_bad_input(e) ? 2 : 1;
   }
 }

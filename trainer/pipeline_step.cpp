@@ -1,3 +1,7 @@
+// PipelineStep (pipeline_step.hpp): one training step of a pipeline stage. The stage's activations and
+// gradients travel between ranks as messages; the schedule (gpipe or 1f1b) orders each micro-batch's
+// forward and backward; the stage's gradients are averaged over its replicas; step dumps are gathered
+// on rank 0. The semantics are written out below, above the stage's implementation.
 #include "trainer/pipeline_step.hpp"
 
 #include <algorithm>
@@ -7,12 +11,14 @@
 #include <string>
 #include <tuple>
 
+#include "layout/resnet50.hpp"
 #include "profiler/record/clock.hpp"
 #include "profiler/record/recorder.hpp"
 #include "store/writer.hpp"
 #include "trainer/backend/memory.hpp"
 #include "trainer/dump/dump.hpp"
 #include "trainer/parallel/buckets.hpp"
+#include "trainer/pipeline_schedule.hpp"
 
 namespace wb::trainer {
 namespace {
@@ -27,50 +33,7 @@ int tag_grad(int m) { return 2 * m + 1; }
 constexpr int kTagLoss = 1 << 20;
 constexpr int kTagGather = (1 << 20) + 1;
 
-enum class Op { forward, backward };
-struct Work {
-  Op op;
-  int micro;
-};
-
-// The order stage `stage` of `stages` runs its forwards and backwards.
-std::vector<Work> schedule_of(const PipelinePlan& plan, int stage) {
-  const int M = plan.micro_batches;
-  std::vector<Work> w;
-  if (!plan.one_f_one_b) {
-    for (int m = 0; m < M; ++m) w.push_back({Op::forward, m});
-    for (int m = 0; m < M; ++m) w.push_back({Op::backward, m});
-    return w;
-  }
-  const int warm = std::min(plan.stages - stage - 1, M);
-  for (int m = 0; m < warm; ++m) w.push_back({Op::forward, m});
-  for (int i = 0; i < M - warm; ++i) {
-    w.push_back({Op::forward, warm + i});
-    w.push_back({Op::backward, i});
-  }
-  for (int i = M - warm; i < M; ++i) w.push_back({Op::backward, i});
-  return w;
-}
-
 }  // namespace
-
-std::vector<std::vector<StageMessage>> message_points(const PipelinePlan& plan, int stage) {
-  const bool first = stage == 0, last = stage == plan.stages - 1;
-  std::vector<std::vector<StageMessage>> points;
-  std::vector<StageMessage> pending;  // the sends of the item before
-  for (const Work& w : schedule_of(plan, stage)) {
-    std::vector<StageMessage> point = std::move(pending);
-    pending.clear();
-    const bool fwd = w.op == Op::forward;
-    if (fwd && !first) point.push_back({false, true, w.micro, stage - 1});
-    if (!fwd && !last) point.push_back({false, false, w.micro, stage + 1});
-    points.push_back(std::move(point));
-    if (fwd && !last) pending.push_back({true, true, w.micro, stage + 1});
-    if (!fwd && !first) pending.push_back({true, false, w.micro, stage - 1});
-  }
-  points.push_back(std::move(pending));
-  return points;
-}
 
 namespace {
 
@@ -83,21 +46,8 @@ std::int64_t numel(const std::vector<std::int64_t>& shape) {
 }  // namespace
 
 std::vector<std::int64_t> unit_output_shape(int unit, std::int64_t n, std::int64_t image_size) {
-  auto down = [](std::int64_t h, std::int64_t k, std::int64_t s, std::int64_t p) { return (h + 2 * p - k) / s + 1; };
-  std::int64_t h = down(down(image_size, 7, 2, 3), 3, 2, 1);  // conv1, maxpool
-  std::int64_t c = 64;
-  static constexpr int kBlocks[4] = {3, 4, 6, 3};
-  static constexpr std::int64_t kWidth[4] = {64, 128, 256, 512};
-  int u = 1;
-  for (int s = 0; s < 4; ++s) {
-    for (int b = 0; b < kBlocks[s]; ++b, ++u) {
-      if (u > unit) return {n, c, h, h};
-      if (b == 0 && s > 0) h = down(h, 3, 2, 1);
-      c = kWidth[s] * 4;
-    }
-  }
   if (unit >= ResNet50::kUnits - 1) throw std::logic_error("unit_output_shape: the tail's output is the loss");
-  return {n, c, h, h};
+  return layout::unit_output_shape(unit, n, image_size);
 }
 
 // ---- the stage ------------------------------------------------------------------------------------
@@ -113,7 +63,7 @@ struct PipelineStep::Impl {
   PipelineRecording rec;
   std::unique_ptr<parallel::PipelineComm> comm;  // null for one stage
   std::unique_ptr<parallel::GradientSync> sync;  // null for one replica
-  std::vector<Work> work;
+  std::vector<PipelineWork> work;
 
   int u0 = 0, u1 = 0;      // this stage's units
   int p0 = 0, p1 = 0;      // its parameters
@@ -598,9 +548,9 @@ float PipelineStep::forward_backward(Batch& batch, std::int64_t step, std::int64
   batch.forward_done();
   if (d.comm) d.post_receives();
   for (std::size_t k = 0; k < d.work.size(); ++k) {
-    const Work& w = d.work[k];
+    const PipelineWork& w = d.work[k];
     d.post(k);
-    if (w.op == Op::forward) {
+    if (w.op == PipelineOp::forward) {
       d.forward(w.micro);
     } else {
       d.backward(w.micro);

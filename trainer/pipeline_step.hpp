@@ -50,6 +50,7 @@
 #include "trainer/parallel/gradient_sync.hpp"
 #include "trainer/parallel/pipeline_comm.hpp"
 #include "trainer/pipeline_plan.hpp"
+#include "trainer/pipeline_schedule.hpp"
 #include "trainer/step_schedule.hpp"
 
 namespace wb::profiler {
@@ -97,22 +98,6 @@ class PipelineStep final : public StepSchedule, public model::ModelObserver {
   std::unique_ptr<Impl> impl_;
   StageSeat seat_;
 };
-
-// A message of one stage's step: a send or a receive of micro-batch `micro`'s activations (forward)
-// or their gradient (backward), with the neighbouring stage `peer_stage`.
-struct StageMessage {
-  bool send;
-  bool activation;
-  int micro;
-  int peer_stage;
-};
-// Where stage `stage` posts its messages: one entry per work item of its schedule, posted as one group
-// at the item's start (the sends the item before computed, and the receive the item waits for), and a
-// last entry posted after the last item (its sends). PipelineStep runs exactly this. NCCL runs a
-// rank's groups in this order and matches each pair of ranks' messages in order: the sends ride with
-// the next receive so that neither of two neighbours waits on a send while the other waits on its own
-// (1F1B's steady state), which a send posted alone would do.
-std::vector<std::vector<StageMessage>> message_points(const PipelinePlan& plan, int stage);
 
 // Output shape of unit `unit` (what the next stage receives) for a micro-batch of `n` images of
 // side `image_size`.

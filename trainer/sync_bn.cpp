@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "layout/resnet50.hpp"
 #include "trainer/model/resnet50.hpp"
 
 namespace wb::trainer {
@@ -15,7 +16,7 @@ SyncBatchNorm::SyncBatchNorm(std::unique_ptr<parallel::GroupComm> group, profile
   backward_names_.resize(names.size());
   recorded_.assign(names.size(), false);
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if (names[i].find("bn") == std::string::npos && !names[i].ends_with("downsample.1")) continue;
+    if (!layout::is_batch_norm(static_cast<int>(i))) continue;
     recorded_[i] = true;
     forward_names_[i] = recorder->intern(sync_bn_range_name(names[i], true));
     backward_names_[i] = recorder->intern(sync_bn_range_name(names[i], false));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "layout/resnet50.hpp"
+
 namespace wb::app_model {
 
 const analysis::LayerDiffRow* LayerTiming::find(const std::string& layer, store::Category direction) const {
@@ -13,11 +15,8 @@ const analysis::LayerDiffRow* LayerTiming::find(const std::string& layer, store:
 const analysis::LayerDiffRow* LayerTiming::for_tensor(const std::string& key) const {
   if (key == "loss") return find("loss", store::Category::loss);
   if (key.rfind("act.", 0) == 0) {
-    // A block's relu is dumped per call (relu.0, relu.1, relu.2); wb-train's "layerN.M.relu" range is
-    // the last call's, the residual add with its relu (the first two are fused into their BNs).
-    std::string name = key.substr(4);
-    if (name.size() > 7 && name.compare(name.size() - 7, 7, ".relu.2") == 0) name.resize(name.size() - 2);
-    return find(name, store::Category::forward);
+    // A block's relu is dumped per call; the layout knows which call the "layerN.M.relu" range is.
+    return find(layout::module_of_output(std::string_view(key).substr(4)), store::Category::forward);
   }
   if (key.rfind("grad.", 0) == 0) {
     auto dot = key.rfind('.');

@@ -42,26 +42,15 @@ void check_cancel(const LoadProgress* p, const std::filesystem::path& path) {
   if (p && p->cancel.load()) throw analysis::LoadCancelled(path.string() + ": loading cancelled");
 }
 
-}  // namespace
+// Tells the progress (if any) what the load is doing and how far along it is.
+void set_stage(LoadProgress* progress, const char* text, double fraction) {
+  if (!progress) return;
+  progress->set_stage(text);
+  progress->fraction.store(fraction);
+}
 
-std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress,
-                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open) {
-  using clock = std::chrono::steady_clock;
-  auto t_start = clock::now();
-  auto stage = [&](const char* text, double fraction) {
-    if (!progress) return;
-    progress->set_stage(text);
-    progress->fraction.store(fraction);
-  };
-  auto model = std::make_shared<RunModel>();
-  auto& run = model->run;
-
-  stage("opening", 0.0);
-  store::Reader reader(path);
-  // Reading rows is ~70 % of the open: analysis::load_run reads the host and device tracks on a few
-  // threads, each with its own connection.
-  stage("reading host ranges", 0.0);
-  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+// Reads the run's rows, the comparisons and the row counts; the rows are ~70 % of the open.
+void read_rows(store::Reader& reader, RunModel& model, LoadProgress* progress, unsigned threads) {
   analysis::LoadOptions options;
   options.threads = threads;
   if (progress) {
@@ -70,15 +59,18 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
     };
     options.cancel = &progress->cancel;
   }
+  auto& run = model.run;
   run = analysis::load_run(reader, options);
-  model->comparisons = reader.comparisons();
-  for (const auto& [id, rows] : run.ranges) model->range_count += static_cast<std::int64_t>(rows.size());
-  for (const auto& [id, rows] : run.kernels) model->kernel_count += static_cast<std::int64_t>(rows.size());
-  for (const auto& [id, rows] : run.counters) model->counter_count += static_cast<std::int64_t>(rows.size());
-  check_cancel(progress, path);
+  model.comparisons = reader.comparisons();
+  for (const auto& [id, rows] : run.ranges) model.range_count += static_cast<std::int64_t>(rows.size());
+  for (const auto& [id, rows] : run.kernels) model.kernel_count += static_cast<std::int64_t>(rows.size());
+  for (const auto& [id, rows] : run.counters) model.counter_count += static_cast<std::int64_t>(rows.size());
+}
 
-  // The timeline levels of every thread and stream track, on as many threads.
-  stage("building timeline levels", 0.7);
+// The timeline levels of every thread and stream track, on as many threads; throws LoadCancelled when
+// the load is cancelled meanwhile.
+void build_all_levels(RunModel& model, LoadProgress* progress, unsigned threads, const std::filesystem::path& path) {
+  const auto& run = model.run;
   std::vector<std::uint32_t> tracks;
   for (const auto& [id, rows] : run.ranges) tracks.push_back(id);
   for (const auto& [id, rows] : run.kernels) tracks.push_back(id);
@@ -98,27 +90,91 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
     for (auto& th : pool) th.join();
   }
   check_cancel(progress, path);
-  for (std::size_t i = 0; i < tracks.size(); ++i) model->levels[tracks[i]] = std::move(levels[i]);
+  for (std::size_t i = 0; i < tracks.size(); ++i) model.levels[tracks[i]] = std::move(levels[i]);
+}
 
-  stage("indexing the timeline", 0.75);
+// The time the timeline spans: every range level, kernel, counter, step and allreduce (0..0 when the
+// run has none).
+void find_time_extent(RunModel& model) {
+  const auto& run = model.run;
   std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = std::numeric_limits<std::int64_t>::min();
   auto extend = [&](std::int64_t a, std::int64_t b) {
     lo = std::min(lo, a);
     hi = std::max(hi, b);
   };
   for (const auto& [id, rows] : run.ranges)
-    for (const auto& level : model->levels[id])
+    for (const auto& level : model.levels[id])
       if (!level.spans.empty()) extend(level.spans.front().start_ns, level.spans.back().end_ns);
   for (const auto& [id, rows] : run.kernels)
-    for (const auto& level : model->levels[id])
+    for (const auto& level : model.levels[id])
       for (const auto& s : level.spans) extend(s.start_ns, s.end_ns);
   for (const auto& [id, rows] : run.counters)
     if (!rows.empty()) extend(rows.front().t_ns, rows.back().t_ns);
   for (const auto& s : run.steps) extend(s.start_ns, s.end_ns);
   for (const auto& a : run.allreduces) extend(std::min(a.ready_ns, a.start_ns), a.end_ns);
   if (lo > hi) lo = hi = 0;
-  model->t_min_ns = lo;
-  model->t_max_ns = hi;
+  model.t_min_ns = lo;
+  model.t_max_ns = hi;
+}
+
+// The analyses the views show once the run is open, each announced as a stage.
+void analyse_run(RunModel& model, LoadProgress* progress, const std::filesystem::path& path) {
+  const auto& run = model.run;
+  set_stage(progress, "step breakdown", 0.8);
+  model.breakdown = analysis::step_breakdown(run);
+  set_stage(progress, "op statistics", 0.83);
+  model.ops = analysis::op_stats(run);
+  check_cancel(progress, path);
+  set_stage(progress, "input starvation", 0.9);
+  model.starvation = analysis::starvation(run, 8);
+  {
+    std::vector<const std::vector<store::RangeRow>*> workers;
+    for (const auto& t : run.tracks)
+      if (t.kind == store::TrackKind::thread && run.name(t.name).rfind("data-worker", 0) == 0) workers.push_back(&run.ranges_of(t.id));
+    model.producer_ops = analysis::compute_op_stats(workers, run.strings);
+  }
+  set_stage(progress, "allreduce overlap", 0.93);
+  model.comms = analysis::step_comms(run);
+  model.warnings = analysis::run_warnings(run);
+  model.stragglers = analysis::find_stragglers(run);
+  model.straggle = analysis::analyse_stragglers(run);
+  model.memory = analysis::analyze_memory(run);
+  set_stage(progress, "split model", 0.97);
+  try {
+    model.split_model = analysis::build_split_model(run);
+  } catch (const analysis::AnalysisError& e) {
+    model.split_model_error = e.what();
+  }
+  try {
+    model.pipeline = analysis::analyze_pipeline(run);
+  } catch (const analysis::AnalysisError&) {
+    model.pipeline.reset();  // a malformed plan: the run shows without its pipeline figures
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress,
+                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open) {
+  using clock = std::chrono::steady_clock;
+  auto t_start = clock::now();
+  auto model = std::make_shared<RunModel>();
+  auto& run = model->run;
+
+  set_stage(progress, "opening", 0.0);
+  store::Reader reader(path);
+  // Reading rows is ~70 % of the open: analysis::load_run reads the host and device tracks on a few
+  // threads, each with its own connection.
+  set_stage(progress, "reading host ranges", 0.0);
+  const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 4u);
+  read_rows(reader, *model, progress, threads);
+  check_cancel(progress, path);
+
+  set_stage(progress, "building timeline levels", 0.7);
+  build_all_levels(*model, progress, threads, path);
+
+  set_stage(progress, "indexing the timeline", 0.75);
+  find_time_extent(*model);
   auto it = run.meta.find("device");
   model->device = it != run.meta.end() ? it->second : (run.ranks.empty() ? "" : run.ranks.front().device);
   if (run.config.contains("prefetch") && run.config["prefetch"].is_number_integer())
@@ -133,39 +189,10 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   check_cancel(progress, path);
   if (on_open) on_open(model);
 
-  stage("step breakdown", 0.8);
-  model->breakdown = analysis::step_breakdown(run);
-  stage("op statistics", 0.83);
-  model->ops = analysis::op_stats(run);
-  check_cancel(progress, path);
-  stage("input starvation", 0.9);
-  model->starvation = analysis::starvation(run, 8);
-  {
-    std::vector<const std::vector<store::RangeRow>*> workers;
-    for (const auto& t : run.tracks)
-      if (t.kind == store::TrackKind::thread && run.name(t.name).rfind("data-worker", 0) == 0) workers.push_back(&run.ranges_of(t.id));
-    model->producer_ops = analysis::compute_op_stats(workers, run.strings);
-  }
-  stage("allreduce overlap", 0.93);
-  model->comms = analysis::step_comms(run);
-  model->warnings = analysis::run_warnings(run);
-  model->stragglers = analysis::find_stragglers(run);
-  model->straggle = analysis::analyse_stragglers(run);
-  model->memory = analysis::analyze_memory(run);
-  stage("split model", 0.97);
-  try {
-    model->split_model = analysis::build_split_model(run);
-  } catch (const analysis::AnalysisError& e) {
-    model->split_model_error = e.what();
-  }
-  try {
-    model->pipeline = analysis::analyze_pipeline(run);
-  } catch (const analysis::AnalysisError&) {
-    model->pipeline.reset();  // a malformed plan: the run shows without its pipeline figures
-  }
+  analyse_run(*model, progress, path);
   model->analysis_seconds = std::chrono::duration<double>(clock::now() - t_open).count();
   model->analysed.store(true, std::memory_order_release);
-  stage("done", 1.0);
+  set_stage(progress, "done", 1.0);
   return model;
 }
 

@@ -1,3 +1,6 @@
+// The Timeline's arithmetic, without ImGui (timeline_logic.hpp): the visible window and its pixel
+// mapping, zoom and pan, per-depth event levels, sub-pixel merging, hit-testing, queue-depth decimation
+// and time-axis ticks.
 #include "app/model/timeline_logic.hpp"
 
 #include <algorithm>

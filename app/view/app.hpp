@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -59,6 +60,19 @@ struct TimelineState {
   int occurrence = -1;
   std::optional<std::pair<std::uint32_t, std::uint8_t>> highlight;  // (name, category) from Ops
   std::optional<std::pair<double, double>> zoom_to;  // a request from another view, applied next draw
+
+  // What other views ask of the Timeline; they call these rather than set its fields.
+  // Outlines every occurrence of op `name` in `category` and lets find step through them.
+  void show_op(std::uint32_t name, std::uint8_t category, const std::string& text) {
+    highlight = std::make_pair(name, category);
+    std::snprintf(find, sizeof find, "%s", text.c_str());
+    find_done.clear();
+    occurrences.clear();
+  }
+  // Searches again for the find text on the next draw.
+  void refind() { find_done.clear(); }
+  // Shows [t0_ns, t1_ns] on the next draw.
+  void request_zoom(std::pair<double, double> span) { zoom_to = span; }
   // A second run's lanes below the first run's, shifted so both runs' step `align_step` start at the
   // same x (align_runs in timeline_logic).
   std::vector<std::shared_ptr<Lane>> second_lanes;  // built for `second_for`
@@ -73,6 +87,9 @@ struct TimelineState {
   const app_model::RunModel* ratio_model = nullptr;                     // the run ratio_heat is for
 };
 
+// The Ops table's sortable columns (ImGui's column user ids).
+enum class OpsColumn : int { name, category, count, total, self, mean, p50, p95, max, share };
+
 struct OpsState {
   int selected = -1;  // index into RunModel::ops.by_name
   bool auto_selected = false;  // the first show selects the costliest op
@@ -83,7 +100,7 @@ struct OpsState {
   std::vector<std::int64_t> durations;  // of the selected op, ascending
   std::vector<int> order;               // rows after filter and sort
   bool dirty = true;
-  int sort_column = 3;
+  OpsColumn sort_column = OpsColumn::total;
   bool sort_ascending = false;
   std::vector<app_model::OpDelta> deltas;           // against the second run, per op of RunModel::ops.by_name
   const app_model::RunModel* deltas_for = nullptr;  // the second run they were computed for
@@ -101,6 +118,9 @@ struct PrecisionState {
   int c_index = 0;
   std::unique_ptr<app_model::TensorDetail> detail;
   std::string detail_error;
+  // Set by a click or slider that picks another slice: the detail is recomputed at the start of the next
+  // frame (load_detail), never freed while this frame's panes still draw from it.
+  bool detail_stale = false;
   char reference_path[1024] = {};
 };
 

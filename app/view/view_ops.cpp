@@ -3,6 +3,7 @@
 // shows the histogram of its durations (Tracy's find-zone). With a second run open, each op's mean and
 // total time against the same op there.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <numeric>
@@ -13,6 +14,7 @@
 #include "profiler/analysis/layer_diff.hpp"
 #include "app/view/app.hpp"
 #include "app/view/draw_util.hpp"
+#include "store/rows.hpp"
 
 namespace wb::view {
 
@@ -51,22 +53,24 @@ void rebuild_order(const RunModel& m, OpsState& st) {
   }
   auto key = [&](const analysis::OpStat& o) -> double {
     switch (st.sort_column) {
-      case 2: return static_cast<double>(o.count);
-      case 3: return static_cast<double>(o.total_ns);
-      case 4: return static_cast<double>(o.self_ns);
-      case 5: return o.mean_ns;
-      case 6: return static_cast<double>(o.p50_ns);
-      case 7: return static_cast<double>(o.p95_ns);
-      case 8: return static_cast<double>(o.max_ns);
-      case 9: return static_cast<double>(o.total_ns);
-      default: return 0.0;
+      case OpsColumn::count: return static_cast<double>(o.count);
+      case OpsColumn::total: return static_cast<double>(o.total_ns);
+      case OpsColumn::self: return static_cast<double>(o.self_ns);
+      case OpsColumn::mean: return o.mean_ns;
+      case OpsColumn::p50: return static_cast<double>(o.p50_ns);
+      case OpsColumn::p95: return static_cast<double>(o.p95_ns);
+      case OpsColumn::max: return static_cast<double>(o.max_ns);
+      case OpsColumn::share: return static_cast<double>(o.total_ns);
+      case OpsColumn::name:
+      case OpsColumn::category: return 0.0;
     }
+    return 0.0;
   };
   std::stable_sort(st.order.begin(), st.order.end(), [&](int a, int b) {
     const auto& oa = ops[static_cast<std::size_t>(a)];
     const auto& ob = ops[static_cast<std::size_t>(b)];
-    if (st.sort_column == 0) return st.sort_ascending ? oa.name < ob.name : oa.name > ob.name;
-    if (st.sort_column == 1) return st.sort_ascending ? oa.category < ob.category : oa.category > ob.category;
+    if (st.sort_column == OpsColumn::name) return st.sort_ascending ? oa.name < ob.name : oa.name > ob.name;
+    if (st.sort_column == OpsColumn::category) return st.sort_ascending ? oa.category < ob.category : oa.category > ob.category;
     return st.sort_ascending ? key(oa) < key(ob) : key(oa) > key(ob);
   });
   st.dirty = false;
@@ -115,19 +119,25 @@ void duration_histogram(const RunModel& m, OpsState& st, const analysis::OpStat&
   (void)m;
 }
 
-}  // namespace
-
-void draw_ops(App& app) {
-  const RunModel& m = *app.model;
-  OpsState& st = app.ops;
-  const auto& ops = m.ops.by_name;
+// The name filter, the category combo and the layers switch, over the count of ops they leave.
+void filter_bar(const RunModel& m, OpsState& st, double steps_total) {
   ImGui::SetNextItemWidth(260);
   if (ImGui::InputTextWithHint("##filter", "filter by name", st.filter, sizeof st.filter)) st.dirty = true;
   ImGui::SameLine();
-  const char* cats[] = {"all categories", "forward", "backward", "optimizer", "loss", "data", "h2d", "comm", "step"};
+  // "all categories", then the run file's categories by their one table (store::category_name).
+  static const std::array<std::string, store::kCategories + 1> cat_names = [] {
+    std::array<std::string, store::kCategories + 1> n{"all categories"};
+    for (int c = 0; c < store::kCategories; ++c) n[static_cast<std::size_t>(c + 1)] = std::string(store::category_name(static_cast<store::Category>(c)));
+    return n;
+  }();
+  static const std::array<const char*, store::kCategories + 1> cats = [] {
+    std::array<const char*, store::kCategories + 1> p{};
+    for (std::size_t i = 0; i < p.size(); ++i) p[i] = cat_names[i].c_str();
+    return p;
+  }();
   ImGui::SetNextItemWidth(150);
   int ci = st.category + 1;
-  if (ImGui::Combo("##cat", &ci, cats, IM_ARRAYSIZE(cats))) {
+  if (ImGui::Combo("##cat", &ci, cats.data(), static_cast<int>(cats.size()))) {
     st.category = ci - 1;
     st.dirty = true;
   }
@@ -138,9 +148,146 @@ void draw_ops(App& app) {
                       "run, the vs-second-run columns then compare layer by layer");
   if (st.dirty || st.order.empty()) rebuild_order(m, st);
   ImGui::SameLine(0, 20);
-  const double steps_total = step_time_total(m);
   ImGui::TextColored(to_vec4(color::kDim), "%zu of %zu ops   %% of step: total time over the sum of step times (%s)", st.order.size(),
-                     ops.size(), fmt_ns(steps_total).c_str());
+                     m.ops.by_name.size(), fmt_ns(steps_total).c_str());
+}
+
+// The table's columns (three more against a second run) and its header row.
+void setup_columns(bool second) {
+  ImGui::TableSetupScrollFreeze(0, 1);
+  // Each sortable column carries its OpsColumn as ImGui's user id: the sort follows the column, whatever
+  // its position.
+  const auto column = [](const char* label, ImGuiTableColumnFlags flags, OpsColumn id) {
+    ImGui::TableSetupColumn(label, flags, 0.0f, static_cast<ImGuiID>(id));
+  };
+  const ImGuiTableColumnFlags desc = ImGuiTableColumnFlags_PreferSortDescending;
+  column("op", ImGuiTableColumnFlags_WidthStretch, OpsColumn::name);
+  column("category", 0, OpsColumn::category);
+  column("count", desc, OpsColumn::count);
+  column("total", ImGuiTableColumnFlags_DefaultSort | desc, OpsColumn::total);
+  column("self", desc, OpsColumn::self);
+  column("mean", desc, OpsColumn::mean);
+  column("p50", desc, OpsColumn::p50);
+  column("p95", desc, OpsColumn::p95);
+  column("max", desc, OpsColumn::max);
+  column("% of step", desc, OpsColumn::share);
+  if (second) {
+    ImGui::TableSetupColumn("mean vs second run", ImGuiTableColumnFlags_NoSort);
+    ImGui::TableSetupColumn("total vs second run", ImGuiTableColumnFlags_NoSort);
+    ImGui::TableSetupColumn("per step vs second", ImGuiTableColumnFlags_NoSort);
+  }
+  ImGui::TableHeadersRow();
+}
+
+// Re-sorts the ops when a header was clicked.
+void apply_sort_specs(const RunModel& m, OpsState& st) {
+  if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
+    if (specs->SpecsCount > 0) {
+      st.sort_column = static_cast<OpsColumn>(specs->Specs[0].ColumnUserID);
+      st.sort_ascending = specs->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
+    }
+    specs->SpecsDirty = false;
+    rebuild_order(m, st);
+  }
+}
+
+// On first show, the costliest op that is not a whole step, so its histogram is there; else -1.
+int first_pick(const RunModel& m, OpsState& st) {
+  if (st.auto_selected) return -1;
+  st.auto_selected = true;
+  for (int i : st.order)
+    if (m.ops.by_name[static_cast<std::size_t>(i)].category != store::Category::step) return i;
+  return -1;
+}
+
+// Selects op i: its durations for the histogram, and its occurrences outlined in the timeline.
+void select_op(App& app, const RunModel& m, OpsState& st, int i) {
+  const auto& o = m.ops.by_name[static_cast<std::size_t>(i)];
+  st.selected = i;
+  auto id = m.find_name(o.name);
+  st.durations = id ? m.durations(*id, o.category) : std::vector<std::int64_t>{};
+  // Outline its occurrences in the timeline and let find step through them.
+  if (id) {
+    app.timeline.show_op(*id, static_cast<std::uint8_t>(o.category), o.name);
+  }
+}
+
+// An op's three cells against the second run: mean and total differences and the per-step ratio.
+void delta_cells(const OpDelta& d) {
+  auto signed_ns = [](double v) {
+    std::string s(v < 0 ? "-" : "+");
+    return s.append(fmt_ns(std::abs(v)));
+  };
+  ImGui::TableNextColumn();
+  if (!d.present) {
+    ImGui::TextColored(to_vec4(color::kDim), "not in second run");
+  } else {
+    // Slower than the second run is what one looks for: red; faster: green.
+    ImGui::TextColored(to_vec4(d.mean_ns > 0 ? color::kBad : color::kGood), "%s (%s%s)", signed_ns(d.mean_ns).c_str(),
+                       d.mean_ratio < 0 ? "-" : "+", fmt_pct(std::abs(d.mean_ratio)).c_str());
+  }
+  ImGui::TableNextColumn();
+  if (d.present) ImGui::TextUnformatted(signed_ns(d.total_ns).c_str());
+  ImGui::TableNextColumn();
+  if (d.per_step_ratio > 0.0)
+    ImGui::TextColored(to_vec4(d.per_step_ratio > 1.1 ? color::kBad : d.per_step_ratio < 0.9 ? color::kGood : color::kDim),
+                       "%.2fx", d.per_step_ratio);
+}
+
+// One op's row; selecting it (or it being the first pick) selects the op.
+void op_row(App& app, const RunModel& m, OpsState& st, int i, int pick, double steps_total, bool second) {
+  const auto& o = m.ops.by_name[static_cast<std::size_t>(i)];
+  ImGui::TableNextRow();
+  ImGui::TableNextColumn();
+  ImGui::PushID(i);
+  if (ImGui::Selectable(o.name.c_str(), st.selected == i, ImGuiSelectableFlags_SpanAllColumns) || pick == i) select_op(app, m, st, i);
+  ImGui::PopID();
+  ImGui::TableNextColumn();
+  ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s",
+                     std::string(store::category_name(o.category)).c_str());
+  ImGui::TableNextColumn();
+  ImGui::Text("%lld", static_cast<long long>(o.count));
+  for (double v : {static_cast<double>(o.total_ns), static_cast<double>(o.self_ns), o.mean_ns, static_cast<double>(o.p50_ns),
+                   static_cast<double>(o.p95_ns), static_cast<double>(o.max_ns)}) {
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt_ns(v).c_str());
+  }
+  ImGui::TableNextColumn();
+  double share = steps_total > 0 ? static_cast<double>(o.total_ns) / steps_total : 0.0;
+  ImVec2 p = ImGui::GetCursorScreenPos();
+  float w = ImGui::GetContentRegionAvail().x;
+  ImGui::GetWindowDrawList()->AddRectFilled(p, ImVec2(p.x + w * static_cast<float>(std::min(share, 1.0)), p.y + ImGui::GetTextLineHeight()),
+                                            with_alpha(category_color(static_cast<std::uint8_t>(o.category)), 90));
+  ImGui::TextUnformatted(fmt_pct(share).c_str());
+  if (second) delta_cells(st.deltas[static_cast<std::size_t>(i)]);
+}
+
+// The selected op's summary over the histogram of its durations.
+void selected_op_detail(App& app, const RunModel& m, OpsState& st) {
+  const auto& o = m.ops.by_name[static_cast<std::size_t>(st.selected)];
+  ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s", o.name.c_str());
+  ImGui::SameLine();
+  ImGui::Text(" %lld calls   mean %s   p50 %s   p95 %s   max %s", static_cast<long long>(o.count), fmt_ns(o.mean_ns).c_str(),
+              fmt_ns(static_cast<double>(o.p50_ns)).c_str(), fmt_ns(static_cast<double>(o.p95_ns)).c_str(),
+              fmt_ns(static_cast<double>(o.max_ns)).c_str());
+  ImGui::SameLine(0, 20);
+  ImGui::Checkbox("log bins", &st.log_bins);
+  ImGui::SameLine();
+  if (ImGui::SmallButton("show in timeline")) {
+    app.timeline.refind();
+    app.show_view(ViewId::timeline);
+  }
+  duration_histogram(m, st, o, ImVec2(-1, ImGui::GetContentRegionAvail().y));
+}
+
+}  // namespace
+
+void draw_ops(App& app) {
+  const RunModel& m = *app.model;
+  OpsState& st = app.ops;
+  const auto& ops = m.ops.by_name;
+  const double steps_total = step_time_total(m);
+  filter_bar(m, st, steps_total);
 
   const float detail_h = st.selected >= 0 ? std::max(240.0f, ImGui::GetContentRegionAvail().y * 0.38f) : 0.0f;
   ImGuiTableFlags flags = ImGuiTableFlags_Sortable | ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV |
@@ -153,123 +300,20 @@ void draw_ops(App& app) {
     st.deltas_for = second;
   }
   if (ImGui::BeginTable("##ops", second ? 13 : 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {
-    ImGui::TableSetupScrollFreeze(0, 1);
-    ImGui::TableSetupColumn("op", ImGuiTableColumnFlags_WidthStretch);
-    ImGui::TableSetupColumn("category");
-    ImGui::TableSetupColumn("count", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("total", ImGuiTableColumnFlags_DefaultSort | ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("self", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("mean", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("p50", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("p95", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("max", ImGuiTableColumnFlags_PreferSortDescending);
-    ImGui::TableSetupColumn("% of step", ImGuiTableColumnFlags_PreferSortDescending);
-    if (second) {
-      ImGui::TableSetupColumn("mean vs second run", ImGuiTableColumnFlags_NoSort);
-      ImGui::TableSetupColumn("total vs second run", ImGuiTableColumnFlags_NoSort);
-      ImGui::TableSetupColumn("per step vs second", ImGuiTableColumnFlags_NoSort);
-    }
-    ImGui::TableHeadersRow();
-    if (ImGuiTableSortSpecs* specs = ImGui::TableGetSortSpecs(); specs && specs->SpecsDirty) {
-      if (specs->SpecsCount > 0) {
-        st.sort_column = specs->Specs[0].ColumnIndex;
-        st.sort_ascending = specs->Specs[0].SortDirection == ImGuiSortDirection_Ascending;
-      }
-      specs->SpecsDirty = false;
-      rebuild_order(m, st);
-    }
-    // On first show, select the costliest op that is not a whole step, so its histogram is there.
-    int pick = -1;
-    if (!st.auto_selected) {
-      st.auto_selected = true;
-      for (int i : st.order)
-        if (ops[static_cast<std::size_t>(i)].category != store::Category::step) {
-          pick = i;
-          break;
-        }
-    }
+    setup_columns(second != nullptr);
+    apply_sort_specs(m, st);
+    const int pick = first_pick(m, st);
     ImGuiListClipper clipper;
     clipper.Begin(static_cast<int>(st.order.size()));
     if (pick >= 0) clipper.ForceDisplayRangeByIndices(static_cast<int>(std::find(st.order.begin(), st.order.end(), pick) - st.order.begin()),
                                                        static_cast<int>(std::find(st.order.begin(), st.order.end(), pick) - st.order.begin()) + 1);
     while (clipper.Step()) {
-      for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r) {
-        int i = st.order[static_cast<std::size_t>(r)];
-        const auto& o = ops[static_cast<std::size_t>(i)];
-        ImGui::TableNextRow();
-        ImGui::TableNextColumn();
-        ImGui::PushID(i);
-        if (ImGui::Selectable(o.name.c_str(), st.selected == i, ImGuiSelectableFlags_SpanAllColumns) || pick == i) {
-          st.selected = i;
-          auto id = m.find_name(o.name);
-          st.durations = id ? m.durations(*id, o.category) : std::vector<std::int64_t>{};
-          // Outline its occurrences in the timeline and let find step through them.
-          if (id) {
-            app.timeline.highlight = std::make_pair(*id, static_cast<std::uint8_t>(o.category));
-            std::snprintf(app.timeline.find, sizeof app.timeline.find, "%s", o.name.c_str());
-            app.timeline.find_done.clear();
-            app.timeline.occurrences.clear();
-          }
-        }
-        ImGui::PopID();
-        ImGui::TableNextColumn();
-        ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s",
-                           std::string(store::category_name(o.category)).c_str());
-        ImGui::TableNextColumn();
-        ImGui::Text("%lld", static_cast<long long>(o.count));
-        for (double v : {static_cast<double>(o.total_ns), static_cast<double>(o.self_ns), o.mean_ns, static_cast<double>(o.p50_ns),
-                         static_cast<double>(o.p95_ns), static_cast<double>(o.max_ns)}) {
-          ImGui::TableNextColumn();
-          ImGui::TextUnformatted(fmt_ns(v).c_str());
-        }
-        ImGui::TableNextColumn();
-        double share = steps_total > 0 ? static_cast<double>(o.total_ns) / steps_total : 0.0;
-        ImVec2 p = ImGui::GetCursorScreenPos();
-        float w = ImGui::GetContentRegionAvail().x;
-        ImGui::GetWindowDrawList()->AddRectFilled(p, ImVec2(p.x + w * static_cast<float>(std::min(share, 1.0)), p.y + ImGui::GetTextLineHeight()),
-                                                  with_alpha(category_color(static_cast<std::uint8_t>(o.category)), 90));
-        ImGui::TextUnformatted(fmt_pct(share).c_str());
-        if (second) {
-          const OpDelta& d = st.deltas[static_cast<std::size_t>(i)];
-          auto signed_ns = [](double v) {
-            std::string s(v < 0 ? "-" : "+");
-            return s.append(fmt_ns(std::abs(v)));
-          };
-          ImGui::TableNextColumn();
-          if (!d.present) {
-            ImGui::TextColored(to_vec4(color::kDim), "not in second run");
-          } else {
-            // Slower than the second run is what one looks for: red; faster: green.
-            ImGui::TextColored(to_vec4(d.mean_ns > 0 ? color::kBad : color::kGood), "%s (%s%s)", signed_ns(d.mean_ns).c_str(),
-                               d.mean_ratio < 0 ? "-" : "+", fmt_pct(std::abs(d.mean_ratio)).c_str());
-          }
-          ImGui::TableNextColumn();
-          if (d.present) ImGui::TextUnformatted(signed_ns(d.total_ns).c_str());
-          ImGui::TableNextColumn();
-          if (d.per_step_ratio > 0.0)
-            ImGui::TextColored(to_vec4(d.per_step_ratio > 1.1 ? color::kBad : d.per_step_ratio < 0.9 ? color::kGood : color::kDim),
-                               "%.2fx", d.per_step_ratio);
-        }
-      }
+      for (int r = clipper.DisplayStart; r < clipper.DisplayEnd; ++r)
+        op_row(app, m, st, st.order[static_cast<std::size_t>(r)], pick, steps_total, second != nullptr);
     }
     ImGui::EndTable();
   }
-  if (st.selected >= 0 && st.selected < static_cast<int>(ops.size())) {
-    const auto& o = ops[static_cast<std::size_t>(st.selected)];
-    ImGui::TextColored(to_vec4(category_color(static_cast<std::uint8_t>(o.category))), "%s", o.name.c_str());
-    ImGui::SameLine();
-    ImGui::Text(" %lld calls   mean %s   p50 %s   p95 %s   max %s", static_cast<long long>(o.count), fmt_ns(o.mean_ns).c_str(),
-                fmt_ns(static_cast<double>(o.p50_ns)).c_str(), fmt_ns(static_cast<double>(o.p95_ns)).c_str(),
-                fmt_ns(static_cast<double>(o.max_ns)).c_str());
-    ImGui::SameLine(0, 20);
-    ImGui::Checkbox("log bins", &st.log_bins);
-    ImGui::SameLine();
-    if (ImGui::SmallButton("show in timeline")) {
-      app.timeline.find_done.clear();
-      app.show_view(ViewId::timeline);
-    }
-    duration_histogram(m, st, o, ImVec2(-1, ImGui::GetContentRegionAvail().y));
-  }
+  if (st.selected >= 0 && st.selected < static_cast<int>(ops.size())) selected_op_detail(app, m, st);
 }
 
 }  // namespace wb::view

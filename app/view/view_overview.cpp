@@ -373,7 +373,7 @@ void capture_box(App& app, const RunModel& m) {
       app.capture_rows.emplace_back(at.x + size.x * 0.5f, at.y + size.y * 0.5f);
       if (clicked) {
         if (auto span = app_model::window_span(m.run.steps, w)) {
-          app.timeline.zoom_to = *span;
+          app.timeline.request_zoom(*span);
           app.show_view(ViewId::timeline);
         }
       }

@@ -232,26 +232,22 @@ void histogram_bars(const char* id, const std::vector<std::pair<const Histogram*
                           with_alpha(c, 140));
 }
 
-void detail_panes(PrecisionState& st, const PrecisionData& data) {
-  const auto& c = data.comparison;
-  if (st.selected < 0 || st.selected >= static_cast<int>(c.rows.size())) {
-    ImGui::TextColored(to_vec4(color::kDim), "Select a tensor (table or plot) for its histograms, per-channel errors and heat map.");
-    return;
-  }
-  const auto& r = c.rows[static_cast<std::size_t>(st.selected)];
-  if (!data.has_tensors) {
-    ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
-    ImGui::SameLine();
-    ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(), compare::describe(r.thresholds).c_str());
-    if (r.metrics)
-      ImGui::Text("rel-L2 %s  cosine %s  max abs %s  max rel %s  allclose %s", fmt_num(r.metrics->rel_l2, 3).c_str(), fmt_num(r.metrics->cosine, 8).c_str(),
-                  fmt_num(r.metrics->max_abs, 3).c_str(), fmt_num(r.metrics->max_rel, 3).c_str(), fmt_pct(r.metrics->allclose_ratio).c_str());
-    if (!r.reason.empty()) ImGui::TextColored(to_vec4(color::kDim), "%s", r.reason.c_str());
-    ImGui::Spacing();
-    ImGui::PushTextWrapPos(ImGui::GetContentRegionAvail().x);
-    ImGui::TextColored(to_vec4(color::kWarn), "%s", data.tensors_note.c_str());
-    ImGui::PopTextWrapPos();
-    return;
+// The selected tensor's name, verdict, thresholds and (when compared) metrics.
+void row_summary(const compare::RowResult& r) {
+  ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
+  ImGui::SameLine();
+  ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(), compare::describe(r.thresholds).c_str());
+  if (r.metrics)
+    ImGui::Text("rel-L2 %s  cosine %s  max abs %s  max rel %s  allclose %s", fmt_num(r.metrics->rel_l2, 3).c_str(), fmt_num(r.metrics->cosine, 8).c_str(),
+                fmt_num(r.metrics->max_abs, 3).c_str(), fmt_num(r.metrics->max_rel, 3).c_str(), fmt_pct(r.metrics->allclose_ratio).c_str());
+}
+
+// Computes the selected tensor's detail when it is not the one computed, keeping the error when that
+// fails.
+void load_detail(PrecisionState& st, const PrecisionData& data) {
+  if (st.detail_stale) {
+    st.detail.reset();
+    st.detail_stale = false;
   }
   if (!st.detail || st.detail->row != static_cast<std::size_t>(st.selected) || st.detail_error.size()) {
     if (!st.detail || st.detail->row != static_cast<std::size_t>(st.selected)) {
@@ -264,57 +260,39 @@ void detail_panes(PrecisionState& st, const PrecisionData& data) {
       }
     }
   }
-  ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
-  ImGui::SameLine();
-  ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(), compare::describe(r.thresholds).c_str());
-  if (r.metrics)
-    ImGui::Text("rel-L2 %s  cosine %s  max abs %s  max rel %s  allclose %s", fmt_num(r.metrics->rel_l2, 3).c_str(), fmt_num(r.metrics->cosine, 8).c_str(),
-                fmt_num(r.metrics->max_abs, 3).c_str(), fmt_num(r.metrics->max_rel, 3).c_str(), fmt_pct(r.metrics->allclose_ratio).c_str());
-  if (!st.detail) {
-    ImGui::TextColored(to_vec4(color::kWarn), "%s", st.detail_error.c_str());
-    return;
-  }
-  TensorDetail& d = *st.detail;
-  const float w = (ImGui::GetContentRegionAvail().x - 8) * 0.5f;
-  const float h = std::max(150.0f, (ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing() * 4) / 3.0f);
-  ImGui::BeginGroup();
-  histogram_bars("##vals", {{&d.a_hist, color::kAccent}, {&d.b_hist, IM_COL32(235, 140, 60, 255)}}, "value (blue: run, orange: reference)",
-                 ImVec2(w, h), false);
-  ImGui::EndGroup();
-  ImGui::SameLine();
-  ImGui::BeginGroup();
-  histogram_bars("##errs", {{&d.err_hist, color::kBad}}, ("|a - b| (log bins; " + std::to_string(d.equal) + " equal)").c_str(), ImVec2(w, h), true);
-  ImGui::EndGroup();
-  // Per-channel errors.
-  if (!d.channels.rel_l2.empty()) {
-    const auto& ch = d.channels;
-    double hi = 0;
-    for (double v : ch.max_abs) hi = std::max(hi, v);
-    Plot plot("##chan", ImVec2(-1, h * 0.8f), 0.0, static_cast<double>(ch.max_abs.size()), 0.0, hi > 0 ? hi * 1.1 : 1.0,
-              ("channel (axis " + std::to_string(ch.axis) + ")").c_str(), "max |a-b|");
-    for (std::size_t i = 0; i < ch.max_abs.size(); ++i)
-      plot.draw_list()->AddRectFilled(ImVec2(plot.x(static_cast<double>(i)), plot.y(ch.max_abs[i])), ImVec2(std::max(plot.x(static_cast<double>(i + 1)) - 1, plot.x(static_cast<double>(i)) + 1), plot.y(0)),
-                                      static_cast<int>(i) == st.c_index ? color::kSelect : color::kWarn);
-    if (plot.hovered()) {
-      int i = static_cast<int>(plot.x_value(plot.mouse().x));
-      if (i >= 0 && i < static_cast<int>(ch.max_abs.size())) {
-        ImGui::SetTooltip("channel %d: max abs %s, rel-L2 %s (click: heat map)", i, fmt_num(ch.max_abs[static_cast<std::size_t>(i)], 3).c_str(),
-                          fmt_num(ch.rel_l2[static_cast<std::size_t>(i)], 3).c_str());
-        if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
-          st.c_index = i;
-          st.detail.reset();
-        }
+}
+
+// Per-channel errors; clicking a channel picks it for the heat map.
+void channel_plot(PrecisionState& st, const TensorDetail& d, float h) {
+  const auto& ch = d.channels;
+  double hi = 0;
+  for (double v : ch.max_abs) hi = std::max(hi, v);
+  Plot plot("##chan", ImVec2(-1, h * 0.8f), 0.0, static_cast<double>(ch.max_abs.size()), 0.0, hi > 0 ? hi * 1.1 : 1.0,
+            ("channel (axis " + std::to_string(ch.axis) + ")").c_str(), "max |a-b|");
+  for (std::size_t i = 0; i < ch.max_abs.size(); ++i)
+    plot.draw_list()->AddRectFilled(ImVec2(plot.x(static_cast<double>(i)), plot.y(ch.max_abs[i])), ImVec2(std::max(plot.x(static_cast<double>(i + 1)) - 1, plot.x(static_cast<double>(i)) + 1), plot.y(0)),
+                                    static_cast<int>(i) == st.c_index ? color::kSelect : color::kWarn);
+  if (plot.hovered()) {
+    int i = static_cast<int>(plot.x_value(plot.mouse().x));
+    if (i >= 0 && i < static_cast<int>(ch.max_abs.size())) {
+      ImGui::SetTooltip("channel %d: max abs %s, rel-L2 %s (click: heat map)", i, fmt_num(ch.max_abs[static_cast<std::size_t>(i)], 3).c_str(),
+                        fmt_num(ch.rel_l2[static_cast<std::size_t>(i)], 3).c_str());
+      if (ImGui::IsMouseClicked(ImGuiMouseButton_Left)) {
+        st.c_index = i;
+        st.detail_stale = true;
       }
     }
   }
-  // Heat map of |a-b| for one (n, c) slice, next to the worst elements.
-  ImGui::BeginGroup();
+}
+
+// Heat map of |a-b| for one (n, c) slice, with sliders to pick the slice of a 4-d tensor.
+void heat_map(PrecisionState& st, const TensorDetail& d, float w, float h) {
   if (d.shape.size() == 4) {
     ImGui::SetNextItemWidth(120);
-    if (ImGui::SliderInt("n", &st.n_index, 0, static_cast<int>(d.shape[0] - 1))) st.detail.reset();
+    if (ImGui::SliderInt("n", &st.n_index, 0, static_cast<int>(d.shape[0] - 1))) st.detail_stale = true;
     ImGui::SameLine();
     ImGui::SetNextItemWidth(160);
-    if (ImGui::SliderInt("c", &st.c_index, 0, static_cast<int>(d.shape[1] - 1))) st.detail.reset();
+    if (ImGui::SliderInt("c", &st.c_index, 0, static_cast<int>(d.shape[1] - 1))) st.detail_stale = true;
   }
   if (st.detail && d.heat.rows > 0 && d.heat.cols > 0) {
     const float side = std::min(h * 1.1f, w * 0.9f);
@@ -332,9 +310,10 @@ void detail_panes(PrecisionState& st, const PrecisionData& data) {
     ImGui::Dummy(ImVec2(cols * cell, rows * cell));
     ImGui::TextColored(to_vec4(color::kDim), "|a-b| heat map %dx%d, max %s", d.heat.rows, d.heat.cols, fmt_num(d.heat.max, 3).c_str());
   }
-  ImGui::EndGroup();
-  ImGui::SameLine();
-  ImGui::BeginGroup();
+}
+
+// The elements with the largest |a-b|.
+void worst_table(const TensorDetail& d) {
   if (ImGui::BeginTable("##worst", 4, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit)) {
     for (const char* hd : {"index", "run", "reference", "|a-b|"}) ImGui::TableSetupColumn(hd);
     ImGui::TableHeadersRow();
@@ -352,6 +331,49 @@ void detail_panes(PrecisionState& st, const PrecisionData& data) {
     }
     ImGui::EndTable();
   }
+}
+
+void detail_panes(PrecisionState& st, const PrecisionData& data) {
+  const auto& c = data.comparison;
+  if (st.selected < 0 || st.selected >= static_cast<int>(c.rows.size())) {
+    ImGui::TextColored(to_vec4(color::kDim), "Select a tensor (table or plot) for its histograms, per-channel errors and heat map.");
+    return;
+  }
+  const auto& r = c.rows[static_cast<std::size_t>(st.selected)];
+  if (!data.has_tensors) {
+    row_summary(r);
+    if (!r.reason.empty()) ImGui::TextColored(to_vec4(color::kDim), "%s", r.reason.c_str());
+    ImGui::Spacing();
+    ImGui::PushTextWrapPos(ImGui::GetContentRegionAvail().x);
+    ImGui::TextColored(to_vec4(color::kWarn), "%s", data.tensors_note.c_str());
+    ImGui::PopTextWrapPos();
+    return;
+  }
+  load_detail(st, data);
+  row_summary(r);
+  if (!st.detail) {
+    ImGui::TextColored(to_vec4(color::kWarn), "%s", st.detail_error.c_str());
+    return;
+  }
+  TensorDetail& d = *st.detail;
+  const float w = (ImGui::GetContentRegionAvail().x - 8) * 0.5f;
+  const float h = std::max(150.0f, (ImGui::GetContentRegionAvail().y - ImGui::GetTextLineHeightWithSpacing() * 4) / 3.0f);
+  ImGui::BeginGroup();
+  histogram_bars("##vals", {{&d.a_hist, color::kAccent}, {&d.b_hist, IM_COL32(235, 140, 60, 255)}}, "value (blue: run, orange: reference)",
+                 ImVec2(w, h), false);
+  ImGui::EndGroup();
+  ImGui::SameLine();
+  ImGui::BeginGroup();
+  histogram_bars("##errs", {{&d.err_hist, color::kBad}}, ("|a - b| (log bins; " + std::to_string(d.equal) + " equal)").c_str(), ImVec2(w, h), true);
+  ImGui::EndGroup();
+  if (!d.channels.rel_l2.empty()) channel_plot(st, d, h);
+  // Heat map of |a-b| for one (n, c) slice, next to the worst elements.
+  ImGui::BeginGroup();
+  heat_map(st, d, w, h);
+  ImGui::EndGroup();
+  ImGui::SameLine();
+  ImGui::BeginGroup();
+  worst_table(d);
   ImGui::EndGroup();
 }
 

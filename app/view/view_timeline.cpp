@@ -6,6 +6,7 @@
 // second run, --compare) gets its own group of lanes below, shifted so both runs' step N start at the
 // same x (by default the first steady step; a toggle and the step are in the toolbar).
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cmath>
 #include <unordered_set>
@@ -370,32 +371,18 @@ void second_run_controls(App& app, TimelineState& st, const RunModel& m) {
   st.align_step = std::max(st.align_step, 0);
 }
 
-}  // namespace
+// The timeline's place this frame (the label column on the left, the ruler on top, the lanes below)
+// and the mouse over it.
+struct TimelineFrame {
+  ImDrawList* dl;
+  ImVec2 p0, size;
+  float lh, ruler_h, x0, width, row_h, lanes_top;
+  ImVec2 mouse;
+  bool hovered, active, in_lanes;
+};
 
-void draw_timeline(App& app) {
-  const RunModel& m = *app.model;
-  TimelineState& st = app.timeline;
-  if (st.lanes_for != &m) {
-    st.lanes = make_lanes(m);
-    st.lanes_for = &m;
-  }
-  toolbar(app, st, m);
-
-  const float details_h = (st.selected || st.range_sel) ? 170.0f : ImGui::GetTextLineHeightWithSpacing() + 8;
-  ImVec2 avail = ImGui::GetContentRegionAvail();
-  ImVec2 p0 = ImGui::GetCursorScreenPos();
-  ImVec2 size(avail.x, std::max(100.0f, avail.y - details_h));
-  ImGui::InvisibleButton("##timeline", size, ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight);
-  const bool hovered = ImGui::IsItemHovered();
-  const bool active = ImGui::IsItemActive();
-  ImDrawList* dl = ImGui::GetWindowDrawList();
-  const float lh = ImGui::GetTextLineHeight();
-  const float label_w = std::clamp(size.x * 0.13f, 130.0f, 220.0f);
-  const float ruler_h = lh * 2.2f;
-  const float x0 = p0.x + label_w;
-  const float width = std::max(10.0f, size.x - label_w - 6.0f);
-  const float row_h = lh + 5.0f;
-
+// Fits the view to the run on first show, takes a window another view asked for, and sets its width.
+void place_view(TimelineState& st, const RunModel& m, float width) {
   if (!st.fitted) {
     st.view = fit_view(static_cast<double>(m.t_min_ns), static_cast<double>(m.t_max_ns), width);
     st.fitted = true;
@@ -406,24 +393,25 @@ void draw_timeline(App& app) {
     st.zoom_to.reset();
   }
   st.view.width_px = width;
-  const double full = static_cast<double>(std::max<std::int64_t>(m.t_max_ns - m.t_min_ns, 1000));
+}
 
-  // Input: zoom at the cursor, pan, select.
+// Input: zoom at the cursor, pan, select (a shift+drag time range gets its statistics on release).
+void handle_input(TimelineState& st, const RunModel& m, const TimelineFrame& f) {
+  const double full = static_cast<double>(std::max<std::int64_t>(m.t_max_ns - m.t_min_ns, 1000));
   ImGuiIO& io = ImGui::GetIO();
-  const ImVec2 mouse = io.MousePos;
-  const bool in_lanes = hovered && mouse.x >= x0 && mouse.y > p0.y + ruler_h;
-  if (hovered && io.MouseWheel != 0.0f) {
+  const ImVec2 mouse = f.mouse;
+  if (f.hovered && io.MouseWheel != 0.0f) {
     if (io.KeyShift) {
-      st.scroll_y -= io.MouseWheel * row_h * 3.0f;
+      st.scroll_y -= io.MouseWheel * f.row_h * 3.0f;
     } else {
-      st.view = zoom_at(st.view, std::clamp(mouse.x - x0, 0.0f, width), std::pow(1.25, io.MouseWheel), full * 4.0);
+      st.view = zoom_at(st.view, std::clamp(mouse.x - f.x0, 0.0f, f.width), std::pow(1.25, io.MouseWheel), full * 4.0);
     }
   }
-  if (active && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && io.KeyShift)
-    st.drag_anchor_ns = st.view.to_time(mouse.x - x0);
-  if (active && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2.0f)) {
+  if (f.active && ImGui::IsMouseClicked(ImGuiMouseButton_Left) && io.KeyShift)
+    st.drag_anchor_ns = st.view.to_time(mouse.x - f.x0);
+  if (f.active && ImGui::IsMouseDragging(ImGuiMouseButton_Left, 2.0f)) {
     if (st.drag_anchor_ns) {
-      double t = st.view.to_time(mouse.x - x0);
+      double t = st.view.to_time(mouse.x - f.x0);
       auto a = static_cast<std::int64_t>(std::min(*st.drag_anchor_ns, t));
       auto b = static_cast<std::int64_t>(std::max(*st.drag_anchor_ns, t));
       st.range_sel = std::make_pair(a, b);
@@ -432,7 +420,7 @@ void draw_timeline(App& app) {
       st.scroll_y -= io.MouseDelta.y;
     }
   }
-  if (active && ImGui::IsMouseDragging(ImGuiMouseButton_Right, 2.0f)) st.view = pan_px(st.view, io.MouseDelta.x);
+  if (f.active && ImGui::IsMouseDragging(ImGuiMouseButton_Right, 2.0f)) st.view = pan_px(st.view, io.MouseDelta.x);
   st.view = keep_in(st.view, static_cast<double>(m.t_min_ns), static_cast<double>(m.t_max_ns));
   if (ImGui::IsItemDeactivated() && st.drag_anchor_ns) {
     st.drag_anchor_ns.reset();
@@ -446,12 +434,10 @@ void draw_timeline(App& app) {
       st.selected.reset();
     }
   }
+}
 
-  dl->PushClipRect(p0, ImVec2(p0.x + size.x, p0.y + size.y), true);
-  dl->AddRectFilled(p0, ImVec2(p0.x + size.x, p0.y + size.y), IM_COL32(20, 21, 25, 255));
-
-  // Lanes, scrolled vertically under the ruler: the run's, then a second run's in its own group.
-  const RunModel* second = (app.second && st.show_second) ? app.second.get() : nullptr;
+// The run's lane group, and a second run's (when shown) shifted to line up with it.
+std::array<LaneGroup, 2> lane_groups(TimelineState& st, const RunModel& m, const RunModel* second) {
   Alignment alignment;
   if (second) {
     if (st.second_for != second) {
@@ -462,19 +448,25 @@ void draw_timeline(App& app) {
     if (st.align) step = st.align_step >= 0 ? std::optional<int>(st.align_step) : first_steady_step(m.run.steps);
     alignment = align_runs(m.run.steps, m.t_min_ns, second->run.steps, second->t_min_ns, step);
   }
-  LaneGroup groups[2] = {{&m, &st.lanes, 0, 0.0, ""}, {second, &st.second_lanes, kSecondRunRanks, alignment.offset_ns, ""}};
+  std::array<LaneGroup, 2> groups{{{&m, &st.lanes, 0, 0.0, ""}, {second, &st.second_lanes, kSecondRunRanks, alignment.offset_ns, ""}}};
   if (second) {
     groups[0].title = "this run: " + m.title();
     groups[1].title = "second run: " + second->title() +
                       (alignment.step ? "   (step " + std::to_string(*alignment.step) + " starts where this run's does)"
                                       : "   (aligned at the start of the runs)");
   }
-  const int group_count = second ? 2 : 1;
+  return groups;
+}
+
+// Lanes, scrolled vertically under the ruler: the run's, then a second run's in its own group.
+// Returns the event of the run under the mouse.
+std::optional<EventRef> draw_lanes(const std::array<LaneGroup, 2>& groups, int group_count, TimelineState& st,
+                                   const RunModel& m, const TimelineFrame& f) {
+  ImDrawList* dl = f.dl;
   float total_h = 0;
-  for (int g = 0; g < group_count; ++g) total_h += group_height(groups[g], st, row_h);
-  const float lanes_top = p0.y + ruler_h;
-  const float lanes_h = size.y - ruler_h;
-  st.scroll_y = std::clamp(st.scroll_y, 0.0f, std::max(0.0f, total_h - lanes_h + row_h));
+  for (int g = 0; g < group_count; ++g) total_h += group_height(groups[g], st, f.row_h);
+  const float lanes_h = f.size.y - f.ruler_h;
+  st.scroll_y = std::clamp(st.scroll_y, 0.0f, std::max(0.0f, total_h - lanes_h + f.row_h));
 
   static std::vector<DrawRun> scratch;  // reused across frames: no per-frame allocation
   std::optional<EventRef> hovered_event;
@@ -482,63 +474,120 @@ void draw_timeline(App& app) {
   if (st.selected) linked = corr_of(m, *st.selected);
   if (st.hovered && corr_of(m, *st.hovered) != 0) linked = corr_of(m, *st.hovered);
 
-  dl->PushClipRect(ImVec2(p0.x, lanes_top), ImVec2(p0.x + size.x, p0.y + size.y), true);
-  float y = lanes_top - st.scroll_y;
-  GroupFrame frame{dl, p0, size, x0, width, row_h, lanes_top, mouse, in_lanes, hovered};
+  dl->PushClipRect(ImVec2(f.p0.x, f.lanes_top), ImVec2(f.p0.x + f.size.x, f.p0.y + f.size.y), true);
+  float y = f.lanes_top - st.scroll_y;
+  GroupFrame frame{dl, f.p0, f.size, f.x0, f.width, f.row_h, f.lanes_top, f.mouse, f.in_lanes, f.hovered};
   for (int g = 0; g < group_count; ++g) {
     // The second run has its own string and track ids: nothing of the first run's selection applies.
     TimelineState unrelated;
     TimelineState& gs = g == 0 ? st : unrelated;
-    LaneContext ctx{*groups[g].model, gs, dl, shifted(st.view, groups[g].offset_ns), x0, row_h, mouse, in_lanes, scratch, std::nullopt,
+    LaneContext ctx{*groups[g].model, gs, dl, shifted(st.view, groups[g].offset_ns), f.x0, f.row_h, f.mouse, f.in_lanes, scratch, std::nullopt,
                     g == 0 ? linked : 0};
     y = draw_group(groups[g], ctx, st, frame, y);
     if (g == 0) hovered_event = ctx.hovered;
   }
   dl->PopClipRect();
+  return hovered_event;
+}
 
-  // The ruler: ticks relative to the start of the run, occurrence markers, the selection.
-  dl->AddRectFilled(p0, ImVec2(p0.x + size.x, lanes_top), IM_COL32(30, 31, 37, 255));
-  const double step = nice_step(st.view.span_ns(), width / (lh * 8.0));
+// The ruler's ticks, relative to the start of the run, with grid lines down the lanes.
+void draw_ticks(const TimelineState& st, const RunModel& m, const TimelineFrame& f) {
+  ImDrawList* dl = f.dl;
+  dl->AddRectFilled(f.p0, ImVec2(f.p0.x + f.size.x, f.lanes_top), IM_COL32(30, 31, 37, 255));
+  const double step = nice_step(st.view.span_ns(), f.width / (f.lh * 8.0));
   const double origin = static_cast<double>(m.t_min_ns);
   for (double t : ticks(st.view.t0_ns - origin, st.view.t1_ns - origin, step)) {
-    float tx = x0 + static_cast<float>(st.view.to_px(t + origin));
-    dl->AddLine(ImVec2(tx, lanes_top - lh * 0.7f), ImVec2(tx, lanes_top), color::kAxis);
-    dl->AddLine(ImVec2(tx, lanes_top), ImVec2(tx, p0.y + size.y), IM_COL32(255, 255, 255, 14));
+    float tx = f.x0 + static_cast<float>(st.view.to_px(t + origin));
+    dl->AddLine(ImVec2(tx, f.lanes_top - f.lh * 0.7f), ImVec2(tx, f.lanes_top), color::kAxis);
+    dl->AddLine(ImVec2(tx, f.lanes_top), ImVec2(tx, f.p0.y + f.size.y), IM_COL32(255, 255, 255, 14));
     std::string s = format_tick(t, step);
-    dl->AddText(ImVec2(tx + 3, p0.y + 2), color::kDim, s.c_str());
+    dl->AddText(ImVec2(tx + 3, f.p0.y + 2), color::kDim, s.c_str());
   }
-  dl->AddText(ImVec2(p0.x + 6, p0.y + 2), color::kDim, "time since start");
-  if (!st.occurrences.empty()) {
-    float last = -1;
-    // Markers from the first occurrence in the window, at most one per pixel.
-    auto first = std::partition_point(st.occurrences.begin(), st.occurrences.end(), [&](const EventRef& e) {
-      return static_cast<double>(extent_of(m, e).second) < st.view.t0_ns;
-    });
-    for (auto it = first; it != st.occurrences.end(); ++it) {
-      auto [s, e] = extent_of(m, *it);
-      float ox = x0 + static_cast<float>(st.view.to_px(static_cast<double>(s)));
-      if (ox > x0 + width) break;
-      if (ox - last < 1.0f) continue;
-      last = ox;
-      dl->AddRectFilled(ImVec2(ox, lanes_top - 6), ImVec2(ox + 2, lanes_top), color::kSelect);
-    }
+  dl->AddText(ImVec2(f.p0.x + 6, f.p0.y + 2), color::kDim, "time since start");
+}
+
+// Markers on the ruler at the found occurrences, from the first one in the window, at most one per pixel.
+void draw_occurrence_markers(const TimelineState& st, const RunModel& m, const TimelineFrame& f) {
+  if (st.occurrences.empty()) return;
+  float last = -1;
+  auto first = std::partition_point(st.occurrences.begin(), st.occurrences.end(), [&](const EventRef& e) {
+    return static_cast<double>(extent_of(m, e).second) < st.view.t0_ns;
+  });
+  for (auto it = first; it != st.occurrences.end(); ++it) {
+    auto [s, e] = extent_of(m, *it);
+    float ox = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(s)));
+    if (ox > f.x0 + f.width) break;
+    if (ox - last < 1.0f) continue;
+    last = ox;
+    f.dl->AddRectFilled(ImVec2(ox, f.lanes_top - 6), ImVec2(ox + 2, f.lanes_top), color::kSelect);
   }
-  if (st.range_sel) {
-    float a = x0 + static_cast<float>(st.view.to_px(static_cast<double>(st.range_sel->first)));
-    float b = x0 + static_cast<float>(st.view.to_px(static_cast<double>(st.range_sel->second)));
-    dl->AddRectFilled(ImVec2(a, p0.y), ImVec2(b, p0.y + size.y), IM_COL32(255, 230, 90, 35));
-    dl->AddLine(ImVec2(a, p0.y), ImVec2(a, p0.y + size.y), color::kSelect);
-    dl->AddLine(ImVec2(b, p0.y), ImVec2(b, p0.y + size.y), color::kSelect);
-    std::string s = fmt_ns(static_cast<double>(st.range_sel->second - st.range_sel->first));
-    dl->AddText(ImVec2(a + 4, lanes_top - lh - 1), color::kSelect, s.c_str());
+}
+
+// The selected time range, shaded over the lanes with its length on the ruler.
+void draw_range_selection(const TimelineState& st, const TimelineFrame& f) {
+  if (!st.range_sel) return;
+  ImDrawList* dl = f.dl;
+  float a = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(st.range_sel->first)));
+  float b = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(st.range_sel->second)));
+  dl->AddRectFilled(ImVec2(a, f.p0.y), ImVec2(b, f.p0.y + f.size.y), IM_COL32(255, 230, 90, 35));
+  dl->AddLine(ImVec2(a, f.p0.y), ImVec2(a, f.p0.y + f.size.y), color::kSelect);
+  dl->AddLine(ImVec2(b, f.p0.y), ImVec2(b, f.p0.y + f.size.y), color::kSelect);
+  std::string s = fmt_ns(static_cast<double>(st.range_sel->second - st.range_sel->first));
+  dl->AddText(ImVec2(a + 4, f.lanes_top - f.lh - 1), color::kSelect, s.c_str());
+}
+
+}  // namespace
+
+void draw_timeline(App& app) {
+  const RunModel& m = *app.model;
+  TimelineState& st = app.timeline;
+  if (st.lanes_for != &m) {
+    st.lanes = make_lanes(m);
+    st.lanes_for = &m;
   }
-  if (in_lanes) dl->AddLine(ImVec2(mouse.x, lanes_top), ImVec2(mouse.x, p0.y + size.y), IM_COL32(255, 255, 255, 60));
-  dl->AddLine(ImVec2(x0 - 1, p0.y), ImVec2(x0 - 1, p0.y + size.y), color::kGrid);
+  toolbar(app, st, m);
+
+  const float details_h = (st.selected || st.range_sel) ? 170.0f : ImGui::GetTextLineHeightWithSpacing() + 8;
+  ImVec2 avail = ImGui::GetContentRegionAvail();
+  TimelineFrame f;
+  f.p0 = ImGui::GetCursorScreenPos();
+  f.size = ImVec2(avail.x, std::max(100.0f, avail.y - details_h));
+  ImGui::InvisibleButton("##timeline", f.size, ImGuiButtonFlags_MouseButtonLeft | ImGuiButtonFlags_MouseButtonRight);
+  f.hovered = ImGui::IsItemHovered();
+  f.active = ImGui::IsItemActive();
+  f.dl = ImGui::GetWindowDrawList();
+  f.lh = ImGui::GetTextLineHeight();
+  const float label_w = std::clamp(f.size.x * 0.13f, 130.0f, 220.0f);
+  f.ruler_h = f.lh * 2.2f;
+  f.x0 = f.p0.x + label_w;
+  f.width = std::max(10.0f, f.size.x - label_w - 6.0f);
+  f.row_h = f.lh + 5.0f;
+  f.lanes_top = f.p0.y + f.ruler_h;
+  f.mouse = ImGui::GetIO().MousePos;
+  f.in_lanes = f.hovered && f.mouse.x >= f.x0 && f.mouse.y > f.p0.y + f.ruler_h;
+
+  place_view(st, m, f.width);
+  handle_input(st, m, f);
+
+  ImDrawList* dl = f.dl;
+  dl->PushClipRect(f.p0, ImVec2(f.p0.x + f.size.x, f.p0.y + f.size.y), true);
+  dl->AddRectFilled(f.p0, ImVec2(f.p0.x + f.size.x, f.p0.y + f.size.y), IM_COL32(20, 21, 25, 255));
+
+  const RunModel* second = (app.second && st.show_second) ? app.second.get() : nullptr;
+  const std::array<LaneGroup, 2> groups = lane_groups(st, m, second);
+  const std::optional<EventRef> hovered_event = draw_lanes(groups, second ? 2 : 1, st, m, f);
+
+  // The ruler: ticks relative to the start of the run, occurrence markers, the selection.
+  draw_ticks(st, m, f);
+  draw_occurrence_markers(st, m, f);
+  draw_range_selection(st, f);
+  if (f.in_lanes) dl->AddLine(ImVec2(f.mouse.x, f.lanes_top), ImVec2(f.mouse.x, f.p0.y + f.size.y), IM_COL32(255, 255, 255, 60));
+  dl->AddLine(ImVec2(f.x0 - 1, f.p0.y), ImVec2(f.x0 - 1, f.p0.y + f.size.y), color::kGrid);
   dl->PopClipRect();
 
   // Click without drag: select what is under the mouse (or clear).
   st.hovered = hovered_event;
-  if (ImGui::IsItemDeactivated() && io.MouseDragMaxDistanceSqr[ImGuiMouseButton_Left] < 9.0f && mouse.x >= x0) {
+  if (ImGui::IsItemDeactivated() && ImGui::GetIO().MouseDragMaxDistanceSqr[ImGuiMouseButton_Left] < 9.0f && f.mouse.x >= f.x0) {
     st.selected = hovered_event;
     if (hovered_event) st.range_sel.reset();
   }

@@ -40,8 +40,8 @@ def load_state_dict(path, key):
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except TypeError:  # a PyTorch without weights_only
             obj = torch.load(path, map_location="cpu")
-        except Exception:  # a pickled module: only a full unpickling can read it
-            obj = torch.load(path, map_location="cpu")
+        except Exception:  # a pickled module: only a full unpickling can read it (PyTorch 2.6+ asks explicitly)
+            obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # noqa: BLE001 - every failure of torch.load is bad input here
         raise InputError(f"{path}: not a torch.save file ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     if isinstance(obj, torch.nn.Module):

@@ -11,6 +11,7 @@
 #include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/steps.hpp"
+#include "layout/resnet50.hpp"
 
 namespace wb::analysis {
 
@@ -47,23 +48,18 @@ bool is_layer_name(std::string_view s) {
 }
 
 OpType op_type_of_layer(const std::string& name) {
-  auto ends = [&](const char* suffix) {
-    std::size_t n = std::char_traits<char>::length(suffix);
-    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
-  };
-  if (name == "loss") return OpType::loss;
-  if (name == "optimizer") return OpType::optimizer;
-  if (ends("downsample.0")) return OpType::conv;
-  if (ends("downsample.1")) return OpType::bn;
-  auto dot = name.rfind('.');
-  std::string last = dot == std::string::npos ? name : name.substr(dot + 1);
-  if (last.rfind("conv", 0) == 0) return OpType::conv;
-  if (last.rfind("bn", 0) == 0) return OpType::bn;
-  if (last == "relu") return OpType::relu;
-  if (last == "maxpool" || last == "avgpool") return OpType::pool;
-  if (last == "fc") return OpType::fc;
-  // "layer2.0": a block (two components, the first layerN)
-  if (name.rfind("layer", 0) == 0 && dot != std::string::npos && name.find('.') == dot) return OpType::block;
+  switch (layout::kind_of_name(name)) {
+    case layout::NameKind::conv: return OpType::conv;
+    case layout::NameKind::batch_norm: return OpType::bn;
+    case layout::NameKind::relu: return OpType::relu;
+    case layout::NameKind::maxpool:
+    case layout::NameKind::avgpool: return OpType::pool;
+    case layout::NameKind::fc: return OpType::fc;
+    case layout::NameKind::block: return OpType::block;
+    case layout::NameKind::loss: return OpType::loss;
+    case layout::NameKind::optimizer: return OpType::optimizer;
+    case layout::NameKind::other: return OpType::other;
+  }
   return OpType::other;
 }
 
@@ -91,15 +87,8 @@ std::string meta_or(const RunData& run, const char* key, const char* fallback) {
   return it == run.meta.end() ? fallback : it->second;
 }
 
-}  // namespace
-
-RunLayers layer_times(const RunData& run, const LayerOptions& options) {
-  RunLayers out;
-  out.rank = options.rank;
-  out.framework = meta_or(run, "framework", "wb");
-  out.device = meta_or(run, "device", "?");
-  out.gpu = run.kernel_rows > 0;
-
+// The rank's steps to measure, by step, less the first `skip_steps` (or the default skip).
+std::vector<store::StepRow> measured_steps(const RunData& run, const LayerOptions& options) {
   std::vector<store::StepRow> steps;
   for (const auto& s : run.steps)
     if (s.rank == options.rank) steps.push_back(s);
@@ -111,13 +100,12 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
     throw AnalysisError(concat(run.path.string(), ": --skip ", std::to_string(skip), " leaves none of its ",
                                std::to_string(steps.size()), " steps"));
   steps.erase(steps.begin(), steps.begin() + skip);
-  std::map<int, std::int64_t> step_start;
-  for (const auto& s : steps) {
-    out.steps.push_back(s.step);
-    step_start[s.step] = s.start_ns;
-  }
-  const double n = static_cast<double>(steps.size());
+  return steps;
+}
 
+// The memory peak: the allocator's own high-water mark when the run recorded one, else the largest
+// peak of the measured steps from the memory events.
+void find_peak_memory(const RunData& run, int rank, RunLayers& out) {
   if (auto it = run.meta.find("max_memory_allocated"); it != run.meta.end()) {
     try {
       out.peak_memory = std::stoll(it->second);
@@ -129,54 +117,69 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
   if (out.peak_memory <= 0) {
     const std::set<int> measured(out.steps.begin(), out.steps.end());
     for (const StepMemory& m : analyze_memory(run).steps)
-      if (m.rank == options.rank && measured.count(m.step) && m.peak_bytes > out.peak_memory) {
+      if (m.rank == rank && measured.count(m.step) && m.peak_bytes > out.peak_memory) {
         out.peak_memory = m.peak_bytes;
         out.peak_memory_source = "memory events";
         out.peak_memory_op = m.peak_op;
       }
   }
+}
 
-  // How the importer found each layer; wb-train's own layers are named by the trainer.
+// How the importer found each layer (meta.layer_match), or an empty object.
+nlohmann::json layer_match(const RunData& run) {
   nlohmann::json match = nlohmann::json::object();
   if (auto it = run.meta.find("layer_match"); it != run.meta.end()) {
     match = nlohmann::json::parse(it->second, nullptr, false);
     if (match.is_discarded()) match = nlohmann::json::object();
   }
-  auto method_of = [&](const std::string& name, Category dir) -> std::string {
-    if (match.empty()) return "name";
-    const char* key = dir == Category::backward ? "backward" : "forward";
-    if (match.contains(key) && match[key].contains(name) && match[key][name].is_string()) return match[key][name].get<std::string>();
-    return dir == Category::loss || dir == Category::optimizer ? "name" : "derived";
-  };
+  return match;
+}
 
-  struct Acc {
-    LayerTime t;
-    bool seen = false;
-  };
-  std::map<std::pair<std::string, Category>, Acc> acc;
-  std::map<std::uint64_t, std::pair<const store::RangeRow*, Acc*>> layer_of_corr;
+// How a layer was found; wb-train's own layers (no layer_match) are named by the trainer.
+std::string match_method(const nlohmann::json& match, const std::string& name, Category dir) {
+  if (match.empty()) return "name";
+  const char* key = dir == Category::backward ? "backward" : "forward";
+  if (match.contains(key) && match[key].contains(name) && match[key][name].is_string()) return match[key][name].get<std::string>();
+  return dir == Category::loss || dir == Category::optimizer ? "name" : "derived";
+}
 
+// One layer's time summed over the measured steps, until it is divided into means.
+struct LayerAcc {
+  LayerTime t;
+  bool seen = false;
+};
+
+// The layer ranges of a rank's threads in the measured steps, by layer and direction, and the
+// innermost layer of each range that launched device work, by correlation id.
+struct LayerScan {
+  std::map<std::pair<std::string, Category>, LayerAcc> acc;
+  std::map<std::uint64_t, std::pair<const store::RangeRow*, LayerAcc*>> layer_of_corr;
+};
+
+LayerScan scan_layers(const RunData& run, int rank, std::map<int, std::int64_t>& step_start) {
+  const nlohmann::json match = layer_match(run);
+  LayerScan scan;
   for (const auto& track : run.tracks) {
-    if (track.rank != options.rank || track.kind != store::TrackKind::thread) continue;
+    if (track.rank != rank || track.kind != store::TrackKind::thread) continue;
     const auto& rows = run.ranges_of(track.id);
     // Ranges come by start, enclosing first: a stack of the open layer ranges gives each launching
     // range its innermost layer.
-    std::vector<std::pair<const store::RangeRow*, Acc*>> open;
+    std::vector<std::pair<const store::RangeRow*, LayerAcc*>> open;
     for (const auto& r : rows) {
       while (!open.empty() && open.back().first->end_ns <= r.start_ns) open.pop_back();
-      Acc* layer = nullptr;
+      LayerAcc* layer = nullptr;
       const std::string& name = run.name(r.name);
       if (layer_category(r.category) && step_start.count(r.step) && is_layer_name(name) &&
           op_type_of_layer(name) != OpType::other) {
         auto dir = static_cast<Category>(r.category);
-        Acc& a = acc[{name, dir}];
+        LayerAcc& a = scan.acc[{name, dir}];
         std::int64_t off = r.start_ns - step_start[r.step];
         if (!a.seen || off < a.t.first_ns) a.t.first_ns = off;
         if (!a.seen) {
           a.t.name = name;
           a.t.direction = dir;
           a.t.type = op_type_of_layer(name);
-          a.t.method = method_of(name, dir);
+          a.t.method = match_method(match, name, dir);
           a.seen = true;
         }
         a.t.ns += static_cast<double>(r.end_ns - r.start_ns);
@@ -184,43 +187,52 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
         layer = &a;
         open.push_back({&r, layer});
       }
-      if (r.corr_id != 0 && !open.empty()) layer_of_corr[r.corr_id] = open.back();
+      if (r.corr_id != 0 && !open.empty()) scan.layer_of_corr[r.corr_id] = open.back();
     }
   }
-  if (acc.empty())
-    throw AnalysisError(concat(run.path.string(), ": no layer ranges in the steps compared (expected module names like "
-                               "layer1.0.conv1; a PyTorch trace is read with wb import torch-trace)"));
+  return scan;
+}
 
+// Adds the rank's device activities to the layers whose ranges launched them.
+void count_kernels(const RunData& run, int rank, LayerScan& scan) {
   std::set<std::uint32_t> rank_streams;
   for (const auto& t : run.tracks)
-    if (t.rank == options.rank && t.kind == store::TrackKind::stream) rank_streams.insert(t.id);
+    if (t.rank == rank && t.kind == store::TrackKind::stream) rank_streams.insert(t.id);
   for (const auto& [track, ks] : run.kernels) {
     if (!rank_streams.count(track)) continue;
     for (const auto& k : ks) {
-      auto it = layer_of_corr.find(k.corr_id);
-      if (k.corr_id == 0 || it == layer_of_corr.end()) continue;
+      auto it = scan.layer_of_corr.find(k.corr_id);
+      if (k.corr_id == 0 || it == scan.layer_of_corr.end()) continue;
       it->second.second->t.kernels += 1;
       it->second.second->t.kernel_ns += static_cast<double>(k.end_ns - k.start_ns);
     }
   }
+}
 
+// The layers' means over `n` steps: forward, loss, backward, optimizer, each in execution order.
+std::vector<LayerTime> mean_layers(std::map<std::pair<std::string, Category>, LayerAcc>& acc, double n) {
+  std::vector<LayerTime> layers;
   for (auto& [key, a] : acc) {
     a.t.ns /= n;
     a.t.calls /= n;
     a.t.kernels /= n;
     a.t.kernel_ns /= n;
-    out.layers.push_back(a.t);
+    layers.push_back(a.t);
   }
-  std::sort(out.layers.begin(), out.layers.end(), [](const LayerTime& x, const LayerTime& y) {
+  std::sort(layers.begin(), layers.end(), [](const LayerTime& x, const LayerTime& y) {
     int dx = direction_rank(x.direction), dy = direction_rank(y.direction);
     if (dx != dy) return dx < dy;
     if (x.first_ns != y.first_ns) return x.first_ns < y.first_ns;
     return x.name < y.name;
   });
+  return layers;
+}
 
-  // The step split, and what leaf layers of each type take of it.
+// The step split, and what leaf layers of each type take of it.
+void split_steps(const RunData& run, int rank, const std::map<int, std::int64_t>& step_start, double n,
+                 RunLayers& out) {
   for (const auto& b : step_breakdown(run)) {
-    if (b.rank != options.rank || !step_start.count(b.step)) continue;
+    if (b.rank != rank || !step_start.count(b.step)) continue;
     out.split.step_ns += static_cast<double>(b.total_ns) / n;
     out.split.compute_ns += static_cast<double>(b.compute_ns) / n;
     out.split.data_wait_ns += static_cast<double>(b.data_wait_ns) / n;
@@ -236,6 +248,34 @@ RunLayers layer_times(const RunData& run, const LayerOptions& options) {
       in_layers += l.ns;
     }
   out.type_ns[OpType::other] = std::max(0.0, out.split.step_ns - in_layers);
+}
+
+}  // namespace
+
+RunLayers layer_times(const RunData& run, const LayerOptions& options) {
+  RunLayers out;
+  out.rank = options.rank;
+  out.framework = meta_or(run, "framework", "wb");
+  out.device = meta_or(run, "device", "?");
+  out.gpu = run.kernel_rows > 0;
+
+  const std::vector<store::StepRow> steps = measured_steps(run, options);
+  std::map<int, std::int64_t> step_start;
+  for (const auto& s : steps) {
+    out.steps.push_back(s.step);
+    step_start[s.step] = s.start_ns;
+  }
+  const double n = static_cast<double>(steps.size());
+
+  find_peak_memory(run, options.rank, out);
+
+  LayerScan scan = scan_layers(run, options.rank, step_start);
+  if (scan.acc.empty())
+    throw AnalysisError(concat(run.path.string(), ": no layer ranges in the steps compared (expected module names like "
+                               "layer1.0.conv1; a PyTorch trace is read with wb import torch-trace)"));
+  count_kernels(run, options.rank, scan);
+  out.layers = mean_layers(scan.acc, n);
+  split_steps(run, options.rank, step_start, n, out);
   return out;
 }
 

@@ -5,32 +5,17 @@
 #include <map>
 #include <numeric>
 
+#include "layout/resnet50.hpp"
+
 namespace wb::analysis {
-namespace {
-
-constexpr int kBlocks[4] = {3, 4, 6, 3};
-
-}  // namespace
 
 std::string pipeline_unit_name(int unit) {
   if (unit <= 0) return "head";
   if (unit >= kPipelineUnits - 1) return "fc";
-  int b = unit - 1;
-  for (int s = 0; s < 4; ++s) {
-    if (b < kBlocks[s]) return "layer" + std::to_string(s + 1) + "." + std::to_string(b);
-    b -= kBlocks[s];
-  }
-  return "fc";
+  return layout::unit_name(unit);
 }
 
-int unit_of_module(const std::string& name) {
-  if (name == "conv1" || name == "bn1" || name == "relu" || name == "maxpool") return 0;
-  if (name == "avgpool" || name == "fc" || name == "loss") return kPipelineUnits - 1;
-  for (int u = 1; u < kPipelineUnits - 1; ++u) {
-    if (name == pipeline_unit_name(u)) return u;
-  }
-  return -1;
-}
+int unit_of_module(const std::string& name) { return layout::unit_of_module(name); }
 
 std::optional<PipelinePlanInfo> pipeline_plan(const RunData& run) {
   auto it = run.meta.find("pipeline_json");

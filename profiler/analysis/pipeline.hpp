@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "layout/resnet50.hpp"
 #include "profiler/analysis/run_data.hpp"
 
 namespace wb::analysis {
@@ -35,7 +36,7 @@ struct PipelinePlanInfo {
 std::optional<PipelinePlanInfo> pipeline_plan(const RunData& run);
 
 // The units of ResNet-50 a stage takes a run of: head, layer1.0 .. layer4.2, fc.
-inline constexpr int kPipelineUnits = 18;
+inline constexpr int kPipelineUnits = layout::kUnits;
 std::string pipeline_unit_name(int unit);
 // The unit a module range belongs to (by its torchvision name), -1 for none.
 int unit_of_module(const std::string& name);

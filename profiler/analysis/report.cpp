@@ -305,9 +305,8 @@ void write_kernel_sections(const KernelStats& k, std::ostream& out, std::size_t 
   }
 }
 
-}  // namespace
-
-void write_report(const RunData& run, std::ostream& out, const ReportOptions& options) {
+// The run's size, completeness and what the profiler itself cost.
+void write_run_header(const RunData& run, std::ostream& out) {
   auto ranks = run.rank_ids();
   out << "Run " << run.path.string() << "\n";
   out << "  ranks " << ranks.size() << ", steps " << run.steps.size() << ", complete " << (run.complete() ? "yes" : "no")
@@ -319,43 +318,53 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
         << "); every figure here includes it\n";
   }
   out << "\n";
+}
 
-  if (!run.evaluations.empty()) {
-    out << "Evaluation\n";
-    Table t({"after step", "top-1", "top-5", "images", "time"});
-    for (const auto& e : run.evaluations)
-      t.add({std::to_string(e.step), fmt("%.2f%%", e.top1), fmt("%.2f%%", e.top5), std::to_string(e.images),
-             fmt("%.1f s", e.seconds)});
-    t.print(out);
-    out << "\n";
-  }
+// The evaluations the run made, if any.
+void write_evaluations(const RunData& run, std::ostream& out) {
+  if (run.evaluations.empty()) return;
+  out << "Evaluation\n";
+  Table t({"after step", "top-1", "top-5", "images", "time"});
+  for (const auto& e : run.evaluations)
+    t.add({std::to_string(e.step), fmt("%.2f%%", e.top1), fmt("%.2f%%", e.top5), std::to_string(e.images),
+           fmt("%.1f s", e.seconds)});
+  t.print(out);
+  out << "\n";
+}
 
-  if (auto it = run.meta.find("capture"); it != run.meta.end()) {
-    // Triggered capture: events exist for the windows' steps only; the step table is whole.
-    std::set<std::int32_t> kept;
+// For a triggered capture, which steps have events and what triggered each window.
+void write_capture(const RunData& run, std::ostream& out) {
+  auto it = run.meta.find("capture");
+  if (it == run.meta.end()) return;
+  // Triggered capture: events exist for the windows' steps only; the step table is whole.
+  std::set<std::int32_t> kept;
+  for (const auto& w : run.capture_windows)
+    for (std::int32_t k = w.first_step; k <= w.last_step; ++k) kept.insert(k);
+  std::set<std::int32_t> steps;
+  for (const auto& s : run.steps) steps.insert(s.step);
+  out << "Triggered capture (" << it->second << "): events of " << kept.size() << " of " << steps.size()
+      << " steps, in " << run.capture_windows.size() << " window(s); the figures below that come from events "
+      << "(ops, kernels, queues, allreduce) cover those steps only\n";
+  if (!run.capture_windows.empty()) {
+    Table t({"rank", "steps", "trigger", "at step", "detail"});
     for (const auto& w : run.capture_windows)
-      for (std::int32_t k = w.first_step; k <= w.last_step; ++k) kept.insert(k);
-    std::set<std::int32_t> steps;
-    for (const auto& s : run.steps) steps.insert(s.step);
-    out << "Triggered capture (" << it->second << "): events of " << kept.size() << " of " << steps.size()
-        << " steps, in " << run.capture_windows.size() << " window(s); the figures below that come from events "
-        << "(ops, kernels, queues, allreduce) cover those steps only\n";
-    if (!run.capture_windows.empty()) {
-      Table t({"rank", "steps", "trigger", "at step", "detail"});
-      for (const auto& w : run.capture_windows)
-        t.add({std::to_string(w.rank), std::to_string(w.first_step) + "-" + std::to_string(w.last_step), w.trigger,
-               std::to_string(w.trigger_step), w.detail});
-      t.print(out);
-    }
-    out << "\n";
+      t.add({std::to_string(w.rank), std::to_string(w.first_step) + "-" + std::to_string(w.last_step), w.trigger,
+             std::to_string(w.trigger_step), w.detail});
+    t.print(out);
   }
+  out << "\n";
+}
 
+void write_warnings(const RunData& run, std::ostream& out) {
   auto warnings = run_warnings(run);
   out << "Warnings (" << warnings.size() << ")\n";
   if (warnings.empty()) out << "  none\n";
   for (const auto& w : warnings) out << "  [" << w.kind << "] " << w.message << "\n";
   out << "\n";
+}
 
+// Host time by category and the top ops by total time.
+void write_op_sections(const RunData& run, std::ostream& out, std::size_t top) {
   OpStats ops = op_stats(run);
   out << "Time by category\n";
   {
@@ -369,7 +378,7 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   out << "\nTop ops by total time\n";
   {
     Table t({"op", "category", "count", "total", "self", "mean", "p50", "p95", "max"});
-    for (std::size_t i = 0; i < ops.by_name.size() && i < options.top_ops; ++i) {
+    for (std::size_t i = 0; i < ops.by_name.size() && i < top; ++i) {
       const auto& s = ops.by_name[i];
       t.add({s.name, std::string(store::category_name(s.category)), std::to_string(s.count), format_ns(static_cast<double>(s.total_ns)),
              format_ns(static_cast<double>(s.self_ns)), format_ns(s.mean_ns), format_ns(static_cast<double>(s.p50_ns)),
@@ -377,34 +386,33 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     }
     t.print(out);
   }
+}
 
-  if (run.kernel_rows > 0) write_kernel_sections(kernel_stats(run), out, options.top_ops);
-
+// The mean step of each rank split into compute, data wait, exposed communication and the rest.
+void write_step_breakdown(const RunData& run, std::ostream& out) {
   auto steps = step_breakdown(run);
   out << "\nStep breakdown (mean per rank)\n";
-  {
-    Table t({"rank", "steps", "step", "compute", "data wait", "exposed comm", "other"});
-    std::map<int, std::vector<const StepBreakdown*>> per_rank;
-    for (const auto& b : steps) per_rank[b.rank].push_back(&b);
-    for (const auto& [rank, v] : per_rank) {
-      double n = static_cast<double>(v.size()), total = 0, compute = 0, data = 0, comm = 0, other = 0;
-      for (const auto* b : v) {
-        total += static_cast<double>(b->total_ns);
-        compute += static_cast<double>(b->compute_ns);
-        data += static_cast<double>(b->data_wait_ns);
-        comm += static_cast<double>(b->comm_exposed_ns);
-        other += static_cast<double>(b->other_ns);
-      }
-      t.add({std::to_string(rank), std::to_string(v.size()), format_ns(total / n), format_ns(compute / n) + " " + pct(compute, total),
-             format_ns(data / n) + " " + pct(data, total), format_ns(comm / n) + " " + pct(comm, total),
-             format_ns(other / n) + " " + pct(other, total)});
+  Table t({"rank", "steps", "step", "compute", "data wait", "exposed comm", "other"});
+  std::map<int, std::vector<const StepBreakdown*>> per_rank;
+  for (const auto& b : steps) per_rank[b.rank].push_back(&b);
+  for (const auto& [rank, v] : per_rank) {
+    double n = static_cast<double>(v.size()), total = 0, compute = 0, data = 0, comm = 0, other = 0;
+    for (const auto* b : v) {
+      total += static_cast<double>(b->total_ns);
+      compute += static_cast<double>(b->compute_ns);
+      data += static_cast<double>(b->data_wait_ns);
+      comm += static_cast<double>(b->comm_exposed_ns);
+      other += static_cast<double>(b->other_ns);
     }
-    t.print(out);
+    t.add({std::to_string(rank), std::to_string(v.size()), format_ns(total / n), format_ns(compute / n) + " " + pct(compute, total),
+           format_ns(data / n) + " " + pct(data, total), format_ns(comm / n) + " " + pct(comm, total),
+           format_ns(other / n) + " " + pct(other, total)});
   }
+  t.print(out);
+}
 
-  write_sync_bn_section(run, out);
-  write_fc_shard_section(run, out);
-
+// Input starvation per rank, the queues, the longest empty spells and how many workers would keep up.
+void write_input_pipeline(const RunData& run, std::ostream& out) {
   Starvation st = starvation(run);
   out << "\nInput pipeline\n";
   {
@@ -443,47 +451,65 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
     out << "; " << format_ns(st.per_image_ns) << " in all, " << fmt("%.1f", 1e9 / st.per_image_ns)
         << " images/s per worker\n";
   }
+}
 
-  write_memory_section(run, out);
-  write_stragglers(run, out);
-
-  if (!run.allreduces.empty()) {
-    out << "\nAllreduce buckets\n";
-    {
-      Table t({"bucket", "params", "bytes", "ready->start", "max", "duration", "max"});
-      for (const auto& b : bucket_stats(run.allreduces))
-        t.add({std::to_string(b.bucket), concat("[", std::to_string(b.first_param), ",", std::to_string(b.last_param), "]"),
-               std::to_string(b.bytes), format_ns(b.mean_latency_ns), format_ns(static_cast<double>(b.max_latency_ns)),
-               format_ns(b.mean_duration_ns), format_ns(static_cast<double>(b.max_duration_ns))});
-      t.print(out);
-    }
-    auto comms = step_comms(run);
-    double comm = 0, overlap = 0, exposed = 0;
-    for (const auto& c : comms) {
-      comm += static_cast<double>(c.comm_ns);
-      overlap += static_cast<double>(c.overlap_ns);
-      exposed += static_cast<double>(c.exposed_ns);
-    }
-    double n = static_cast<double>(std::max<std::size_t>(1, comms.size()));
-    out << "  per step (DDP logger): communication " << format_ns(comm / n) << ", overlapped with backward "
-        << format_ns(overlap / n) << ", exposed " << format_ns(exposed / n) << "\n";
-    AlphaBeta ab = fit_alpha_beta(run.allreduces);
-    if (ab.valid) {
-      out << "  alpha-beta fit over " << ab.samples << " spans: t = " << format_ns(ab.alpha_ns) << " + "
-          << fmt("%.4g", ab.beta_ns_per_byte) << " ns/B * bytes (" << fmt("%.2f", 1.0 / std::max(ab.beta_ns_per_byte, 1e-12))
-          << " GB/s), r^2 " << fmt("%.3f", ab.r2) << "\n";
-    } else {
-      out << "  alpha-beta fit: needs spans of at least two sizes\n";
-    }
-    if (options.split_table && !run.params.empty()) {
-      out << "\n";
-      try {
-        write_split_suggestions(run, out);
-      } catch (const AnalysisError& e) {
-        out << "  split suggestions unavailable: " << e.what() << "\n";
-      }
+// The allreduce buckets, their overlap with backward, the alpha-beta fit and (when asked for) the
+// split suggestions; nothing for a run without allreduces.
+void write_allreduce_sections(const RunData& run, std::ostream& out, const ReportOptions& options) {
+  if (run.allreduces.empty()) return;
+  out << "\nAllreduce buckets\n";
+  {
+    Table t({"bucket", "params", "bytes", "ready->start", "max", "duration", "max"});
+    for (const auto& b : bucket_stats(run.allreduces))
+      t.add({std::to_string(b.bucket), concat("[", std::to_string(b.first_param), ",", std::to_string(b.last_param), "]"),
+             std::to_string(b.bytes), format_ns(b.mean_latency_ns), format_ns(static_cast<double>(b.max_latency_ns)),
+             format_ns(b.mean_duration_ns), format_ns(static_cast<double>(b.max_duration_ns))});
+    t.print(out);
+  }
+  auto comms = step_comms(run);
+  double comm = 0, overlap = 0, exposed = 0;
+  for (const auto& c : comms) {
+    comm += static_cast<double>(c.comm_ns);
+    overlap += static_cast<double>(c.overlap_ns);
+    exposed += static_cast<double>(c.exposed_ns);
+  }
+  double n = static_cast<double>(std::max<std::size_t>(1, comms.size()));
+  out << "  per step (DDP logger): communication " << format_ns(comm / n) << ", overlapped with backward "
+      << format_ns(overlap / n) << ", exposed " << format_ns(exposed / n) << "\n";
+  AlphaBeta ab = fit_alpha_beta(run.allreduces);
+  if (ab.valid) {
+    out << "  alpha-beta fit over " << ab.samples << " spans: t = " << format_ns(ab.alpha_ns) << " + "
+        << fmt("%.4g", ab.beta_ns_per_byte) << " ns/B * bytes (" << fmt("%.2f", 1.0 / std::max(ab.beta_ns_per_byte, 1e-12))
+        << " GB/s), r^2 " << fmt("%.3f", ab.r2) << "\n";
+  } else {
+    out << "  alpha-beta fit: needs spans of at least two sizes\n";
+  }
+  if (options.split_table && !run.params.empty()) {
+    out << "\n";
+    try {
+      write_split_suggestions(run, out);
+    } catch (const AnalysisError& e) {
+      out << "  split suggestions unavailable: " << e.what() << "\n";
     }
   }
+}
+
+}  // namespace
+
+void write_report(const RunData& run, std::ostream& out, const ReportOptions& options) {
+  write_run_header(run, out);
+  write_evaluations(run, out);
+  write_capture(run, out);
+  write_warnings(run, out);
+  write_op_sections(run, out, options.top_ops);
+  if (run.kernel_rows > 0) write_kernel_sections(kernel_stats(run), out, options.top_ops);
+  write_step_breakdown(run, out);
+  write_sync_bn_section(run, out);
+  write_fc_shard_section(run, out);
+  write_input_pipeline(run, out);
+  write_memory_section(run, out);
+  write_stragglers(run, out);
+  write_allreduce_sections(run, out, options);
   write_pipeline_section(run, out);
 }
 

@@ -156,6 +156,132 @@ std::string module_of(const std::string& param) {
   return dot == std::string::npos ? param : param.substr(0, dot);
 }
 
+// The step row of a rank's step (the last one, should there be several), or null.
+const store::StepRow* step_row(const RunData& run, int rank, int step) {
+  const store::StepRow* srow = nullptr;
+  for (const auto& s : run.steps)
+    if (s.rank == rank && s.step == step) srow = &s;
+  return srow;
+}
+
+// Where one rank's backward pass ran in a step: its first start (t_ref), its last end, and when each
+// module's last backward range ended. t_ref stays INT64_MAX when the step has no backward ranges.
+struct BackwardSpan {
+  std::int64_t t_ref = INT64_MAX;
+  std::int64_t end = INT64_MIN;
+  std::map<std::string, std::int64_t> module_end;
+};
+
+BackwardSpan backward_span(const RunData& run, int rank, int step, const store::StepRow* srow) {
+  auto in_step = [&](const store::RangeRow& r) {
+    return srow != nullptr ? (r.start_ns >= srow->start_ns && r.end_ns <= srow->end_ns) : r.step == step;
+  };
+  BackwardSpan out;
+  for (const auto& r : run.ranges_of(run.main_track(rank))) {
+    if (r.category != static_cast<std::uint8_t>(store::Category::backward) || !in_step(r)) continue;
+    out.t_ref = std::min(out.t_ref, r.start_ns);
+    out.end = std::max(out.end, r.end_ns);
+    auto& e = out.module_end[run.name(r.name)];
+    e = std::max(e, r.end_ns);
+  }
+  return out;
+}
+
+// Anchors in backward order: k -> ready time relative to t_ref, from the buckets' first parameters and
+// from the end of each parameter's module.
+std::map<std::size_t, double> ready_anchors(const std::vector<store::AllreduceRow>& rows, const BackwardSpan& bwd,
+                                            const std::vector<std::string>& names) {
+  const std::size_t p = names.size();
+  std::map<std::size_t, double> anchors;
+  for (const auto& r : rows) {
+    if (r.first_param < 0 || static_cast<std::size_t>(r.first_param) >= p) continue;
+    anchors[p - 1 - static_cast<std::size_t>(r.first_param)] = static_cast<double>(r.ready_ns - bwd.t_ref);
+  }
+  for (std::size_t i = 0; i < p; ++i) {
+    auto it = bwd.module_end.find(module_of(names[i]));
+    if (it != bwd.module_end.end()) anchors[p - 1 - i] = static_cast<double>(it->second - bwd.t_ref);
+  }
+  return anchors;
+}
+
+// Adds each parameter's ready time to `sum` (forward order): its anchor, else interpolated by the
+// cumulative bytes between the anchors around it (after the last anchor: the last anchor's time).
+void add_ready_times(const std::map<std::size_t, double>& anchors, const std::vector<double>& cum,
+                     std::vector<double>& sum) {
+  const std::size_t p = sum.size();
+  for (std::size_t k = 0; k < p; ++k) {
+    double t;
+    auto hi = anchors.lower_bound(k);
+    if (hi != anchors.end() && hi->first == k) {
+      t = hi->second;
+    } else if (hi == anchors.end()) {
+      t = anchors.empty() ? 0.0 : anchors.rbegin()->second;
+    } else {
+      double t0 = 0.0, c0 = 0.0;  // backward start
+      if (hi != anchors.begin()) {
+        auto lo = std::prev(hi);
+        t0 = lo->second;
+        c0 = cum[lo->first + 1];
+      }
+      double c1 = cum[hi->first + 1];
+      double frac = c1 > c0 ? (cum[k + 1] - c0) / (c1 - c0) : 1.0;
+      t = t0 + (hi->second - t0) * frac;
+    }
+    sum[p - 1 - k] += t;
+  }
+}
+
+// One rank's step, measured: when its compute ended (from t_ref), its exposed communication and its
+// length (0 without a step row).
+struct StepTimes {
+  double compute_end_ns = 0.0;
+  double exposed_ns = 0.0;
+  double step_ns = 0.0;
+};
+
+// Estimates the parameters' ready times in one rank's step, adding them to `sum`, and measures the step.
+StepTimes estimate_step(const RunData& run, const SplitModel& m, const std::vector<double>& cum, int rank, int step,
+                        const std::vector<store::AllreduceRow>& rows, std::vector<double>& sum) {
+  const store::StepRow* srow = step_row(run, rank, step);
+  BackwardSpan bwd = backward_span(run, rank, step, srow);
+  std::int64_t latest_ready = INT64_MIN;
+  for (const auto& r : rows) latest_ready = std::max(latest_ready, r.ready_ns);
+  if (bwd.t_ref == INT64_MAX) {
+    // No backward ranges: measure from the step start, or from the first bucket's ready time.
+    bwd.t_ref = srow != nullptr ? srow->start_ns : INT64_MAX;
+    if (bwd.t_ref == INT64_MAX)
+      for (const auto& r : rows) bwd.t_ref = std::min(bwd.t_ref, r.ready_ns);
+    bwd.end = latest_ready;
+  }
+  add_ready_times(ready_anchors(rows, bwd, m.names), cum, sum);
+  StepTimes out;
+  out.compute_end_ns = static_cast<double>(bwd.end - bwd.t_ref);
+  StepComm c = step_comm(rows, bwd.end);
+  out.exposed_ns = static_cast<double>(c.exposed_ns);
+  out.step_ns = srow != nullptr ? static_cast<double>(srow->end_ns - srow->start_ns) : 0.0;
+  return out;
+}
+
+// The allreduce cost model: the alpha-beta fit over the run's allreduces when it is valid and
+// non-negative, else all of it charged to bandwidth.
+void fit_transfer_cost(const RunData& run, SplitModel& m) {
+  AlphaBeta fit = fit_alpha_beta(run.allreduces);
+  if (fit.valid && fit.alpha_ns >= 0.0 && fit.beta_ns_per_byte >= 0.0) {
+    m.alpha_ns = fit.alpha_ns;
+    m.beta_ns_per_byte = fit.beta_ns_per_byte;
+  } else {
+    // One bucket size (or a fit with a negative term): charge it all to bandwidth, the conservative
+    // choice for a model that can only merge or split.
+    double ns = 0.0, b = 0.0;
+    for (const auto& r : run.allreduces) {
+      ns += static_cast<double>(r.end_ns - r.start_ns);
+      b += static_cast<double>(r.bytes);
+    }
+    m.alpha_ns = 0.0;
+    m.beta_ns_per_byte = b > 0 ? ns / b : 0.0;
+  }
+}
+
 }  // namespace
 
 SplitModel build_split_model(const RunData& run) {
@@ -192,69 +318,10 @@ SplitModel build_split_model(const RunData& run) {
   double compute_end_sum = 0.0, step_sum = 0.0, exposed_sum = 0.0;
   int used = 0;
   for (const auto& [key, rows] : by_step) {
-    // Plain variables, not a structured binding: lambdas capture them (clang 14 cannot capture bindings).
-    const auto rank = std::get<0>(key);
-    const auto step = std::get<1>(key);
-    const auto& ranges = run.ranges_of(run.main_track(rank));
-    const store::StepRow* srow = nullptr;
-    for (const auto& s : run.steps)
-      if (s.rank == rank && s.step == step) srow = &s;
-    auto in_step = [&](const store::RangeRow& r) {
-      return srow != nullptr ? (r.start_ns >= srow->start_ns && r.end_ns <= srow->end_ns) : r.step == step;
-    };
-    std::int64_t t_ref = INT64_MAX;
-    std::int64_t bwd_end = INT64_MIN;
-    std::map<std::string, std::int64_t> module_end;
-    for (const auto& r : ranges) {
-      if (r.category != static_cast<std::uint8_t>(store::Category::backward) || !in_step(r)) continue;
-      t_ref = std::min(t_ref, r.start_ns);
-      bwd_end = std::max(bwd_end, r.end_ns);
-      auto& e = module_end[run.name(r.name)];
-      e = std::max(e, r.end_ns);
-    }
-    std::int64_t latest_ready = INT64_MIN;
-    for (const auto& r : rows) latest_ready = std::max(latest_ready, r.ready_ns);
-    if (t_ref == INT64_MAX) {
-      // No backward ranges: measure from the step start, or from the first bucket's ready time.
-      t_ref = srow != nullptr ? srow->start_ns : INT64_MAX;
-      if (t_ref == INT64_MAX)
-        for (const auto& r : rows) t_ref = std::min(t_ref, r.ready_ns);
-      bwd_end = latest_ready;
-    }
-    // Anchors in backward order: k -> ready time relative to t_ref.
-    std::map<std::size_t, double> anchors;
-    for (const auto& r : rows) {
-      if (r.first_param < 0 || static_cast<std::size_t>(r.first_param) >= p) continue;
-      anchors[p - 1 - static_cast<std::size_t>(r.first_param)] = static_cast<double>(r.ready_ns - t_ref);
-    }
-    for (std::size_t i = 0; i < p; ++i) {
-      auto it = module_end.find(module_of(m.names[i]));
-      if (it != module_end.end()) anchors[p - 1 - i] = static_cast<double>(it->second - t_ref);
-    }
-    for (std::size_t k = 0; k < p; ++k) {
-      double t;
-      auto hi = anchors.lower_bound(k);
-      if (hi != anchors.end() && hi->first == k) {
-        t = hi->second;
-      } else if (hi == anchors.end()) {
-        t = anchors.empty() ? 0.0 : anchors.rbegin()->second;
-      } else {
-        double t0 = 0.0, c0 = 0.0;  // backward start
-        if (hi != anchors.begin()) {
-          auto lo = std::prev(hi);
-          t0 = lo->second;
-          c0 = cum[lo->first + 1];
-        }
-        double c1 = cum[hi->first + 1];
-        double frac = c1 > c0 ? (cum[k + 1] - c0) / (c1 - c0) : 1.0;
-        t = t0 + (hi->second - t0) * frac;
-      }
-      sum[p - 1 - k] += t;
-    }
-    compute_end_sum += static_cast<double>(bwd_end - t_ref);
-    StepComm c = step_comm(rows, bwd_end);
-    exposed_sum += static_cast<double>(c.exposed_ns);
-    step_sum += srow != nullptr ? static_cast<double>(srow->end_ns - srow->start_ns) : 0.0;
+    const StepTimes t = estimate_step(run, m, cum, key.first, key.second, rows, sum);
+    compute_end_sum += t.compute_end_ns;
+    exposed_sum += t.exposed_ns;
+    step_sum += t.step_ns;
     ++used;
   }
   m.steps_used = used;
@@ -265,21 +332,7 @@ SplitModel build_split_model(const RunData& run) {
   m.measured_step_ns = step_sum / used;
   m.measured_exposed_ns = exposed_sum / used;
 
-  AlphaBeta fit = fit_alpha_beta(run.allreduces);
-  if (fit.valid && fit.alpha_ns >= 0.0 && fit.beta_ns_per_byte >= 0.0) {
-    m.alpha_ns = fit.alpha_ns;
-    m.beta_ns_per_byte = fit.beta_ns_per_byte;
-  } else {
-    // One bucket size (or a fit with a negative term): charge it all to bandwidth, the conservative
-    // choice for a model that can only merge or split.
-    double ns = 0.0, b = 0.0;
-    for (const auto& r : run.allreduces) {
-      ns += static_cast<double>(r.end_ns - r.start_ns);
-      b += static_cast<double>(r.bytes);
-    }
-    m.alpha_ns = 0.0;
-    m.beta_ns_per_byte = b > 0 ? ns / b : 0.0;
-  }
+  fit_transfer_cost(run, m);
 
   std::set<int> starts;
   for (const auto& r : by_step.begin()->second)

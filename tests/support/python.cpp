@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "support/files.hpp"
+#include "support/peers.hpp"
 
 namespace wb::test {
 

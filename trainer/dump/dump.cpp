@@ -37,7 +37,7 @@ void StepDump::add_params(const model::ResNet50& model, std::span<const float> v
   }
 }
 
-void StepDump::add_buffers(model::ResNet50& model, std::string_view kind) {
+void StepDump::add_buffers(const model::ResNet50& model, std::string_view kind) {
   std::vector<float> stats = model.running_stats_to_host();
   auto counts = model.num_batches_tracked();
   for (const model::BufferInfo& b : model.buffers()) {
@@ -57,7 +57,7 @@ void StepDump::before_step(const model::ResNet50& model, std::span<const float> 
   add_floats("input", "input", {batch, 3, cfg.image_size, cfg.image_size}, images.data(), images.size());
   add("label", "label", {static_cast<std::int64_t>(labels.size())}, labels.data(), labels.size_bytes(), "I32");
   add_params(model, params, "param", false);
-  add_buffers(const_cast<model::ResNet50&>(model), "buffer");
+  add_buffers(model, "buffer");
 }
 
 void StepDump::activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t) {

@@ -46,7 +46,7 @@ class StepDump {
     add(std::move(kind), std::move(name), std::move(shape), data, n * sizeof(float), "F32");
   }
   void add_params(const model::ResNet50& model, std::span<const float> values, std::string_view kind, bool reverse);
-  void add_buffers(model::ResNet50& model, std::string_view kind);
+  void add_buffers(const model::ResNet50& model, std::string_view kind);
 
   store::Writer& writer_;
   int step_;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "layout/resnet50.hpp"
 #include "trainer/backend/backend.hpp"
 #include "trainer/backend/memory.hpp"
 #include "trainer/model/batch_norm_sync.hpp"
@@ -37,7 +38,7 @@ class ModelError : public std::runtime_error {
 
 // Trainable parameter tensors, whatever the classes and input size (torchvision's 161): what
 // --allreduce-split's points index, known before a model is built.
-inline constexpr int kParamTensors = 161;
+inline constexpr int kParamTensors = layout::kParamTensors;
 
 struct ModelConfig {
   int num_classes = 10;
@@ -118,6 +119,7 @@ class ResNet50 {
   const std::vector<BufferInfo>& buffers() const { return buffers_; }  // state_dict order
   const backend::Tensor& running_stats() const { return stats_buf_; }
   std::span<std::int64_t> num_batches_tracked() { return num_batches_tracked_; }
+  std::span<const std::int64_t> num_batches_tracked() const { return num_batches_tracked_; }
   std::vector<StateEntry> state_dict() const;
   int param_index(std::string_view name) const;   // -1 when unknown
   int buffer_index(std::string_view name) const;  // -1 when unknown
@@ -151,7 +153,7 @@ class ResNet50 {
   // The network as a chain of units a pipeline stage takes a run of: unit 0 is the head (conv1, bn1,
   // relu, maxpool), units 1..16 the bottleneck blocks layer1.0 .. layer4.2, unit 17 the tail (avgpool,
   // fc and the loss). A stage runs units [first, end).
-  static constexpr int kUnits = 18;
+  static constexpr int kUnits = layout::kUnits;
   static std::string unit_name(int unit);  // "head", "layer1.0", ..., "layer4.2", "fc"
   // Forward-ordered parameters [first, end) of units [first_unit, end_unit).
   std::pair<int, int> unit_params(int first_unit, int end_unit) const;
@@ -186,7 +188,10 @@ class ResNet50 {
   struct Block;
   struct Layers;
 
-  void build();
+  void build();  // register_layers, allocate_buffers, bind_views
+  void register_layers();
+  void allocate_buffers();
+  void bind_views();
   void init_parameters();
   // Around each module: the observer's calls, and the memory tag (trainer/backend/memory.hpp) that
   // names the module as the owner of what the backend allocates inside, as an activation in forward
@@ -224,7 +229,8 @@ class ResNet50 {
   // The loss's backward, then the classifier's (fc.weight, fc.bias and the features' gradient).
   void loss_and_fc_backward();
   void block_forward(Block& blk, const backend::Tensor& x);
-  const backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
+  // Returns the block's own input gradient (its c1.dx), which the caller consumes.
+  backend::Tensor& block_backward(Block& blk, const backend::Tensor& x, const backend::Tensor& dy);
 
   static constexpr int kTagDepth = 8;
   mutable std::array<backend::MemoryTag, kTagDepth> tag_stack_{};  // the tags begin() replaced

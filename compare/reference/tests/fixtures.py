@@ -87,8 +87,8 @@ def create_run(path, config, *, world_size=1, schema=True):
     db = sqlite3.connect(path)
     if schema:
         db.executescript(SCHEMA_SQL.read_text())
-        db.execute("PRAGMA user_version = 1")
-        meta = {"schema_version": "1", "created_utc": datetime.datetime.utcnow().isoformat() + "Z",
+        db.execute("PRAGMA user_version = 2")
+        meta = {"schema_version": "2", "created_utc": datetime.datetime.utcnow().isoformat() + "Z",
                 "config_json": json.dumps(config), "world_size": str(world_size), "device": "cpu", "complete": "1"}
         db.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", meta.items())
     db.commit()

@@ -1,3 +1,6 @@
+// CUPTI's Activity API into kernel rows (cupti_tracer.hpp): activity records converted and linked to
+// the host range that launched them through an external correlation id, buffers handed over on CUPTI's
+// threads, and the tracer's start, pause, resume and flush. CUPTI itself is loaded by cupti_api.cpp.
 #include "profiler/record/cuda/cupti_tracer.hpp"
 
 #include <cuda_runtime_api.h>
@@ -11,6 +14,7 @@
 #include <utility>
 
 #include "cuda/check.hpp"
+#include "profiler/record/cuda/cupti_api.hpp"
 #include "store/writer.hpp"
 
 namespace wb::profiler::cuda {
@@ -46,7 +50,7 @@ const char* memcpy_name(std::uint8_t kind) {
 void cupti_check(int result, const char* what, const char* file, int line) {
   if (result == CUPTI_SUCCESS) return;
   const char* message = "unknown CUPTI error";
-  cuptiGetResultString(static_cast<CUptiResult>(result), &message);
+  if (const CuptiApi* api = cupti_if_loaded()) api->get_result_string(static_cast<CUptiResult>(result), &message);
   throw ProfilerError(std::string("CUPTI: ") + what + " failed at " + file + ":" + std::to_string(line) + ": " +
                       message);
 }
@@ -156,7 +160,8 @@ std::vector<store::KernelRow> ActivityConverter::take_rows(bool final) {
 
 struct CuptiTracer::State {
   State(Recorder& r, CuptiOptions o)
-      : recorder(r),
+      : api(cupti()),
+        recorder(r),
         options(o),
         converter([this](std::string_view name) { return recorder.intern(name); },
                   [this](std::uint32_t device, std::uint32_t stream) { return stream_track(device, stream); }) {}
@@ -171,6 +176,7 @@ struct CuptiTracer::State {
     return id;
   }
 
+  const CuptiApi& api;  // loaded before anything else: without CUPTI no tracer is made
   Recorder& recorder;
   CuptiOptions options;
   std::mutex mutex;  // CUPTI may complete buffers on several threads
@@ -184,6 +190,7 @@ namespace {
 std::atomic<CuptiTracer::State*> g_state{nullptr};
 std::atomic<std::uint32_t> g_next_corr{1};
 std::atomic<bool> g_nvtx{false};
+std::atomic<const CuptiApi*> g_api{nullptr};  // set while a tracer runs (the range hooks use it)
 
 std::uint64_t CUPTIAPI host_timestamp() { return static_cast<std::uint64_t>(now_ns()); }
 
@@ -199,17 +206,18 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
                                std::size_t valid) {
   CuptiTracer::State* s = g_state.load();
   if (s != nullptr && buffer != nullptr) {
+    const CuptiApi& api = s->api;
     try {
       std::lock_guard lk(s->mutex);
       CUpti_Activity* record = nullptr;
       const std::uint64_t untimed_before = s->converter.untimed();
-      while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) s->converter.add(record);
+      while (api.get_next_record(buffer, valid, &record) == CUPTI_SUCCESS) s->converter.add(record);
       if (const std::uint64_t untimed = s->converter.untimed() - untimed_before; untimed > 0) {
         s->dropped += untimed;
         s->recorder.writer().count_dropped(untimed);
       }
       std::size_t dropped = 0;
-      if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0) {
+      if (api.get_num_dropped_records(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0) {
         s->dropped += dropped;
         s->recorder.writer().count_dropped(dropped);
       }
@@ -224,7 +232,7 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream, std::uin
 
 std::uint32_t hook_begin(NameId name) {
   std::uint32_t id = g_next_corr.fetch_add(1, std::memory_order_relaxed);
-  cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+  g_api.load(std::memory_order_relaxed)->push_external_correlation_id(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
   if (g_nvtx.load(std::memory_order_relaxed)) {
     CuptiTracer::State* s = g_state.load(std::memory_order_relaxed);
     nvtxRangePushA(s != nullptr ? s->recorder.name_text(name) : "");
@@ -234,7 +242,7 @@ std::uint32_t hook_begin(NameId name) {
 
 void hook_end() {
   std::uint64_t id = 0;
-  cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
+  g_api.load(std::memory_order_relaxed)->pop_external_correlation_id(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &id);
   if (g_nvtx.load(std::memory_order_relaxed)) nvtxRangePop();
 }
 
@@ -255,15 +263,17 @@ CuptiTracer::CuptiTracer(Recorder& recorder, CuptiOptions options)
   if (!g_state.compare_exchange_strong(expected, state_.get())) {
     throw ProfilerError("profiler: a CuptiTracer is already running (one per process)");
   }
+  const CuptiApi& api = state_->api;
   try {
-    WB_CUPTI_CHECK(cuptiActivityRegisterTimestampCallback(&host_timestamp));
-    WB_CUPTI_CHECK(cuptiActivityRegisterCallbacks(&buffer_requested, &buffer_completed));
-    for (CUpti_ActivityKind kind : kKinds) WB_CUPTI_CHECK(cuptiActivityEnable(kind));
+    WB_CUPTI_CHECK(api.register_timestamp_callback(&host_timestamp));
+    WB_CUPTI_CHECK(api.register_callbacks(&buffer_requested, &buffer_completed));
+    for (CUpti_ActivityKind kind : kKinds) WB_CUPTI_CHECK(api.enable(kind));
   } catch (...) {
-    for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+    for (CUpti_ActivityKind kind : kKinds) api.disable(kind);
     g_state.store(nullptr);
     throw;
   }
+  g_api.store(&api);
   g_nvtx.store(options.nvtx);
   recorder.set_range_hooks(&kHooks);
 }
@@ -271,8 +281,11 @@ CuptiTracer::CuptiTracer(Recorder& recorder, CuptiOptions options)
 CuptiTracer::~CuptiTracer() {
   state_->recorder.set_range_hooks(nullptr);
   g_nvtx.store(false);
-  cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-  for (CUpti_ActivityKind kind : kKinds) cuptiActivityDisable(kind);
+  const CuptiApi& api = state_->api;
+  api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  if (!paused_) {
+    for (CUpti_ActivityKind kind : kKinds) api.disable(kind);
+  }
   try {
     std::lock_guard lk(state_->mutex);
     auto rows = state_->converter.take_rows(true);
@@ -285,8 +298,25 @@ CuptiTracer::~CuptiTracer() {
 
 // Not forced: a forced flush hands over records whose work is still queued, without timestamps.
 // Only the destructor forces, after the caller has synchronized the device.
-void CuptiTracer::flush() { WB_CUPTI_CHECK(cuptiActivityFlushAll(0)); }
+void CuptiTracer::flush() { WB_CUPTI_CHECK(state_->api.flush_all(0)); }
 
 std::uint64_t CuptiTracer::dropped() const { return state_->dropped.load(); }
+
+void CuptiTracer::pause() {
+  if (paused_) return;
+  state_->recorder.set_range_hooks(nullptr);
+  const CuptiApi& api = state_->api;
+  WB_CUPTI_CHECK(api.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED));
+  for (CUpti_ActivityKind kind : kKinds) WB_CUPTI_CHECK(api.disable(kind));
+  paused_ = true;
+}
+
+void CuptiTracer::resume() {
+  if (!paused_) return;
+  const CuptiApi& api = state_->api;
+  for (CUpti_ActivityKind kind : kKinds) WB_CUPTI_CHECK(api.enable(kind));
+  state_->recorder.set_range_hooks(&kHooks);
+  paused_ = false;
+}
 
 }  // namespace wb::profiler::cuda

@@ -81,10 +81,19 @@ class CuptiTracer {
   // Activity records CUPTI reported as dropped so far.
   std::uint64_t dropped() const;
 
+  // Stops collecting without unsubscribing (CUPTI does not promise that subscribing again in one process
+  // works, so a program that traces in phases keeps one tracer and toggles it): takes the range hooks
+  // off, hands over every record (synchronize the device first, as for the destructor) and disables the
+  // activity kinds. resume() enables them again. Both are no-ops when already in that state.
+  void pause();
+  void resume();
+  bool paused() const { return paused_; }
+
   struct State;
 
  private:
   std::unique_ptr<State> state_;
+  bool paused_ = false;
 };
 
 }  // namespace wb::profiler::cuda

@@ -3,8 +3,9 @@
 // backend. Each direction's algorithm is chosen once with cudnnFind* (measured, fastest first) among the
 // algorithms its precision allows, and the one workspace grows to the largest choice.
 //
-// Precision: fp32 sets CUDNN_FMA_MATH (no TF32) and skips FFT and Winograd, whose transforms cost
-// accuracy the fp32 mode promises (it is compared with the CPU backend at 1e-5); tf32 uses
+// Precision: fp32 searches and runs with CUDNN_FMA_MATH (no TF32) and skips FFT and Winograd, whose
+// transforms cost accuracy the fp32 mode promises (it is compared with the CPU backend at 1e-5); which
+// measured result each precision may run is conv_algo_choice.hpp's rule; tf32 uses
 // CUDNN_DEFAULT_MATH, which lets fp32 convolutions run on TF32 tensor cores (ALLOW_CONVERSION would also
 // permit fp16 down-conversion); bf16 runs on bf16 copies of the inputs and filters with fp32
 // accumulation (PSEUDO_BFLOAT16 configuration) and converts the result back to fp32.
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/backend/conv_algo_choice.hpp"
 #include "trainer/backend/cuda/cuda_backend.hpp"
 #include "trainer/backend/cuda/kernels.hpp"
 
@@ -65,35 +67,100 @@ cudnnMathType_t search_math(Precision precision) {
 // the next launch's cudaGetLastError would report it as its own.
 void clear_stale_error() { cudaGetLastError(); }
 
-// The math type to run a found algorithm with: the one cuDNN measured it with.
-cudnnMathType_t run_math(Precision precision, cudnnMathType_t found) {
-  (void)precision;
+cudnnMathType_t to_cudnn(FoundMath m, cudnnMathType_t found) {
+  switch (m) {
+    case FoundMath::fma: return CUDNN_FMA_MATH;
+    case FoundMath::default_math: return CUDNN_DEFAULT_MATH;
+    case FoundMath::tensor_op: return CUDNN_TENSOR_OP_MATH;
+    case FoundMath::tensor_op_conversion: return CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+    case FoundMath::other: return found;
+  }
   return found;
 }
 
-// fp32 accepts only results measured with FMA math: one found with DEFAULT_MATH may have run on TF32
-// tensor cores (sm_80 and later), and forcing FMA on it afterwards could pick a variant nobody measured,
-// or one that does not exist.
-bool math_allowed(Precision precision, cudnnMathType_t m) {
-  return precision != Precision::fp32 || m == CUDNN_FMA_MATH;
+FoundMath from_cudnn(cudnnMathType_t m) {
+  switch (m) {
+    case CUDNN_FMA_MATH: return FoundMath::fma;
+    case CUDNN_DEFAULT_MATH: return FoundMath::default_math;
+    case CUDNN_TENSOR_OP_MATH: return FoundMath::tensor_op;
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return FoundMath::tensor_op_conversion;
+  }
+  return FoundMath::other;
 }
 
-bool fwd_allowed(Precision precision, cudnnConvolutionFwdAlgo_t a) {
-  if (precision != Precision::fp32) return true;
-  return a != CUDNN_CONVOLUTION_FWD_ALGO_FFT && a != CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING &&
-         a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD && a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+const char* algo_name(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+  }
 }
 
-bool data_allowed(Precision precision, cudnnConvolutionBwdDataAlgo_t a) {
-  if (precision != Precision::fp32) return true;
-  return a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT && a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING &&
-         a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD && a != CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+const char* algo_name(cudnnConvolutionBwdDataAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "?";
+  }
 }
 
-bool filter_allowed(Precision precision, cudnnConvolutionBwdFilterAlgo_t a) {
-  if (precision != Precision::fp32) return true;
-  return a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT && a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING &&
-         a != CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+const char* algo_name(cudnnConvolutionBwdFilterAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_0: return "ALGO_0";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1: return "ALGO_1";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3: return "ALGO_3";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    case CUDNN_CONVOLUTION_BWD_FILTER_ALGO_FFT_TILING: return "FFT_TILING";
+    default: return "?";
+  }
+}
+
+// FFT and Winograd: their transforms cost accuracy.
+bool is_transform(const char* name) {
+  const std::string n = name;
+  return n.find("FFT") != std::string::npos || n.find("WINOGRAD") != std::string::npos;
+}
+
+// cuDNN's perf table (any direction's *AlgoPerf_t) as the plain rows the choice reads.
+template <class Perf>
+std::vector<FoundAlgorithm> found_rows(const std::vector<Perf>& perf, int returned) {
+  std::vector<FoundAlgorithm> rows;
+  for (int i = 0; i < returned; ++i) {
+    const Perf& r = perf[static_cast<std::size_t>(i)];
+    const char* name = algo_name(r.algo);
+    rows.push_back({static_cast<int>(r.algo), name, r.status == CUDNN_STATUS_SUCCESS, r.time, r.memory,
+                    from_cudnn(r.mathType), is_transform(name)});
+  }
+  return rows;
+}
+
+// The index into `perf` of the algorithm to run, with its math type set on `desc`; throws with the whole
+// table when none qualifies.
+template <class Perf>
+const Perf& choose(CudaBackend& be, cudnnConvolutionDescriptor_t desc, const std::vector<Perf>& perf, int returned,
+                   const char* op, const std::string& what) {
+  const std::vector<FoundAlgorithm> rows = found_rows(perf, returned);
+  const int i = pick_algorithm(be.precision(), rows, kMaxWorkspaceBytes);
+  if (i < 0) {
+    throw BackendError(std::string(op) + ": cuDNN offers no usable algorithm for " + what + "; " +
+                       find_table(be.precision(), rows, kMaxWorkspaceBytes));
+  }
+  const Perf& r = perf[static_cast<std::size_t>(i)];
+  WB_CUDNN_CHECK(cudnnSetConvolutionMathType(desc, to_cudnn(run_math(be.precision(), rows[static_cast<std::size_t>(i)].math),
+                                                                   r.mathType)));
+  return r;
 }
 
 std::string describe(const Shape& x, const Shape& w, const Conv2dParams& p) {
@@ -145,21 +212,13 @@ void find_forward(CudaBackend& be, ConvEntry& e, const std::string& what) {
                                                       static_cast<int>(perf.size()), &returned, perf.data()));
   clear_stale_error();
   ++be.algorithm_searches_;
-  for (int i = 0; i < returned; ++i) {
-    const auto& r = perf[static_cast<std::size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes || !fwd_allowed(be.precision(), r.algo) ||
-        !math_allowed(be.precision(), r.mathType)) {
-      continue;
-    }
-    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.fwd_desc, run_math(be.precision(), r.mathType)));
-    std::size_t ws = 0;
-    WB_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(be.cudnn(), e.x, e.w, e.fwd_desc, e.y, r.algo, &ws));
-    e.fwd = r.algo;
-    e.fwd_ws = std::max(ws, r.memory);
-    e.have_fwd = true;
-    return;
-  }
-  throw BackendError("conv2d_forward: cuDNN offers no usable algorithm for " + what);
+  const auto& r = choose(be, e.fwd_desc, perf, returned, "conv2d_forward", what);
+  // The workspace asked again under the math type the algorithm runs with.
+  std::size_t ws = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(be.cudnn(), e.x, e.w, e.fwd_desc, e.y, r.algo, &ws));
+  e.fwd = r.algo;
+  e.fwd_ws = std::max(ws, r.memory);
+  e.have_fwd = true;
 }
 
 void find_data(CudaBackend& be, ConvEntry& e, const std::string& what) {
@@ -171,22 +230,12 @@ void find_data(CudaBackend& be, ConvEntry& e, const std::string& what) {
                                                            static_cast<int>(perf.size()), &returned, perf.data()));
   clear_stale_error();
   ++be.algorithm_searches_;
-  for (int i = 0; i < returned; ++i) {
-    const auto& r = perf[static_cast<std::size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes || !data_allowed(be.precision(), r.algo) ||
-        !math_allowed(be.precision(), r.mathType)) {
-      continue;
-    }
-    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.data_desc, run_math(be.precision(), r.mathType)));
-    std::size_t ws = 0;
-    WB_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataWorkspaceSize(be.cudnn(), e.w, e.y, e.data_desc, e.x, r.algo, &ws));
-    e.data = r.algo;
-    e.data_ws = std::max(ws, r.memory);
-    e.have_data = true;
-    return;
-  }
-  throw BackendError("conv2d_backward_data: cuDNN offers no usable algorithm for " + what);
+  const auto& r = choose(be, e.data_desc, perf, returned, "conv2d_backward_data", what);
+  std::size_t ws = 0;
+  WB_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(be.cudnn(), e.w, e.y, e.data_desc, e.x, r.algo, &ws));
+  e.data = r.algo;
+  e.data_ws = std::max(ws, r.memory);
+  e.have_data = true;
 }
 
 void find_filter(CudaBackend& be, ConvEntry& e, const std::string& what) {
@@ -198,22 +247,13 @@ void find_filter(CudaBackend& be, ConvEntry& e, const std::string& what) {
                                                              static_cast<int>(perf.size()), &returned, perf.data()));
   clear_stale_error();
   ++be.algorithm_searches_;
-  for (int i = 0; i < returned; ++i) {
-    const auto& r = perf[static_cast<std::size_t>(i)];
-    if (r.status != CUDNN_STATUS_SUCCESS || r.memory > kMaxWorkspaceBytes ||
-        !filter_allowed(be.precision(), r.algo) || !math_allowed(be.precision(), r.mathType)) {
-      continue;
-    }
-    WB_CUDNN_CHECK(cudnnSetConvolutionMathType(e.filter_desc, run_math(be.precision(), r.mathType)));
-    std::size_t ws = 0;
-    WB_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(be.cudnn(), e.x, e.y, e.filter_desc, e.w, r.algo, &ws));
-    e.filter = r.algo;
-    e.filter_ws = std::max(ws, r.memory);
-    e.have_filter = true;
-    return;
-  }
-  throw BackendError("conv2d_backward_weights: cuDNN offers no usable algorithm for " + what);
+  const auto& r = choose(be, e.filter_desc, perf, returned, "conv2d_backward_weights", what);
+  std::size_t ws = 0;
+  WB_CUDNN_CHECK(
+      cudnnGetConvolutionBackwardFilterWorkspaceSize(be.cudnn(), e.x, e.y, e.filter_desc, e.w, r.algo, &ws));
+  e.filter = r.algo;
+  e.filter_ws = std::max(ws, r.memory);
+  e.have_filter = true;
 }
 
 kernels::Dims4 dims(const Shape& s) { return {s[0], s[1], s[2], s[3]}; }

@@ -63,6 +63,8 @@ CudaBackend::~CudaBackend() {
   workspace_.block.reset();
   for (auto& m : weights_) m.clear();
   sgd_chunks_.reset();
+  if (staging_host_) cudaFreeHost(staging_host_);
+  if (staging_read_) cudaEventDestroy(staging_read_);
   if (cublas_) cublasDestroy(cublas_);
   if (cudnn_) cudnnDestroy(cudnn_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -147,6 +149,28 @@ void* CudaBackend::workspace(std::size_t bytes) {
     workspace_.bytes = bytes;
   }
   return workspace_.block.get();
+}
+
+void* CudaBackend::host_staging(std::size_t bytes) {
+  if (staging_pending_) {
+    WB_CUDA_CHECK(cudaEventSynchronize(staging_read_));
+    staging_pending_ = false;
+  }
+  if (!staging_read_) WB_CUDA_CHECK(cudaEventCreateWithFlags(&staging_read_, cudaEventDisableTiming));
+  if (staging_bytes_ < bytes) {
+    if (staging_host_) WB_CUDA_CHECK(cudaFreeHost(staging_host_));
+    staging_host_ = nullptr;
+    staging_bytes_ = 0;
+    const std::size_t grown = std::max<std::size_t>(bytes, 4096);
+    WB_CUDA_CHECK(cudaHostAlloc(&staging_host_, grown, cudaHostAllocDefault));
+    staging_bytes_ = grown;
+  }
+  return staging_host_;
+}
+
+void CudaBackend::host_staging_issued() {
+  WB_CUDA_CHECK(cudaEventRecord(staging_read_, stream_));
+  staging_pending_ = true;
 }
 
 const void* CudaBackend::as_form(const Tensor& t, Layout layout, bool bf16, ScratchSlot slot) {

@@ -226,6 +226,12 @@ class CudaBackend final : public Backend {
   const void* weights_as(const Tensor& w, Layout layout, bool bf16, WeightForm form);
   // The cuDNN workspace, grown to at least `bytes`.
   void* workspace(std::size_t bytes);
+  // Pinned host memory of at least `bytes` for small host-to-device copies (SyncBatchNorm's statistics):
+  // cudaMemcpyAsync from pageable memory may read it after the call returns, so values a function builds
+  // on its stack or a caller's vector go through here. Waits until the copies issued from the previous
+  // use have read it; call host_staging_issued() after issuing the copies from it.
+  void* host_staging(std::size_t bytes);
+  void host_staging_issued();
   // Invalidates cached weight copies when [data, data + bytes) overlaps memory they were made from.
   void note_write(const void* data, std::size_t bytes);
   // Makes this backend's device current on the calling thread.
@@ -268,6 +274,10 @@ class CudaBackend final : public Backend {
   std::shared_ptr<CachingAllocator> alloc_;
   std::array<Scratch, kScratchCount> scratch_{};
   Scratch workspace_;
+  void* staging_host_ = nullptr;  // host_staging(): pinned (cudaHostAlloc)
+  std::size_t staging_bytes_ = 0;
+  cudaEvent_t staging_read_ = nullptr;  // recorded after the copies from staging_host_
+  bool staging_pending_ = false;
   std::unordered_map<CacheKey, std::unique_ptr<CacheEntry>, CacheKeyHash> cache_;
   std::array<std::unordered_map<const void*, WeightCopy>, 2> weights_;
   std::uint64_t param_generation_ = 1;

@@ -436,13 +436,17 @@ __device__ inline std::int64_t channel_of(std::int64_t i, const Dims4& d, bool n
   return nhwc ? i % d.c : (i / (d.h * d.w)) % d.c;
 }
 
-// One block per channel (blockIdx.x), kThreads threads, each summing a strided share of the channel's
-// n * h * w values in double; then a fixed-order tree over the block.
-__global__ void bn_channel_sums_kernel(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d,
-                                       bool nhwc, double* out) {
-  const std::int64_t c = blockIdx.x, hw = d.h * d.w, count = d.n * hw;
+// One block per channel (blockIdx.x) and slice (blockIdx.y of gridDim.y): kThreads threads each sum a
+// strided share of the slice's values in double, then a fixed-order tree over the block; the slice's two
+// sums go to partial[(c * slices + slice) * 2 + {0, 1}].
+__global__ void bn_channel_partial_kernel(const float* x, const float* dy, const float* mask, const float* mean,
+                                          Dims4 d, bool nhwc, double* partial) {
+  const std::int64_t c = blockIdx.x, slice = blockIdx.y, slices = gridDim.y;
+  const std::int64_t hw = d.h * d.w, count = d.n * hw;
+  const std::int64_t chunk = (count + slices - 1) / slices;
+  const std::int64_t begin = slice * chunk, end = begin + chunk < count ? begin + chunk : count;
   double s1 = 0.0, s2 = 0.0;
-  for (std::int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+  for (std::int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const std::int64_t n = i / hw, p = i % hw;
     const std::int64_t o = nhwc ? (n * hw + p) * d.c + c : (n * d.c + c) * hw + p;
     const double v = x[o];
@@ -467,9 +471,22 @@ __global__ void bn_channel_sums_kernel(const float* x, const float* dy, const fl
     __syncthreads();
   }
   if (threadIdx.x == 0) {
-    out[c] = a[0];
-    out[d.c + c] = b[0];
+    partial[(c * slices + slice) * 2] = a[0];
+    partial[(c * slices + slice) * 2 + 1] = b[0];
   }
+}
+
+// One thread per channel adds its slices in order: out[c] and out[C + c].
+__global__ void bn_channel_combine_kernel(const double* partial, std::int64_t slices, std::int64_t c, double* out) {
+  const std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= c) return;
+  double s1 = 0.0, s2 = 0.0;
+  for (std::int64_t k = 0; k < slices; ++k) {
+    s1 += partial[(i * slices + k) * 2];
+    s2 += partial[(i * slices + k) * 2 + 1];
+  }
+  out[i] = s1;
+  out[c + i] = s2;
 }
 
 __global__ void bn_normalize_kernel(const float* x, float* y, const float* mean, const float* invstd,
@@ -524,20 +541,40 @@ __global__ void bn_backward_elemt_kernel(const float* x, float* dx, const double
 
 }  // namespace
 
-cudaError_t bn_sums(const float* x, Dims4 d, bool nhwc, double* out, cudaStream_t stream) {
+// Slices per channel: at least 16 values per thread, at most 128 slices.
+std::int64_t bn_sum_parts(Dims4 d) {
+  const std::int64_t count = d.n * d.h * d.w, per_slice = std::int64_t{kThreads} * 16;
+  const std::int64_t slices = (count + per_slice - 1) / per_slice;
+  return slices < 1 ? 1 : (slices > 128 ? 128 : slices);
+}
+
+std::int64_t bn_sums_doubles(Dims4 d) { return 2 * d.c + 2 * d.c * bn_sum_parts(d); }
+
+namespace {
+
+cudaError_t channel_sums(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d, bool nhwc,
+                         double* out, cudaStream_t stream) {
   if (d.c == 0) return cudaSuccess;
   if (d.c > 0x7fffffff) return cudaErrorInvalidValue;
-  bn_channel_sums_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(x, nullptr, nullptr, nullptr, d, nhwc,
-                                                                              out);
+  const std::int64_t slices = bn_sum_parts(d);
+  double* partial = out + 2 * d.c;
+  const dim3 grid(static_cast<unsigned>(d.c), static_cast<unsigned>(slices));
+  bn_channel_partial_kernel<<<grid, kThreads, 0, stream>>>(x, dy, mask, mean, d, nhwc, partial);
+  if (const cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) return rc;
+  bn_channel_combine_kernel<<<grid_for(d.c), kThreads, 0, stream>>>(partial, slices, d.c, out);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t bn_sums(const float* x, Dims4 d, bool nhwc, double* out, cudaStream_t stream) {
+  return channel_sums(x, nullptr, nullptr, nullptr, d, nhwc, out, stream);
 }
 
 cudaError_t bn_grad_sums(const float* x, const float* dy, const float* mask, const float* mean, Dims4 d, bool nhwc,
                          double* out, cudaStream_t stream) {
-  if (d.c == 0) return cudaSuccess;
-  if (d.c > 0x7fffffff || dy == nullptr) return cudaErrorInvalidValue;
-  bn_channel_sums_kernel<<<static_cast<unsigned>(d.c), kThreads, 0, stream>>>(x, dy, mask, mean, d, nhwc, out);
-  return cudaGetLastError();
+  if (dy == nullptr) return cudaErrorInvalidValue;
+  return channel_sums(x, dy, mask, mean, d, nhwc, out, stream);
 }
 
 cudaError_t bn_normalize(const float* x, float* y, const float* mean, const float* invstd, const float* gamma,

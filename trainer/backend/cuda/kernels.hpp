@@ -81,9 +81,14 @@ cudaError_t sgd_update(float* w, const float* g, float* buf, const SgdChunk* chu
                        float momentum, float weight_decay, bool nesterov, bool first_step, cudaStream_t stream);
 
 // ---- synchronised batch norm (SyncBatchNorm): per channel c of a 4-D tensor, NCHW or NHWC ----------
-// The reductions run one block per channel in a fixed order (deterministic) and accumulate in double.
+// The reductions accumulate in double, in a fixed order (deterministic): each channel's n*h*w values are
+// cut into bn_sum_parts(d) slices, one block each (so a large batch fills the GPU, not one block per
+// channel), and a second pass adds each channel's slices in order. `out` holds 2*C doubles and then the
+// scratch for the slices: allocate bn_sums_doubles(d) of them.
 //
 // out[c] = sum of x, out[C + c] = sum of x^2, over (n, h, w).
+std::int64_t bn_sum_parts(Dims4 d);
+std::int64_t bn_sums_doubles(Dims4 d);
 cudaError_t bn_sums(const float* x, Dims4 d, bool nhwc, double* out, cudaStream_t stream);
 // out[c] = sum of g, out[C + c] = sum of g * (x - mean[c]), with g = dy, or dy where mask > 0 when mask is
 // not null (a fused relu's output).

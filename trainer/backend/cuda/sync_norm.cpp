@@ -10,6 +10,7 @@
 //                                batch_norm_backward_elemt; see cpu/sync_norm.cpp for the algebra).
 // As in cuDNN's path (norm.cpp), BatchNormState holds the mean and the inverse standard deviation
 // 1 / sqrt(var + eps), and with fuse_relu the output y, whose sign masks dy.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -39,7 +40,7 @@ void CudaBackend::batchnorm_sums(const Tensor& x, std::span<double> sums) {
   const Shape& xs = x.shape();
   check_sums(sums.size(), xs[1], op);
   if (sums.empty()) return;
-  auto* dev = static_cast<double*>(scratch(kScratchLoss, sums.size_bytes()));
+  auto* dev = static_cast<double*>(scratch(kScratchLoss, kernels::bn_sums_doubles(dims4(xs)) * sizeof(double)));
   WB_CUDA_CHECK(kernels::bn_sums(x.data_as<float>(), dims4(xs), layout_of(x) == Layout::nhwc, dev, stream_));
   WB_CUDA_CHECK(cudaMemcpyAsync(sums.data(), dev, sums.size_bytes(), cudaMemcpyDeviceToHost, stream_));
   WB_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -65,7 +66,7 @@ void CudaBackend::batchnorm_forward_with_stats(const Tensor& x, const Tensor& ga
   // Host side, as the CPU backend rounds them: the statistics in float, the running variance's input
   // var * count / (count - 1) in float arithmetic.
   const std::size_t cu = static_cast<std::size_t>(c);
-  std::vector<float> host(3 * cu);
+  auto* host = static_cast<float*>(host_staging(3 * cu * sizeof(float)));
   const float unbias = static_cast<float>(static_cast<double>(count) / static_cast<double>(count - 1));
   for (std::size_t i = 0; i < cu; ++i) {
     host[i] = static_cast<float>(mean[i]);
@@ -76,9 +77,10 @@ void CudaBackend::batchnorm_forward_with_stats(const Tensor& x, const Tensor& ga
   ensure(state.var, Shape{c}, Layout::nchw);
   const std::size_t cbytes = cu * sizeof(float);
   auto* unbiased = static_cast<float*>(scratch(kScratchOut, cbytes));
-  WB_CUDA_CHECK(cudaMemcpyAsync(state.mean.data(), host.data(), cbytes, cudaMemcpyHostToDevice, stream_));
-  WB_CUDA_CHECK(cudaMemcpyAsync(state.var.data(), host.data() + cu, cbytes, cudaMemcpyHostToDevice, stream_));
-  WB_CUDA_CHECK(cudaMemcpyAsync(unbiased, host.data() + 2 * cu, cbytes, cudaMemcpyHostToDevice, stream_));
+  WB_CUDA_CHECK(cudaMemcpyAsync(state.mean.data(), host, cbytes, cudaMemcpyHostToDevice, stream_));
+  WB_CUDA_CHECK(cudaMemcpyAsync(state.var.data(), host + cu, cbytes, cudaMemcpyHostToDevice, stream_));
+  WB_CUDA_CHECK(cudaMemcpyAsync(unbiased, host + 2 * cu, cbytes, cudaMemcpyHostToDevice, stream_));
+  host_staging_issued();
   const float* xin = x.data_as<float>();  // read before y may be reallocated
   ensure(y, xs, layout);
   WB_CUDA_CHECK(kernels::bn_normalize(xin, y.data_as<float>(), state.mean.data_as<float>(),
@@ -91,7 +93,6 @@ void CudaBackend::batchnorm_forward_with_stats(const Tensor& x, const Tensor& ga
   } else {
     state.workspace.reset();
   }
-  // `host` is pageable: the copies above have read it before cudaMemcpyAsync returned.
 }
 
 void CudaBackend::batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& beta,
@@ -117,7 +118,7 @@ void CudaBackend::batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, c
   const float* mask = p.fuse_relu ? state.workspace.data_as<float>() : nullptr;
   const kernels::Dims4 d = dims4(xs);
   const bool nhwc = layout == Layout::nhwc;
-  auto* dev = static_cast<double*>(scratch(kScratchLoss, sums.size_bytes()));
+  auto* dev = static_cast<double*>(scratch(kScratchLoss, kernels::bn_sums_doubles(d) * sizeof(double)));
   WB_CUDA_CHECK(kernels::bn_grad_sums(x.data_as<float>(), grad, mask, state.mean.data_as<float>(), d, nhwc, dev,
                                       stream_));
   ensure(dx, xs, layout);  // dx may be dy: the sums above have read it, the local step is elementwise
@@ -146,7 +147,11 @@ void CudaBackend::batchnorm_backward_elemt(const Tensor& x, const Tensor& gamma,
   }
   (void)p;
   auto* dev = static_cast<double*>(scratch(kScratchLoss, sums.size_bytes()));
-  WB_CUDA_CHECK(cudaMemcpyAsync(dev, sums.data(), sums.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  // The caller's `sums` may be gone before an asynchronous copy reads it: through pinned staging.
+  auto* host = static_cast<double*>(host_staging(sums.size_bytes()));
+  std::copy(sums.begin(), sums.end(), host);
+  WB_CUDA_CHECK(cudaMemcpyAsync(dev, host, sums.size_bytes(), cudaMemcpyHostToDevice, stream_));
+  host_staging_issued();
   WB_CUDA_CHECK(kernels::bn_backward_elemt(x.data_as<float>(), dx.data_as<float>(), dev, gamma.data_as<float>(),
                                            state.mean.data_as<float>(), state.var.data_as<float>(),
                                            static_cast<double>(count), dims4(xs), layout_of(x) == Layout::nhwc,

@@ -146,6 +146,141 @@ int check_nccl_groups(MpiCommunicator& mpi, NcclCommunicator& nccl) {
 
 }  // namespace
 
+namespace {
+
+// The buffers every device check uses: n values on the device, their host copy, and what each rank's
+// upload sums and averages to over the job.
+struct DeviceBuffers {
+  NcclCommunicator& nccl;
+  int rank, size;
+  std::size_t n;
+  float* dev = nullptr;
+  std::vector<float> host;
+  std::vector<double> sum, mean;
+  std::vector<ParamExtent> params;  // 4 equal parameters
+  std::vector<int> split = {1, 3};  // -> 3 buckets
+
+  DeviceBuffers(NcclCommunicator& c, int r, int s, std::size_t count) : nccl(c), rank(r), size(s), n(count), host(n), sum(n, 0.0) {
+    for (int k = 0; k < size; ++k) {
+      for (std::size_t i = 0; i < n; ++i) sum[i] += value_of(k, i);
+    }
+    mean = sum;
+    for (auto& m : mean) m /= size;
+    for (int p = 0; p < 4; ++p) params.push_back({static_cast<std::int64_t>(p * n / 4), static_cast<std::int64_t>(n / 4)});
+  }
+  void upload(int r) {
+    for (std::size_t i = 0; i < n; ++i) host[i] = value_of(r, i);
+    cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  void download() { cudaMemcpy(host.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost); }
+};
+
+// Allreduce sum and mean, broadcast, and GradientSync over NCCL against host double references.
+int check_collectives(DeviceBuffers& b) {
+  int failures = 0;
+  b.upload(b.rank);
+  b.nccl.allreduce(b.dev, b.n, ReduceOp::sum);
+  b.download();
+  const double e_sum = rel_l2(b.host, b.sum);
+  failures += report(b.rank, e_sum <= 1e-6, "nccl-allreduce-sum", e_sum);
+
+  b.upload(b.rank);
+  b.nccl.allreduce(b.dev, b.n, ReduceOp::mean);
+  b.download();
+  const double e_mean = rel_l2(b.host, b.mean);
+  failures += report(b.rank, e_mean <= 1e-6, "nccl-allreduce-mean", e_mean);
+
+  b.upload(b.rank);
+  b.nccl.broadcast(b.dev, b.n, 0);
+  b.download();
+  std::vector<double> root(b.n);
+  for (std::size_t i = 0; i < b.n; ++i) root[i] = value_of(0, i);
+  const double e_bcast = rel_l2(b.host, root);
+  failures += report(b.rank, e_bcast == 0.0, "nccl-broadcast", e_bcast);
+
+  b.upload(b.rank);
+  {
+    GradientSync sync(b.nccl, buckets_from_split(b.params, b.split), b.dev);
+    sync.begin_step(0);
+    for (int p = 4; p > 0; --p) sync.on_grads_ready(p - 1, p);
+    sync.wait_all();
+  }
+  b.download();
+  const double e_sync = rel_l2(b.host, b.mean);
+  failures += report(b.rank, e_sync <= 1e-6, "nccl-sync-average", e_sync);
+  return failures;
+}
+
+// Collectives wait for writes queued on the input stream (after a pause), whether the buffer was marked
+// ready or not, and GradientSync with wb-train's bucket-ready hook sees every bucket's final gradients.
+int check_ordering(DeviceBuffers& b) {
+  cudaStream_t input = nullptr;
+  float* pinned = nullptr;  // the copy source: page-locked, so the copy is asynchronous
+  if (cudaStreamCreateWithFlags(&input, cudaStreamNonBlocking) != cudaSuccess ||
+      cudaMallocHost(&pinned, b.n * sizeof(float)) != cudaSuccess) {
+    std::printf("rank %d: FAIL nccl-ordered: cudaStreamCreate / cudaMallocHost\n", b.rank);
+    return 1;
+  }
+  int failures = 0;
+  for (std::size_t i = 0; i < b.n; ++i) pinned[i] = value_of(b.rank, i);
+  b.nccl.set_input_stream(input);
+  // Queues, on the input stream, a pause and then the copy of `count` values at `offset` into dev.
+  const auto queue_write = [&](std::size_t offset, std::size_t count) {
+    WB_CUDA_CHECK(cudaLaunchHostFunc(input, hold_stream, const_cast<int*>(&kHoldMs)));
+    WB_CUDA_CHECK(cudaMemcpyAsync(b.dev + offset, pinned + offset, count * sizeof(float), cudaMemcpyHostToDevice, input));
+  };
+  const auto zero = [&] {
+    WB_CUDA_CHECK(cudaMemset(b.dev, 0, b.n * sizeof(float)));
+    WB_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+
+  // Marked: the event mark_ready recorded for this buffer.
+  zero();
+  queue_write(0, b.n);
+  b.nccl.mark_ready(b.dev);
+  b.nccl.allreduce(b.dev, b.n, ReduceOp::sum);
+  b.download();
+  const double e_marked = rel_l2(b.host, b.sum);
+  failures += report(b.rank, e_marked <= 1e-6, "nccl-ordered-marked", e_marked);
+
+  // Unmarked: an event recorded on the input stream when the collective is called.
+  zero();
+  queue_write(0, b.n);
+  b.nccl.allreduce(b.dev, b.n, ReduceOp::sum);
+  b.download();
+  const double e_unmarked = rel_l2(b.host, b.sum);
+  failures += report(b.rank, e_unmarked <= 1e-6, "nccl-ordered-unmarked", e_unmarked);
+
+  // GradientSync with the bucket-ready hook of wb-train: each parameter's gradient is written on the
+  // input stream after a pause, reported ready right after it was queued (not run), and the hook marks
+  // the input stream for the bucket; every bucket's allreduce must see its final gradients.
+  zero();
+  {
+    SyncOptions so;
+    NcclCommunicator& nccl = b.nccl;
+    so.on_ready = [&nccl](const Bucket&, float* data) { nccl.mark_ready(data); };
+    GradientSync sync(b.nccl, buckets_from_split(b.params, b.split), b.dev, so);
+    sync.begin_step(0);
+    for (int p = 4; p > 0; --p) {
+      const auto& extent = b.params[static_cast<std::size_t>(p - 1)];
+      queue_write(static_cast<std::size_t>(extent.offset), static_cast<std::size_t>(extent.numel));
+      sync.on_grads_ready(p - 1, p);
+    }
+    sync.wait_all();
+  }
+  b.download();
+  const double e_sync_ordered = rel_l2(b.host, b.mean);
+  failures += report(b.rank, e_sync_ordered <= 1e-6, "nccl-sync-ordered", e_sync_ordered);
+
+  b.nccl.set_input_stream(nullptr);
+  WB_CUDA_CHECK(cudaStreamSynchronize(input));
+  cudaStreamDestroy(input);
+  cudaFreeHost(pinned);
+  return failures;
+}
+
+}  // namespace
+
 int run_nccl_check(MpiCommunicator& mpi, const LaunchInfo& info) {
   const int rank = mpi.rank(), size = mpi.size();
   const int devices = ::wb::cuda::device_count();
@@ -154,124 +289,15 @@ int run_nccl_check(MpiCommunicator& mpi, const LaunchInfo& info) {
     return 1;
   }
   NcclCommunicator nccl(mpi, info.local_rank % devices);
-  const std::size_t n = 1 << 20;
-  std::vector<float> host(n);
-  std::vector<double> sum(n, 0.0);
-  for (int r = 0; r < size; ++r) {
-    for (std::size_t i = 0; i < n; ++i) sum[i] += value_of(r, i);
-  }
-  std::vector<double> mean(sum);
-  for (auto& m : mean) m /= size;
-
-  float* dev = nullptr;
-  if (cudaMalloc(&dev, n * sizeof(float)) != cudaSuccess) {
+  DeviceBuffers b(nccl, rank, size, std::size_t{1} << 20);
+  if (cudaMalloc(&b.dev, b.n * sizeof(float)) != cudaSuccess) {
     std::printf("rank %d: FAIL nccl: cudaMalloc\n", rank);
     return 1;
   }
-  int failures = 0;
-  const auto upload = [&](int r) {
-    for (std::size_t i = 0; i < n; ++i) host[i] = value_of(r, i);
-    cudaMemcpy(dev, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
-  };
-  const auto download = [&] { cudaMemcpy(host.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost); };
-
-  upload(rank);
-  nccl.allreduce(dev, n, ReduceOp::sum);
-  download();
-  const double e_sum = rel_l2(host, sum);
-  failures += report(rank, e_sum <= 1e-6, "nccl-allreduce-sum", e_sum);
-
-  upload(rank);
-  nccl.allreduce(dev, n, ReduceOp::mean);
-  download();
-  const double e_mean = rel_l2(host, mean);
-  failures += report(rank, e_mean <= 1e-6, "nccl-allreduce-mean", e_mean);
-
-  upload(rank);
-  nccl.broadcast(dev, n, 0);
-  download();
-  std::vector<double> root(n);
-  for (std::size_t i = 0; i < n; ++i) root[i] = value_of(0, i);
-  const double e_bcast = rel_l2(host, root);
-  failures += report(rank, e_bcast == 0.0, "nccl-broadcast", e_bcast);
-
-  // GradientSync over NCCL: 4 equal parameters, split 1,3 -> 3 buckets.
-  std::vector<ParamExtent> params;
-  for (int p = 0; p < 4; ++p) params.push_back({static_cast<std::int64_t>(p * n / 4), static_cast<std::int64_t>(n / 4)});
-  const std::vector<int> split = {1, 3};
-  upload(rank);
-  {
-    GradientSync sync(nccl, buckets_from_split(params, split), dev);
-    sync.begin_step(0);
-    for (int p = 4; p > 0; --p) sync.on_grads_ready(p - 1, p);
-    sync.wait_all();
-  }
-  download();
-  const double e_sync = rel_l2(host, mean);
-  failures += report(rank, e_sync <= 1e-6, "nccl-sync-average", e_sync);
-  // ---- ordering after the input stream --------------------------------------------------------------
-  cudaStream_t input = nullptr;
-  float* pinned = nullptr;  // the copy source: page-locked, so the copy is asynchronous
-  if (cudaStreamCreateWithFlags(&input, cudaStreamNonBlocking) != cudaSuccess ||
-      cudaMallocHost(&pinned, n * sizeof(float)) != cudaSuccess) {
-    std::printf("rank %d: FAIL nccl-ordered: cudaStreamCreate / cudaMallocHost\n", rank);
-    return failures + 1;
-  }
-  for (std::size_t i = 0; i < n; ++i) pinned[i] = value_of(rank, i);
-  nccl.set_input_stream(input);
-  // Queues, on the input stream, a pause and then the copy of `count` values at `offset` into dev.
-  const auto queue_write = [&](std::size_t offset, std::size_t count) {
-    WB_CUDA_CHECK(cudaLaunchHostFunc(input, hold_stream, const_cast<int*>(&kHoldMs)));
-    WB_CUDA_CHECK(cudaMemcpyAsync(dev + offset, pinned + offset, count * sizeof(float), cudaMemcpyHostToDevice, input));
-  };
-  const auto zero = [&] {
-    WB_CUDA_CHECK(cudaMemset(dev, 0, n * sizeof(float)));
-    WB_CUDA_CHECK(cudaDeviceSynchronize());
-  };
-
-  // Marked: the event mark_ready recorded for this buffer.
-  zero();
-  queue_write(0, n);
-  nccl.mark_ready(dev);
-  nccl.allreduce(dev, n, ReduceOp::sum);
-  download();
-  const double e_marked = rel_l2(host, sum);
-  failures += report(rank, e_marked <= 1e-6, "nccl-ordered-marked", e_marked);
-
-  // Unmarked: an event recorded on the input stream when the collective is called.
-  zero();
-  queue_write(0, n);
-  nccl.allreduce(dev, n, ReduceOp::sum);
-  download();
-  const double e_unmarked = rel_l2(host, sum);
-  failures += report(rank, e_unmarked <= 1e-6, "nccl-ordered-unmarked", e_unmarked);
-
-  // GradientSync with the bucket-ready hook of wb-train: each parameter's gradient is written on the
-  // input stream after a pause, reported ready right after it was queued (not run), and the hook marks
-  // the input stream for the bucket; every bucket's allreduce must see its final gradients.
-  zero();
-  {
-    SyncOptions so;
-    so.on_ready = [&nccl](const Bucket&, float* data) { nccl.mark_ready(data); };
-    GradientSync sync(nccl, buckets_from_split(params, split), dev, so);
-    sync.begin_step(0);
-    for (int p = 4; p > 0; --p) {
-      const auto& extent = params[static_cast<std::size_t>(p - 1)];
-      queue_write(static_cast<std::size_t>(extent.offset), static_cast<std::size_t>(extent.numel));
-      sync.on_grads_ready(p - 1, p);
-    }
-    sync.wait_all();
-  }
-  download();
-  const double e_sync_ordered = rel_l2(host, mean);
-  failures += report(rank, e_sync_ordered <= 1e-6, "nccl-sync-ordered", e_sync_ordered);
-
-  nccl.set_input_stream(nullptr);
-  WB_CUDA_CHECK(cudaStreamSynchronize(input));
+  int failures = check_collectives(b);
+  failures += check_ordering(b);
   failures += check_nccl_groups(mpi, nccl);
-  cudaStreamDestroy(input);
-  cudaFreeHost(pinned);
-  cudaFree(dev);
+  cudaFree(b.dev);
   nccl.barrier();
   return failures;
 }

@@ -1,0 +1,99 @@
+#include "store/migrate.hpp"
+
+#include <string>
+#include <string_view>
+
+namespace wb::store {
+
+namespace {
+
+// A table a step adds, as that version created it (frozen: a later version changes it in its own step).
+struct Table {
+  const char* name;
+  const char* columns;  // the CREATE TABLE's column list
+};
+
+struct Step {
+  int to;               // the version this step produces
+  Table tables[8];      // the tables it adds (the rest null)
+};
+
+const Step kSteps[] = {
+    {2,
+     {{"evaluation", "step INTEGER NOT NULL, top1 REAL NOT NULL, top5 REAL NOT NULL, images INTEGER NOT NULL, "
+                     "seconds REAL NOT NULL"},
+      {"pipeline_span", "rank INTEGER NOT NULL, step INTEGER NOT NULL, stage INTEGER NOT NULL, micro INTEGER NOT NULL, "
+                        "kind TEXT NOT NULL, peer INTEGER NOT NULL, bytes INTEGER NOT NULL, post_ns INTEGER NOT NULL, "
+                        "start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL"},
+      {"pipeline_step", "rank INTEGER NOT NULL, step INTEGER NOT NULL, stage INTEGER NOT NULL, replica INTEGER NOT NULL, "
+                        "start_ns INTEGER NOT NULL, end_ns INTEGER NOT NULL, busy_ns INTEGER NOT NULL, "
+                        "wait_act_ns INTEGER NOT NULL, wait_grad_ns INTEGER NOT NULL, wait_allreduce_ns INTEGER NOT NULL"},
+      {"capture_window", "rank INTEGER NOT NULL, first_step INTEGER NOT NULL, last_step INTEGER NOT NULL, "
+                         "trigger TEXT NOT NULL, trigger_step INTEGER NOT NULL, detail TEXT NOT NULL"},
+      {"memory", "rank INTEGER NOT NULL, t_ns INTEGER NOT NULL, step INTEGER NOT NULL, bytes INTEGER NOT NULL, "
+                 "live_bytes INTEGER NOT NULL, role INTEGER NOT NULL, name_id INTEGER NOT NULL"}}},
+};
+
+// The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").
+std::string column_names(std::string_view columns) {
+  std::string out;
+  for (std::size_t start = 0; start < columns.size();) {
+    std::size_t comma = columns.find(',', start);
+    if (comma == std::string_view::npos) comma = columns.size();
+    std::string_view col = columns.substr(start, comma - start);
+    while (!col.empty() && col.front() == ' ') col.remove_prefix(1);
+    out += (out.empty() ? "" : ", ") + std::string(col.substr(0, col.find(' ')));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The column names of `table` in the file ("" when it has no such table).
+std::string file_columns(Db& db, const char* table) {
+  std::string out;
+  auto& st = db.prepare(std::string("SELECT name FROM pragma_table_info('") + table + "')");
+  while (st.step()) out += (out.empty() ? "" : ", ") + st.column_text(0);
+  st.reset();
+  return out;
+}
+
+}  // namespace
+
+int table_since(std::string_view table) {
+  for (const Step& s : kSteps) {
+    for (const Table& t : s.tables) {
+      if (t.name != nullptr && table == t.name) return s.to;
+    }
+  }
+  return 1;
+}
+
+void migrate(Db& db, int from, bool persist) {
+  if (from < 1 || from >= kSchemaVersion) {
+    throw StoreError(db.path().string() + ": no migration from schema version " + std::to_string(from) + " to " +
+                     std::to_string(kSchemaVersion));
+  }
+  Transaction tx(db);
+  for (const Step& s : kSteps) {
+    if (s.to <= from) continue;
+    for (const Table& t : s.tables) {
+      if (t.name == nullptr) continue;
+      // Builds of one version did not all write the same tables: a table the file already has is kept
+      // (its rows are the run's), provided it has the columns the step would give it.
+      const std::string have = file_columns(db, t.name), want = column_names(t.columns);
+      if (have.empty()) {
+        db.exec(std::string("CREATE ") + (persist ? "" : "TEMP ") + "TABLE " + t.name + " (" + t.columns + ")");
+      } else if (have != want) {
+        throw StoreError(db.path().string() + ": schema version " + std::to_string(from) + " file's table " + t.name +
+                         " has the columns (" + have + "), expected (" + want + ")");
+      }
+    }
+  }
+  if (persist) {
+    db.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
+    db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").bind(1, std::to_string(kSchemaVersion)).run();
+  }
+  tx.commit();
+}
+
+}  // namespace wb::store
