@@ -76,7 +76,7 @@ analysis::RunData three_ranks() {
 
 TEST_CASE("stragglers: the last rank per step, the waits it causes and why it was late", "[analysis]") {
   const analysis::RunData run = three_ranks();
-  const analysis::StragglerAnalysis a = analysis::analyse_stragglers(run);
+  const analysis::StragglerAnalysis a = analysis::analyze_stragglers(run);
   REQUIRE(a.ranks == std::vector<int>{0, 1, 2});
   REQUIRE(a.steps.size() == 6);
   for (int s = 0; s < 5; ++s) {
@@ -134,13 +134,13 @@ TEST_CASE("stragglers: a single rank, or a rank under the threshold, is no persi
   analysis::RunData one;
   for (const auto& s : run.steps)
     if (s.rank == 0) one.steps.push_back(s);
-  CHECK(analysis::analyse_stragglers(one).steps.empty());
+  CHECK(analysis::analyze_stragglers(one).steps.empty());
   std::ostringstream out;
   analysis::write_stragglers(one, out);
   CHECK(out.str().empty());
 
   // A threshold above rank 2's share (last in 5 of 6 steps) names no one.
-  const analysis::StragglerAnalysis a = analysis::analyse_stragglers(run, 0.9);
+  const analysis::StragglerAnalysis a = analysis::analyze_stragglers(run, 0.9);
   CHECK(a.persistent.empty());
   CHECK(a.steps.size() == 6);
 }
@@ -158,7 +158,7 @@ TEST_CASE("stragglers: a rank slowed on purpose in one op is found, with the wai
   CAPTURE(r.out, r.err);
   REQUIRE(r.exit_code == 0);
   const analysis::RunData run = analysis::load_run(path);
-  const analysis::StragglerAnalysis a = analysis::analyse_stragglers(run);
+  const analysis::StragglerAnalysis a = analysis::analyze_stragglers(run);
   REQUIRE(a.steps.size() == 6);
   REQUIRE(a.persistent.size() == 1);
   const auto& p = a.persistent[0];

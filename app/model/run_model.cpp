@@ -118,7 +118,7 @@ void find_time_extent(RunModel& model) {
 }
 
 // The analyses the views show once the run is open, each announced as a stage.
-void analyse_run(RunModel& model, LoadProgress* progress, const std::filesystem::path& path) {
+void analyze_run(RunModel& model, LoadProgress* progress, const std::filesystem::path& path) {
   const auto& run = model.run;
   set_stage(progress, "step breakdown", 0.8);
   model.breakdown = analysis::step_breakdown(run);
@@ -137,7 +137,7 @@ void analyse_run(RunModel& model, LoadProgress* progress, const std::filesystem:
   model.comms = analysis::step_comms(run);
   model.warnings = analysis::run_warnings(run);
   model.stragglers = analysis::find_stragglers(run);
-  model.straggle = analysis::analyse_stragglers(run);
+  model.straggle = analysis::analyze_stragglers(run);
   model.memory = analysis::analyze_memory(run);
   set_stage(progress, "split model", 0.97);
   try {
@@ -189,7 +189,7 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   check_cancel(progress, path);
   if (on_open) on_open(model);
 
-  analyse_run(*model, progress, path);
+  analyze_run(*model, progress, path);
   model->analysis_seconds = std::chrono::duration<double>(clock::now() - t_open).count();
   model->analysed.store(true, std::memory_order_release);
   set_stage(progress, "done", 1.0);

@@ -167,7 +167,7 @@ std::vector<Warning> run_warnings(const RunData& run) {
                                      "% of steps: mean step ", format_ns(s.mean_step_ns), " vs ", format_ns(s.others_median_ns),
                                      " for the others")});
   }
-  for (const auto& p : analyse_stragglers(run).persistent) {
+  for (const auto& p : analyze_stragglers(run).persistent) {
     std::string ops;
     for (std::size_t i = 0; i < p.top_ops.size() && i < 3; ++i) ops += (i ? ", " : "") + p.top_ops[i].op;
     w.push_back({"straggler", concat("rank ", std::to_string(p.rank), " holds the allreduce back in ",
@@ -213,7 +213,7 @@ ProfilerCost profiler_cost(const RunData& run) {
 }
 
 void write_stragglers(const RunData& run, std::ostream& out) {
-  const StragglerAnalysis a = analyse_stragglers(run);
+  const StragglerAnalysis a = analyze_stragglers(run);
   if (a.steps.empty()) return;
   out << "\nStragglers (per step, the rank whose gradients were ready last holds the allreduce back)\n";
   std::map<int, int> last_count;

@@ -237,7 +237,7 @@ const char* lag_cause_name(LagCause c) {
   return "?";
 }
 
-StragglerAnalysis analyse_stragglers(const RunData& run, double share) {
+StragglerAnalysis analyze_stragglers(const RunData& run, double share) {
   StragglerAnalysis out;
   std::set<int> rank_set;
   for (const auto& s : run.steps) rank_set.insert(s.rank);

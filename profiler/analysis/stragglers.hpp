@@ -64,6 +64,6 @@ struct StragglerAnalysis {
 };
 
 // Empty (no steps) for a single-rank run. `share` is the persistent-straggler threshold.
-StragglerAnalysis analyse_stragglers(const RunData& run, double share = kPersistentStragglerShare);
+StragglerAnalysis analyze_stragglers(const RunData& run, double share = kPersistentStragglerShare);
 
 }  // namespace wb::analysis
