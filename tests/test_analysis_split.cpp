@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <limits>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "profiler/analysis/report.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "store/writer.hpp"
 #include "support/temp_dir.hpp"
@@ -190,6 +192,14 @@ TEST_CASE("a split model built from a recorded run", "[analysis]") {
   // The optimum is never worse than the run's own split.
   CHECK(analysis::predict(m, analysis::optimal_split(m)).comm_end_ns <= current.comm_end_ns);
   CHECK(m.unbucketed == 0);
+  // wb suggest-split's text: under the table, every strategy's whole split as a wb-train flag.
+  std::ostringstream text;
+  analysis::write_split_suggestions(run, text);
+  CAPTURE(text.str());
+  for (const auto& sug : analysis::suggest_splits(m)) {
+    CHECK(text.str().find("    " + sug.strategy + ": wb-train --allreduce-split " +
+                          analysis::format_split(sug.prediction.split) + "\n") != std::string::npos);
+  }
 
   // A parameter in no bucket carries no bytes and leaves the others' bytes per element alone.
   const fs::path sharded_file = dir / "sharded.sqlite";

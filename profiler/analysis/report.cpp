@@ -257,16 +257,20 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
       << " rank-steps; alpha " << format_ns(m.alpha_ns) << ", beta " << fmt("%.4g", m.beta_ns_per_byte)
       << " ns/B; backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
   Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});
-  for (const auto& s : suggest_splits(m)) {
+  const auto suggestions = suggest_splits(m);
+  for (const auto& s : suggestions) {
     const auto& p = s.prediction;
     std::string split = format_split(p.split);
-    if (split.size() > 48) split = split.substr(0, 45) + "...";
+    if (split.size() > 48) split = split.substr(0, 45) + "...";  // in full below
     t.add({s.strategy, split, std::to_string(p.buckets.size()), format_ns(p.comm_end_ns), format_ns(p.exposed_ns),
            m.measured_step_ns > 0 ? format_ns(p.step_ns) : "-"});
   }
   t.print(out);
   out << "  measured: step " << format_ns(m.measured_step_ns) << ", exposed communication " << format_ns(m.measured_exposed_ns)
-      << "\n  Apply with: wb-train --allreduce-split <split>\n";
+      << "\n  Apply with (each strategy's whole split):\n";
+  for (const auto& s : suggestions) {
+    out << "    " << s.strategy << ": wb-train --allreduce-split " << format_split(s.prediction.split) << "\n";
+  }
 }
 
 namespace {
