@@ -97,10 +97,4 @@ const CuptiApi& cupti() {
 
 const CuptiApi* cupti_if_loaded() { return g_api.load(std::memory_order_acquire); }
 
-std::string cupti_library_candidates() {
-  std::string out;
-  for (const std::string& c : candidates()) out += (out.empty() ? "" : ", ") + c;
-  return out;
-}
-
 }  // namespace wb::profiler::cuda

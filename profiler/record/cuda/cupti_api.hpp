@@ -31,7 +31,4 @@ const CuptiApi& cupti();
 // The table if CUPTI has been loaded, else nullptr (never loads).
 const CuptiApi* cupti_if_loaded();
 
-// The library names tried, in order (for messages and tests).
-std::string cupti_library_candidates();
-
 }  // namespace wb::profiler::cuda

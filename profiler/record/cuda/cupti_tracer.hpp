@@ -87,7 +87,6 @@ class CuptiTracer {
   // activity kinds. resume() enables them again. Both are no-ops when already in that state.
   void pause();
   void resume();
-  bool paused() const { return paused_; }
 
   struct State;
 
