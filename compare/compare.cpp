@@ -109,6 +109,46 @@ void compute_stats_row(RowResult& row, const NamedTensor& ta, const NamedTensor&
   row.reason = allows;
 }
 
+// ||d|| in units of a noise of norm `noise`: 0 when both are 0, +inf when only the noise is.
+double in_noise_units(double distance, double noise) {
+  if (distance == 0.0) return 0.0;
+  return noise > 0.0 ? distance / noise : std::numeric_limits<double>::infinity();
+}
+
+double rel_of(double l2, double norm) {
+  if (l2 == 0.0) return 0.0;
+  return norm > 0.0 ? l2 / norm : std::numeric_limits<double>::infinity();
+}
+
+// The row's bounds from the reference's noise, and its error in units of that noise.
+void apply_noise(RowResult& row, const NoiseScale& n) {
+  const Metrics& m = *row.metrics;
+  const Metrics* u = row.update_metrics ? &*row.update_metrics : nullptr;
+  row.bounds = with_noise(row.thresholds, n, m, u);
+  row.noise_applied = true;
+  row.noise_rel_l2 = rel_of(n.l2, m.b.l2norm);
+  row.noise_ratio = in_noise_units(m.euc_dist, n.l2);
+  if (u != nullptr && n.update_l2) {
+    row.update_noise_rel_l2 = rel_of(*n.update_l2, u->b.l2norm);
+    row.update_noise_ratio = in_noise_units(u->euc_dist, *n.update_l2);
+  }
+}
+
+// The largest error / bound over the checks with a bound (RowResult::bound_use).
+std::optional<double> bound_use(const Thresholds& t, const Metrics& m, const Metrics* u) {
+  std::optional<double> use;
+  auto add = [&](double error, double bound) {
+    if (!(bound > 0.0) || std::isnan(error)) return;
+    use = std::max(use.value_or(0.0), error / bound);
+  };
+  if (t.rel_l2_max) add(m.rel_l2, *t.rel_l2_max);
+  if (t.cosine_min) add(1.0 - m.cosine, 1.0 - *t.cosine_min);
+  if (t.max_abs_max) add(m.max_abs, *t.max_abs_max);
+  if (u != nullptr && t.update_rel_l2_max) add(u->rel_l2, *t.update_rel_l2_max);
+  if (u != nullptr && t.update_cosine_min) add(1.0 - u->cosine, 1.0 - *t.update_cosine_min);
+  return use;
+}
+
 void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   const NamedTensor& ta = a.tensors[*row.a_index];
   const NamedTensor& tb = b.tensors[*row.b_index];
@@ -127,8 +167,13 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
                                                   view_of(b0->tensor), row.thresholds.tolerance);
     }
   }
+  row.bounds = row.thresholds;
+  if (row.thresholds.noise_k) {
+    if (const auto n = b.noise.find(tb.key); n != b.noise.end()) apply_noise(row, n->second);
+  }
+  row.bound_use = bound_use(row.bounds, *row.metrics, row.update_metrics ? &*row.update_metrics : nullptr);
   const bool same_dtype = ta.tensor.dtype == tb.tensor.dtype;
-  const Verdict v = judge(row.thresholds, *row.metrics, row.update_metrics ? &*row.update_metrics : nullptr, same_dtype,
+  const Verdict v = judge(row.bounds, *row.metrics, row.update_metrics ? &*row.update_metrics : nullptr, same_dtype,
                           row.kind == TensorKind::momentum ? "momentum-grad" : "update");
   row.status = v.pass ? RowStatus::pass : RowStatus::fail;
   row.reason = v.reason;
@@ -253,6 +298,7 @@ RowResult pair_row(const MatchedPair& p, const TensorSet& a, const TensorSet& b,
       }
     }
   }
+  row.bounds = row.thresholds;
   if (!p.a) {
     row.status = RowStatus::missing_a;
     row.reason = "missing in A";
@@ -319,6 +365,25 @@ void sort_walk_order(std::vector<RowResult>& rows, const std::vector<std::tuple<
   rows = std::move(sorted);
 }
 
+void describe_noise(Comparison& cmp, const TensorSet& b) {
+  std::int64_t used = 0, judged = 0;
+  for (const RowResult& row : cmp.rows) {
+    if (row.metrics && row.thresholds.noise_k && !row.thresholds.bit_exact) ++judged;
+    if (row.noise_applied) ++used;
+  }
+  if (judged == 0) return;
+  if (b.noise.empty()) {
+    cmp.noise_note = "bounds: fixed thresholds (the reference records no float32 noise; torch_step.py writes it "
+                     "unless run with --no-noise)";
+  } else {
+    char k[32];
+    std::snprintf(k, sizeof k, "%g", kNoiseK);
+    cmp.noise_note = "bounds: within " + std::string(k) + "x the reference's own float32 noise (" + b.noise_method +
+                     ") on " + std::to_string(used) + " of " + std::to_string(judged) + " tensors" +
+                     (used < judged ? "; fixed thresholds on the rest" : "");
+  }
+}
+
 void count_statuses(Comparison& cmp) {
   for (const RowResult& row : cmp.rows) {
     switch (row.status) {
@@ -371,6 +436,7 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
   skip_not_comparable(cmp.rows, a, b);
   sort_walk_order(cmp.rows, sort_keys);
   count_statuses(cmp);
+  describe_noise(cmp, b);
   cmp.first_divergence = find_first_divergence(cmp, a, b, options.worst_count);
   return cmp;
 }

@@ -36,11 +36,24 @@ struct RowResult {
   // param_after: the update (after - before); momentum: momentum - grad, the optimizer's own share.
   // Present when both sides hold the base tensor.
   std::optional<Metrics> update_metrics;
-  Thresholds thresholds;
+  Thresholds thresholds;                  // the rule (profile, then the mapping file's overrides)
+  // The numeric bounds the row was judged by: `thresholds`, or with the reference's noise applied.
+  Thresholds bounds;
+  // The reference's own float32 noise on this tensor (B's wb.noise), when recorded and used: its rel-L2
+  // against float64, and the row's error in units of it (||a - b|| / ||b - b64||); the same for the
+  // update (param_after: after - before; momentum: momentum - grad).
+  bool noise_applied = false;
+  std::optional<double> noise_rel_l2, noise_ratio, update_noise_rel_l2, update_noise_ratio;
+  // The largest error / bound over the row's rel-L2, cosine, max-abs and update checks: 1 is at its
+  // bound, over 1 fails. Unset for rows without such checks (bit-exact, missing, shape mismatch).
+  std::optional<double> bound_use;
   std::string reason;                     // why it failed, or a note (e.g. dtypes differ)
   std::int64_t walk_position = 0;         // position in the walk (rows are sorted by it)
 
   bool failed() const { return status == RowStatus::fail || status == RowStatus::shape_mismatch; }
+  // The noise ratio of the error the walk follows: the update's when the row has one, else the value's.
+  std::optional<double> error_noise_ratio() const { return update_metrics ? update_noise_ratio : noise_ratio; }
+  std::optional<double> error_noise_rel_l2() const { return update_metrics ? update_noise_rel_l2 : noise_rel_l2; }
 };
 
 struct CompareOptions {
@@ -61,6 +74,7 @@ struct Comparison {
   // "none" (neither did: the kind order and the ResNet-50 module order known from the names).
   std::string order_side = "none";
   std::string order_note;  // one line for the report: which side and what recorded it
+  std::string noise_note;  // how the reference's noise was measured and on how many rows it was used, or why not
   std::int64_t passed = 0, failed = 0, missing_a = 0, missing_b = 0, skipped = 0;
 
   // Missing tensors are reported but do not fail a comparison: dumps legitimately differ in extras.

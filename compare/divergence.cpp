@@ -106,11 +106,16 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
   const Metrics* in_m = in ? error_metrics(cmp.rows[*in]) : nullptr;
   if (in) d.input_name = cmp.rows[*in].name;
   if (in_m != nullptr) d.input_rel_l2 = in_m->rel_l2;
+  d.noise_ratio = row.error_noise_ratio();
+  if (in) d.input_noise_ratio = cmp.rows[*in].error_noise_ratio();
   if (own == nullptr || in_m == nullptr) {
     d.local = true;
   } else if (own->has_nonfinite() && !in_m->has_nonfinite()) {
     d.local = true;
     d.jump = std::numeric_limits<double>::infinity();
+  } else if (d.noise_ratio && d.input_noise_ratio) {
+    d.jump = *d.input_noise_ratio > 0.0 ? *d.noise_ratio / *d.input_noise_ratio : std::numeric_limits<double>::infinity();
+    d.local = *d.jump >= kLocalJump;
   } else if (in_m->rel_l2 == 0.0) {
     d.local = true;
     d.jump = std::numeric_limits<double>::infinity();
@@ -158,6 +163,12 @@ std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, cons
                            "): the scale is inherited."
                      : " Its input " + d.input_name + " shows no systematic scale (s = " + fmt(in_m->scale) +
                            ", rel-L2 " + fmt(in_m->rel_l2) + "): the scale is local, this operation is the likely cause.";
+  } else if (d.noise_ratio && d.input_noise_ratio) {
+    s += " Its input " + d.input_name + " is " + fmt(*d.input_noise_ratio) + "x the reference's own float32 noise, this row " +
+         fmt(*d.noise_ratio) + "x (" + (!d.jump || std::isinf(*d.jump) ? std::string("from none") : fmt(*d.jump) + "x faster") +
+         (d.local ? "): the error grows here faster than float32 noise does: this operation is the likely cause."
+                  : ", under " + fmt(kLocalJump) + "x): the error grows as the reference's own noise does: inherited, "
+                    "accumulated from earlier operations.");
   } else if (d.local) {
     s += " Its input " + d.input_name + " has rel-L2 " + fmt(*d.input_rel_l2) + (d.rel_l2 ? " against " + fmt(*d.rel_l2) : "") +
          " here (" + (!d.jump || std::isinf(*d.jump) ? std::string("from zero") : fmt(*d.jump) + "x") +
@@ -188,6 +199,8 @@ nlohmann::json to_json(const FirstDivergence& d) {
   j["rel_l2"] = num(d.rel_l2);
   j["input_rel_l2"] = num(d.input_rel_l2);
   j["jump"] = num(d.jump);
+  j["noise_ratio"] = num(d.noise_ratio);
+  j["input_noise_ratio"] = num(d.input_noise_ratio);
   nlohmann::json worst = nlohmann::json::array();
   for (const auto& w : d.worst) {
     worst.push_back({{"index", w.index}, {"coord", w.coord}, {"a", num(w.a)}, {"b", num(w.b)}, {"abs_err", num(w.abs_err)}});

@@ -7,7 +7,10 @@
 // gradient in the backward walk for a gradient (the loss for the first), the gradient of the same
 // parameter for an updated parameter or a momentum buffer. A jump of 10x or more, an input without
 // error, a new NaN/Inf or no input at all make it local: this operation is the likely cause.
-// Otherwise the error was inherited and grew past the threshold here.
+// Otherwise the error was inherited and grew past the threshold here. When both rows carry the
+// reference's own float32 noise (compare.hpp), the jump is measured in units of that noise: an error
+// that grows no faster than the reference's noise grows through the operation is inherited noise, and
+// only a jump of 10x or more over the input's ratio to its noise makes the operation the cause.
 //
 // Optimizer-only: every activation, the loss and every gradient pass but an updated parameter or a
 // momentum buffer fails: the update rule (learning rate, momentum, weight decay) is the suspect.
@@ -38,7 +41,10 @@ struct FirstDivergence {
   std::string input_name;             // the input it was compared with ("" when none)
   std::optional<double> input_rel_l2;
   std::optional<double> rel_l2;
-  std::optional<double> jump;         // rel_l2 / input_rel_l2 (+inf when the input had no error)
+  std::optional<double> jump;         // rel_l2 / input_rel_l2 (+inf when the input had no error), or
+                                      // noise_ratio / input_noise_ratio when both are known
+  std::optional<double> noise_ratio;        // the row's error in units of the reference's noise
+  std::optional<double> input_noise_ratio;  // the input's
   bool local = true;
   bool optimizer_only = false;
   std::string summary;                // one paragraph for the console

@@ -84,6 +84,52 @@ int summed_losses(const std::string& json, const std::string& what) {
   return loss != j.end() && loss->is_string() && loss->get<std::string>() == "sum" ? m->get<int>() : 1;
 }
 
+double noise_number(const nlohmann::json& entry, const char* field, const std::string& what) {
+  const auto it = entry.find(field);
+  if (it == entry.end() || !it->is_number() || !(it->get<double>() >= 0.0)) {
+    throw CompareError(what + " needs \"" + field + "\", a finite number >= 0");
+  }
+  return it->get<double>();
+}
+
+// __metadata__["wb.noise"] into set.noise (see load.hpp).
+void read_noise(TensorSet& set, const std::string& json, const std::string& what) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json);
+  } catch (const nlohmann::json::exception& e) {
+    throw CompareError(what + " is not JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("tensors") || !j["tensors"].is_object()) {
+    throw CompareError(what + " must be a JSON object with \"tensors\": {key: {\"l2\", \"max_abs\", \"ref_l2\"}}");
+  }
+  if (const auto v = j.find("version"); v != j.end() && !(v->is_number_integer() && v->get<int>() == 1)) {
+    throw CompareError(what + " has version " + v->dump() + " (this build reads version 1)");
+  }
+  for (const auto& [key, entry] : j["tensors"].items()) {
+    const std::string at = what + "[\"tensors\"][\"" + key + "\"]";
+    if (!entry.is_object()) throw CompareError(at + " must be a JSON object");
+    NoiseScale n;
+    n.l2 = noise_number(entry, "l2", at);
+    n.max_abs = noise_number(entry, "max_abs", at);
+    n.ref_l2 = noise_number(entry, "ref_l2", at);
+    set.noise[key] = n;
+  }
+  if (const auto u = j.find("updates"); u != j.end()) {
+    if (!u->is_object()) throw CompareError(what + "[\"updates\"] must be a JSON object");
+    for (const auto& [key, entry] : u->items()) {
+      const std::string at = what + "[\"updates\"][\"" + key + "\"]";
+      if (!entry.is_object()) throw CompareError(at + " must be a JSON object");
+      const auto n = set.noise.find(key);
+      if (n == set.noise.end()) continue;  // an update without its value's noise is not used
+      n->second.update_l2 = noise_number(entry, "l2", at);
+      n->second.update_ref_l2 = noise_number(entry, "ref_l2", at);
+    }
+  }
+  const auto method = j.find("method");
+  set.noise_method = method != j.end() && method->is_string() ? method->get<std::string>() : "recorded noise";
+}
+
 TensorSet load_safetensors(const fs::path& path) {
   std::map<std::string, std::string> metadata;
   TensorSet set = from_host_tensors(path, store::read_safetensors(path, &metadata));
@@ -104,6 +150,9 @@ TensorSet load_safetensors(const fs::path& path) {
   }
   if (const auto p = metadata.find(kPipelineMetadataKey); p != metadata.end()) {
     set.loss_terms = summed_losses(p->second, path.string() + ": __metadata__[\"" + kPipelineMetadataKey + "\"]");
+  }
+  if (const auto n = metadata.find(kNoiseMetadataKey); n != metadata.end()) {
+    read_noise(set, n->second, path.string() + ": __metadata__[\"" + kNoiseMetadataKey + "\"]");
   }
   const auto it = metadata.find(kExecOrderMetadataKey);
   if (it == metadata.end()) {

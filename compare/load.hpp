@@ -47,5 +47,8 @@ inline constexpr const char* kExecOrderMetadataKey = "wb.exec_order";
 inline constexpr const char* kNotComparableMetadataKey = "wb.not_comparable";
 // The pipeline plan ({"micro_batches": M, "loss": "sum"|"mean", ...}) of a pipeline step's dump.
 inline constexpr const char* kPipelineMetadataKey = "wb.pipeline";
+// The reference's own float32 noise per tensor ({"version": 1, "method": ..., "tensors": {key: {"l2",
+// "max_abs", "ref_l2"}}, "updates": {key: {"l2", "ref_l2"}}}; see NoiseScale in tensor_set.hpp).
+inline constexpr const char* kNoiseMetadataKey = "wb.noise";
 
 }  // namespace wb::compare

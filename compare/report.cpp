@@ -111,6 +111,14 @@ nlohmann::json row_to_json(const RowResult& r) {
   j["metrics"] = r.metrics ? metrics_to_json(*r.metrics) : nlohmann::json(nullptr);
   j["update_metrics"] = r.update_metrics ? metrics_to_json(*r.update_metrics) : nlohmann::json(nullptr);
   j["thresholds"] = to_json(r.thresholds);
+  j["bounds"] = to_json(r.bounds);
+  auto opt = [](const std::optional<double>& v) { return v ? num(*v) : nlohmann::json(nullptr); };
+  j["noise"] = {{"applied", r.noise_applied},
+                {"rel_l2", opt(r.noise_rel_l2)},
+                {"ratio", opt(r.noise_ratio)},
+                {"update_rel_l2", opt(r.update_noise_rel_l2)},
+                {"update_ratio", opt(r.update_noise_ratio)}};
+  j["bound_use"] = opt(r.bound_use);
   j["reason"] = r.reason;
   return j;
 }
@@ -168,6 +176,7 @@ nlohmann::json to_json(const Comparison& c) {
   j["b"] = c.b_source;
   j["profile"] = std::string(profile_name(c.profile));
   j["order"] = {{"side", c.order_side}, {"note", c.order_note}};
+  j["noise_note"] = c.noise_note;
   j["summary"] = {{"total", c.rows.size()}, {"passed", c.passed},       {"failed", c.failed},
                   {"missing_a", c.missing_a}, {"missing_b", c.missing_b}, {"skipped", c.skipped},
                   {"all_pass", c.all_pass()}};
@@ -183,52 +192,95 @@ nlohmann::json to_json(const Comparison& c) {
   return j;
 }
 
-void print_table(std::ostream& out, const Comparison& c, const TableOptions& opt) {
-  const char* reset = opt.color ? "\x1b[0m" : "";
-  const char* bold = opt.color ? "\x1b[1m" : "";
-  std::vector<const RowResult*> rows;
-  for (const RowResult& r : c.rows) rows.push_back(&r);
-  if (opt.order == RowOrder::failures_first) {
-    std::stable_partition(rows.begin(), rows.end(), [](const RowResult* r) { return r->failed(); });
-  }
+namespace {
+
+struct TableStyle {
+  const char* reset = "";
+  const char* bold = "";
+  bool color = false;
+};
+
+std::string opt_cell(const std::optional<double>& v, const char* spec) { return v ? fmt(*v, spec) : "-"; }
+
+// The bound of the row's main check: its rel-L2 bound, else its absolute bound (the loss).
+std::string bound_cell(const RowResult& r) {
+  if (r.bounds.rel_l2_max) return fmt(*r.bounds.rel_l2_max, "%.2e");
+  if (r.bounds.max_abs_max) return "abs " + fmt(*r.bounds.max_abs_max, "%.1e");
+  if (r.bounds.bit_exact) return "exact";
+  return "-";
+}
+
+void print_rows(std::ostream& out, const std::vector<const RowResult*>& rows, const TableStyle& st) {
   std::size_t name_w = 4;
   for (const RowResult* r : rows) name_w = std::max(name_w, std::min<std::size_t>(r->name.size(), 44));
-
-  out << "A: " << c.a_source << "\nB: " << c.b_source << " (reference)\nprofile: " << profile_name(c.profile) << "\n";
-  if (!c.order_note.empty()) out << c.order_note << "\n";
-  out << "\n";
-  out << bold << pad("#", 5, true) << "  " << pad("status", 6) << "  " << pad("name", name_w) << "  " << pad("shape", 16)
-      << "  " << pad("max abs", 10, true) << "  " << pad("max rel", 10, true) << "  " << pad("cosine", 12, true) << "  "
-      << pad("rel-L2", 10, true) << "  " << pad("rmse", 10, true) << "  " << pad("allclose", 8, true) << "  "
-      << pad("nan/inf", 7, true) << "  reason" << reset << "\n";
+  out << st.bold << pad("#", 5, true) << "  " << pad("status", 6) << "  " << pad("name", name_w) << "  " << pad("shape", 16)
+      << "  " << pad("max abs", 10, true) << "  " << pad("cosine", 12, true) << "  " << pad("rel-L2", 10, true) << "  "
+      << pad("bound", 10, true) << "  " << pad("noise", 9, true) << "  " << pad("x noise", 8, true) << "  "
+      << pad("use", 6, true) << "  " << pad("nan/inf", 7, true) << "  reason" << st.reset << "\n";
   for (const RowResult* r : rows) {
-    std::string cells[7];
+    std::string cells[4] = {"", "", "", ""};
     if (r->metrics) {
       const Metrics& m = *r->metrics;
       cells[0] = fmt(m.max_abs, "%.3e");
-      cells[1] = fmt(m.max_rel, "%.3e");
-      cells[2] = fmt(m.cosine, "%.9f");
-      cells[3] = fmt(m.rel_l2, "%.3e");
-      cells[4] = fmt(m.rmse, "%.3e");
-      cells[5] = fmt(100.0 * m.allclose_ratio, "%.2f") + "%";
+      cells[1] = fmt(m.cosine, "%.9f");
+      cells[2] = fmt(m.rel_l2, "%.3e");
       const std::int64_t nf = m.a.nan_count + m.a.inf_count + m.b.nan_count + m.b.inf_count;
-      cells[6] = nf == 0 ? "-" : std::to_string(nf) + (m.nonfinite_positions_match() ? "" : "!");
+      cells[3] = nf == 0 ? "-" : std::to_string(nf) + (m.nonfinite_positions_match() ? "" : "!");
     }
     const auto& shape = r->b_key.empty() ? r->a_shape : r->b_shape;
-    out << pad(std::to_string(r->walk_position), 5, true) << "  " << (opt.color ? color_of(r->status) : "")
-        << pad(status_label(r->status), 6) << reset << "  " << pad(fit(r->name, 44), name_w) << "  "
-        << pad(fit(shape_text(shape), 16), 16) << "  " << pad(cells[0], 10, true) << "  " << pad(cells[1], 10, true)
-        << "  " << pad(cells[2], 12, true) << "  " << pad(cells[3], 10, true) << "  " << pad(cells[4], 10, true) << "  "
-        << pad(cells[5], 8, true) << "  " << pad(cells[6], 7, true) << "  " << r->reason;
+    out << pad(std::to_string(r->walk_position), 5, true) << "  " << (st.color ? color_of(r->status) : "")
+        << pad(status_label(r->status), 6) << st.reset << "  " << pad(fit(r->name, 44), name_w) << "  "
+        << pad(fit(shape_text(shape), 16), 16) << "  " << pad(cells[0], 10, true) << "  " << pad(cells[1], 12, true)
+        << "  " << pad(cells[2], 10, true) << "  " << pad(r->metrics ? bound_cell(*r) : "", 10, true) << "  "
+        << pad(r->metrics ? opt_cell(r->noise_rel_l2, "%.2e") : "", 9, true) << "  "
+        << pad(r->metrics ? opt_cell(r->noise_ratio, "%.3g") : "", 8, true) << "  "
+        << pad(r->metrics ? opt_cell(r->bound_use, "%.3g") : "", 6, true) << "  " << pad(cells[3], 7, true) << "  "
+        << r->reason;
     if (r->method != MatchMethod::exact && r->method != MatchMethod::none) {
       out << (r->reason.empty() ? "" : "; ") << "matched by " << method_name(r->method) << " (A: " << r->a_key << ")";
     }
     out << "\n";
   }
+}
 
+// Per kind: tensors, pass, fail, not judged, missing, and the row nearest its bound.
+void print_kind_counts(std::ostream& out, const Comparison& c, const TableStyle& st) {
+  struct Count {
+    std::int64_t total = 0, pass = 0, fail = 0, skipped = 0, missing = 0;
+    const RowResult* nearest = nullptr;
+  };
+  std::map<int, std::pair<TensorKind, Count>> kinds;
+  for (const RowResult& r : c.rows) {
+    auto& [kind, n] = kinds[walk_rank(r.kind)];
+    kind = r.kind;
+    ++n.total;
+    if (r.status == RowStatus::pass) ++n.pass;
+    else if (r.failed()) ++n.fail;
+    else if (r.status == RowStatus::skipped) ++n.skipped;
+    else ++n.missing;
+    if (r.bound_use && (n.nearest == nullptr || *r.bound_use > *n.nearest->bound_use)) n.nearest = &r;
+  }
+  out << st.bold << pad("kind", 13) << "  " << pad("tensors", 7, true) << "  " << pad("pass", 5, true) << "  "
+      << pad("fail", 5, true) << "  " << pad("other", 5, true) << "  nearest its bound (error / bound)" << st.reset << "\n";
+  for (const auto& [rank, entry] : kinds) {
+    const auto& [kind, n] = entry;
+    out << pad(std::string(kind_name(kind)), 13) << "  " << pad(std::to_string(n.total), 7, true) << "  "
+        << pad(std::to_string(n.pass), 5, true) << "  " << pad(std::to_string(n.fail), 5, true) << "  "
+        << pad(std::to_string(n.skipped + n.missing), 5, true) << "  ";
+    if (n.nearest != nullptr) {
+      out << fmt(*n.nearest->bound_use, "%.3g") << " at " << n.nearest->name;
+      if (n.nearest->noise_ratio) out << " (" << fmt(*n.nearest->noise_ratio, "%.3g") << "x its noise)";
+    } else {
+      out << "-";
+    }
+    out << "\n";
+  }
+}
+
+void print_legend(std::ostream& out, const Comparison& c) {
   // The thresholds in force, per kind (several lines for a kind when the mapping file overrode some).
   std::map<std::string, std::map<std::string, int>> legend;
-  for (const RowResult& r : c.rows) ++legend[std::string(kind_name(r.kind))][describe(r.thresholds)];
+  for (const RowResult& r : c.rows) ++legend[std::string(kind_name(r.kind))][describe(r.thresholds, r.noise_applied)];
   out << "\nthresholds (" << profile_name(c.profile) << "):\n";
   for (const auto& [kind, descs] : legend) {
     for (const auto& [desc, count] : descs) {
@@ -237,28 +289,27 @@ void print_table(std::ostream& out, const Comparison& c, const TableOptions& opt
       out << "\n";
     }
   }
+}
 
-  if (!c.ambiguities.empty()) {
-    out << "\norder+shape matching was ambiguous for " << c.ambiguities.size() << " tensors:\n";
-    for (std::size_t i = 0; i < c.ambiguities.size() && i < opt.max_ambiguities; ++i) {
-      const Ambiguity& a = c.ambiguities[i];
-      out << "  " << (a.in_a ? "A " : "B ") << a.key << " -> "
-          << (a.chosen.empty() ? std::string("(left unmatched)") : a.chosen) << "; could be:";
-      for (const auto& cand : a.candidates) out << " " << cand;
-      out << "\n";
-    }
-    if (c.ambiguities.size() > opt.max_ambiguities) {
-      out << "  ... and " << c.ambiguities.size() - opt.max_ambiguities << " more (see --json)\n";
-    }
+void print_ambiguities(std::ostream& out, const Comparison& c, std::size_t max_ambiguities) {
+  if (c.ambiguities.empty()) return;
+  out << "\norder+shape matching was ambiguous for " << c.ambiguities.size() << " tensors:\n";
+  for (std::size_t i = 0; i < c.ambiguities.size() && i < max_ambiguities; ++i) {
+    const Ambiguity& a = c.ambiguities[i];
+    out << "  " << (a.in_a ? "A " : "B ") << a.key << " -> "
+        << (a.chosen.empty() ? std::string("(left unmatched)") : a.chosen) << "; could be:";
+    for (const auto& cand : a.candidates) out << " " << cand;
+    out << "\n";
   }
+  if (c.ambiguities.size() > max_ambiguities) {
+    out << "  ... and " << c.ambiguities.size() - max_ambiguities << " more (see --json)\n";
+  }
+}
 
-  out << "\n" << bold << c.rows.size() << " tensors: " << c.passed << " pass, " << c.failed << " fail, " << c.missing_a
-      << " only in B, " << c.missing_b << " only in A";
-  if (c.skipped > 0) out << ", " << c.skipped << " not judged";
-  out << reset << "\n";
+void print_divergence(std::ostream& out, const Comparison& c, const TableStyle& st) {
   if (c.first_divergence) {
     const FirstDivergence& d = *c.first_divergence;
-    out << "\n" << (opt.color ? "\x1b[1;31m" : "") << d.summary << reset << "\n";
+    out << "\n" << (st.color ? "\x1b[1;31m" : "") << d.summary << st.reset << "\n";
     if (!d.worst.empty()) {
       out << "  worst elements (index: A vs B, |A-B|):\n";
       for (const WorstElement& w : d.worst) {
@@ -267,8 +318,58 @@ void print_table(std::ostream& out, const Comparison& c, const TableOptions& opt
       }
     }
   } else if (c.failed == 0) {
-    out << (opt.color ? "\x1b[32m" : "") << "No divergence: every compared tensor passes." << reset << "\n";
+    out << (st.color ? "\x1b[32m" : "") << "No divergence: every compared tensor passes." << st.reset << "\n";
   }
+}
+
+}  // namespace
+
+void print_table(std::ostream& out, const Comparison& c, const TableOptions& opt) {
+  TableStyle st;
+  st.color = opt.color;
+  st.reset = opt.color ? "\x1b[0m" : "";
+  st.bold = opt.color ? "\x1b[1m" : "";
+  out << "A: " << c.a_source << "\nB: " << c.b_source << " (reference)\nprofile: " << profile_name(c.profile) << "\n";
+  if (!c.order_note.empty()) out << c.order_note << "\n";
+  if (!c.noise_note.empty()) out << c.noise_note << "\n";
+  out << "\n";
+  if (opt.all) {
+    std::vector<const RowResult*> rows;
+    for (const RowResult& r : c.rows) rows.push_back(&r);
+    if (opt.order == RowOrder::failures_first) {
+      std::stable_partition(rows.begin(), rows.end(), [](const RowResult* r) { return r->failed(); });
+    }
+    print_rows(out, rows, st);
+  } else {
+    std::vector<const RowResult*> failing, nearest;
+    for (const RowResult& r : c.rows) {
+      if (r.failed()) failing.push_back(&r);
+      else if (r.status == RowStatus::pass && r.bound_use) nearest.push_back(&r);
+    }
+    const std::size_t shown = std::min(opt.nearest_rows, nearest.size());
+    std::partial_sort(nearest.begin(), nearest.begin() + static_cast<std::ptrdiff_t>(shown), nearest.end(),
+                      [](const RowResult* x, const RowResult* y) { return *x->bound_use > *y->bound_use; });
+    nearest.resize(shown);
+    if (!failing.empty()) {
+      out << st.bold << "failing (" << failing.size() << "):" << st.reset << "\n";
+      print_rows(out, failing, st);
+      out << "\n";
+    }
+    if (!nearest.empty()) {
+      out << st.bold << "passing, nearest their bound (" << nearest.size() << " of " << c.passed << "):" << st.reset << "\n";
+      print_rows(out, nearest, st);
+      out << "\n";
+    }
+    print_kind_counts(out, c, st);
+    out << "(--all lists every row; --json and --csv keep them all)\n";
+  }
+  print_legend(out, c);
+  print_ambiguities(out, c, opt.max_ambiguities);
+  out << "\n" << st.bold << c.rows.size() << " tensors: " << c.passed << " pass, " << c.failed << " fail, " << c.missing_a
+      << " only in B, " << c.missing_b << " only in A";
+  if (c.skipped > 0) out << ", " << c.skipped << " not judged";
+  out << st.reset << "\n";
+  print_divergence(out, c, st);
 }
 
 std::string csv_header() {
@@ -276,7 +377,8 @@ std::string csv_header() {
          "MaxRelativeErr,One Thousandth Err Ratio,Five Thousandths Err Ratio,NPU max,NPU min,NPU mean,NPU l2norm,"
          "Bench max,Bench min,Bench mean,Bench l2norm,Accuracy Reached or Not,Err_message,"
          "MeanAbsErr,EucDist,RMSE,RelL2,AllcloseRatio,SQNR(dB),NaN/Inf Mismatch,Kind,Status,Match,"
-         "NormRatio,Scale,ScaleStdErr,ScaleZ,ScaleNoiseP";
+         "NormRatio,Scale,ScaleStdErr,ScaleZ,ScaleNoiseP,RelL2Bound,NoiseRelL2,NoiseRatio,UpdateNoiseRelL2,"
+         "UpdateNoiseRatio,BoundUse";
 }
 
 void write_csv(std::ostream& out, const Comparison& c) {
@@ -314,6 +416,11 @@ void write_csv(std::ostream& out, const Comparison& c) {
       for (double v : {m.norm_ratio, m.scale, m.scale_stderr, m.scale_z, m.scale_noise_p}) f.push_back(fmt(v, "%.10g"));
     } else {
       for (int i = 0; i < 5; ++i) f.push_back("N/A");
+    }
+    auto opt = [](const std::optional<double>& v) { return v ? fmt(*v, "%.10g") : std::string("N/A"); };
+    f.push_back(opt(r.metrics ? r.bounds.rel_l2_max : std::nullopt));
+    for (const auto& v : {r.noise_rel_l2, r.noise_ratio, r.update_noise_rel_l2, r.update_noise_ratio, r.bound_use}) {
+      f.push_back(opt(v));
     }
     for (std::size_t i = 0; i < f.size(); ++i) out << (i ? "," : "") << csv_field(f[i]);
     out << "\n";

@@ -17,8 +17,12 @@ enum class RowOrder { failures_first, exec };
 // Throws CompareError naming the flag and the valid values.
 RowOrder row_order_from_name(std::string_view name);
 
+// By default the console shows the failing rows, the passing rows nearest their bound, the counts per
+// kind and the first divergence; `all` lists every row instead of the first two.
 struct TableOptions {
-  RowOrder order = RowOrder::failures_first;
+  bool all = false;
+  std::size_t nearest_rows = 10;
+  RowOrder order = RowOrder::failures_first;  // of the full list (`all`)
   bool color = false;
   std::size_t max_ambiguities = 20;  // listed individually; the rest are counted
 };
@@ -32,7 +36,8 @@ nlohmann::json metrics_to_json(const Metrics& metrics);
 
 // msprobe's columns ("NPU Name", "Bench Name", ..., "Accuracy Reached or Not", "Err_message"), A as the
 // NPU side and B as the bench, followed by ours (MeanAbsErr, EucDist, RMSE, RelL2, AllcloseRatio,
-// SQNR(dB), NaN/Inf Mismatch, Kind, Status, Match, NormRatio, Scale, ScaleStdErr, ScaleZ, ScaleNoiseP).
+// SQNR(dB), NaN/Inf Mismatch, Kind, Status, Match, NormRatio, Scale, ScaleStdErr, ScaleZ, ScaleNoiseP,
+// RelL2Bound, NoiseRelL2, NoiseRatio, UpdateNoiseRelL2, UpdateNoiseRatio, BoundUse).
 std::string csv_header();
 void write_csv(std::ostream& out, const Comparison& comparison);
 

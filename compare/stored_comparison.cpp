@@ -116,6 +116,9 @@ Thresholds thresholds(const json& j) {
   t.nonfinite_fails = flag(j, "nonfinite_fails");
   t.msprobe_rule = flag(j, "msprobe_rule");
   t.scale_shift_min = opt_num(j, "scale_shift_min");
+  t.noise_k = opt_num(j, "noise_k");
+  t.noise_floor = opt_num(j, "noise_floor");
+  t.update_noise_floor = opt_num(j, "update_noise_floor");
   t.tolerance.rtol = num(j, "rtol", t.tolerance.rtol);
   t.tolerance.atol = num(j, "atol", t.tolerance.atol);
   return t;
@@ -145,6 +148,7 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
         c.order_side = text(whole["order"], "side");
         c.order_note = text(whole["order"], "note");
       }
+      c.noise_note = text(whole, "noise_note");
     } catch (const json::exception&) {
       // The rows and the first divergence below are what matter; the order note is only shown.
     }
@@ -174,6 +178,17 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
     if (j.contains("metrics") && j["metrics"].is_object()) r.metrics = metrics(j["metrics"]);
     if (j.contains("update_metrics") && j["update_metrics"].is_object()) r.update_metrics = metrics(j["update_metrics"]);
     if (j.contains("thresholds")) r.thresholds = thresholds(j["thresholds"]);
+    // Comparisons saved before bounds were recorded were judged by their thresholds.
+    r.bounds = j.contains("bounds") ? thresholds(j["bounds"]) : r.thresholds;
+    if (j.contains("noise") && j["noise"].is_object()) {
+      const json& n = j["noise"];
+      r.noise_applied = flag(n, "applied");
+      r.noise_rel_l2 = opt_num(n, "rel_l2");
+      r.noise_ratio = opt_num(n, "ratio");
+      r.update_noise_rel_l2 = opt_num(n, "update_rel_l2");
+      r.update_noise_ratio = opt_num(n, "update_ratio");
+    }
+    r.bound_use = opt_num(j, "bound_use");
     r.reason = text(j, "reason");
     r.walk_position = e.exec_order;
     switch (r.status) {
@@ -204,6 +219,8 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
     d.rel_l2 = opt_num(j, "rel_l2");
     d.input_rel_l2 = opt_num(j, "input_rel_l2");
     d.jump = opt_num(j, "jump");
+    d.noise_ratio = opt_num(j, "noise_ratio");
+    d.input_noise_ratio = opt_num(j, "input_noise_ratio");
     d.summary = text(j, "summary");
     if (j.contains("worst") && j["worst"].is_array())
       for (const auto& w : j["worst"]) {

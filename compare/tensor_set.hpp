@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -70,6 +71,18 @@ struct NamedTensor {
   bool stats_only() const { return stats.has_value(); }
 };
 
+// The reference's own float32 noise on one tensor: its distance to a float64 replay of the same step
+// (safetensors __metadata__["wb.noise"], written by torch_step.py; see wbdump.py). `l2` is
+// ||ref32 - ref64||, `max_abs` max |ref32 - ref64|, `ref_l2` ||ref64||. For param_after and momentum
+// the same of their update (after - before; momentum - grad), when recorded.
+struct NoiseScale {
+  double l2 = 0.0;
+  double max_abs = 0.0;
+  double ref_l2 = 0.0;
+  std::optional<double> update_l2;
+  std::optional<double> update_ref_l2;
+};
+
 // One side of a comparison.
 class TensorSet {
  public:
@@ -84,6 +97,9 @@ class TensorSet {
   // (run files: meta pipeline_json; safetensors: __metadata__["wb.pipeline"]). An absolute loss bound
   // made for one loss applies to each of them, so it grows with their number.
   int loss_terms = 1;
+  // Per key, the set's own float32 noise when it recorded one (a reference with wb.noise); empty otherwise.
+  std::map<std::string, NoiseScale> noise;
+  std::string noise_method;  // how it was measured ("float64 replay of the same step"), empty when none
 
   // Rebuilds the key index; call after filling `tensors`. Throws CompareError on a duplicate key.
   void index();

@@ -32,8 +32,10 @@
 // therefore caught by the momentum - grad check, which makes it an optimizer-only divergence.
 #include "compare/verdict.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace wb::compare {
 namespace {
@@ -42,6 +44,12 @@ std::string fmt(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.4g", v);
   return buf;
+}
+
+// A noise of `l2` on a reference of norm `norm`, as rel-L2 (0 when both are 0, +inf when only the norm is).
+double noise_rel(double l2, double norm) {
+  if (l2 == 0.0) return 0.0;
+  return norm > 0.0 ? l2 / norm : std::numeric_limits<double>::infinity();
 }
 
 // Below this a systematic scale is rounding-level (see verdict.hpp), not a bug worth a failure.
@@ -145,6 +153,10 @@ Thresholds default_thresholds(Profile profile, TensorKind kind, store::DType ref
       t.scale_shift_min = kScaleShiftMin;
       break;
   }
+  // The fixed bounds stay the floors under noise (verdict.hpp).
+  t.noise_floor = t.rel_l2_max;
+  t.update_noise_floor = t.update_rel_l2_max;
+  t.noise_k = kNoiseK;
   return t;
 }
 
@@ -165,6 +177,9 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
     else if (key == "nonfinite_fails") set_bool(t.nonfinite_fails, v, origin, key);
     else if (key == "msprobe_rule") set_bool(t.msprobe_rule, v, origin, key);
     else if (key == "scale_shift_min") set_optional(t.scale_shift_min, v, origin, key);
+    else if (key == "noise_k") set_optional(t.noise_k, v, origin, key);
+    else if (key == "noise_floor") set_optional(t.noise_floor, v, origin, key);
+    else if (key == "update_noise_floor") set_optional(t.update_noise_floor, v, origin, key);
     else if (key == "rtol" || key == "atol") {
       if (!v.is_number()) throw CompareError(std::string(origin) + ": threshold '" + key + "' must be a number");
       (key == "rtol" ? t.tolerance.rtol : t.tolerance.atol) = v.get<double>();
@@ -172,26 +187,40 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
       throw CompareError(std::string(origin) + ": unknown threshold '" + key +
                          "' (expected bit_exact, cosine_min, rel_l2_max, max_abs_max, allclose_ratio_min, "
                          "update_cosine_min, update_rel_l2_max, rtol, atol, all_close, dtype_must_match, "
-                         "nan_fails, nonfinite_fails, msprobe_rule, scale_shift_min)");
+                         "nan_fails, nonfinite_fails, msprobe_rule, scale_shift_min, noise_k, noise_floor, "
+                         "update_noise_floor)");
     }
   }
 }
 
-std::string describe(const Thresholds& t) {
+std::string describe(const Thresholds& t, bool noise_applied) {
   std::string s;
   auto add = [&](const std::string& part) {
     if (!s.empty()) s += ' ';
     s += part;
   };
+  noise_applied = noise_applied && t.noise_k.has_value();
+  const std::string k = noise_applied ? fmt(*t.noise_k) + "x noise" : "";
   if (t.bit_exact) add("bit-exact");
   if (t.msprobe_rule) add("msprobe(cos>=0.99|abs<=1e-3, cos>=0.9, abs<=1)");
-  if (t.cosine_min) add("cos>=" + fmt(*t.cosine_min));
-  if (t.rel_l2_max) add("relL2<=" + fmt(*t.rel_l2_max));
-  if (t.max_abs_max) add("abs<=" + fmt(*t.max_abs_max));
+  if (noise_applied && t.noise_floor) {
+    if (t.cosine_min) add("cos>=" + fmt(*t.cosine_min));
+    add("relL2<=max(" + fmt(*t.noise_floor) + ", " + k + ")");
+  } else {
+    if (t.cosine_min) add("cos>=" + fmt(*t.cosine_min));
+    if (t.rel_l2_max) add("relL2<=" + fmt(*t.rel_l2_max));
+  }
+  if (t.max_abs_max) add(noise_applied && !t.noise_floor ? "abs<=max(" + fmt(*t.max_abs_max) + ", " + k + ")"
+                                                         : "abs<=" + fmt(*t.max_abs_max));
   if (t.allclose_ratio_min) add("allclose>=" + fmt(*t.allclose_ratio_min));
   if (t.all_close || t.allclose_ratio_min) add("(rtol=" + fmt(t.tolerance.rtol) + ",atol=" + fmt(t.tolerance.atol) + ")");
-  if (t.update_cosine_min) add("update cos>=" + fmt(*t.update_cosine_min));
-  if (t.update_rel_l2_max) add("update relL2<=" + fmt(*t.update_rel_l2_max));
+  if (noise_applied && t.update_noise_floor) {
+    if (t.update_cosine_min) add("update cos>=" + fmt(*t.update_cosine_min));
+    add("update relL2<=max(" + fmt(*t.update_noise_floor) + ", " + k + ")");
+  } else {
+    if (t.update_cosine_min) add("update cos>=" + fmt(*t.update_cosine_min));
+    if (t.update_rel_l2_max) add("update relL2<=" + fmt(*t.update_rel_l2_max));
+  }
   if (t.dtype_must_match) add("same dtype");
   if (t.nan_fails) add("no NaN");
   if (t.nonfinite_fails) add("no NaN/Inf");
@@ -217,9 +246,36 @@ nlohmann::json to_json(const Thresholds& t) {
   if (t.nonfinite_fails) j["nonfinite_fails"] = true;
   if (t.msprobe_rule) j["msprobe_rule"] = true;
   opt("scale_shift_min", t.scale_shift_min);
+  opt("noise_k", t.noise_k);
+  opt("noise_floor", t.noise_floor);
+  opt("update_noise_floor", t.update_noise_floor);
   j["rtol"] = t.tolerance.rtol;
   j["atol"] = t.tolerance.atol;
   return j;
+}
+
+Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m, const Metrics* update) {
+  if (!t.noise_k) return t;
+  Thresholds e = t;
+  const double k = *t.noise_k;
+  // rel-L2 <= R implies cosine >= sqrt(1 - R^2): a cosine bound widens with the rel-L2 bound it goes
+  // with, once the noise takes that over the floor.
+  auto widen_cosine = [](std::optional<double>& cosine_min, double rel_max) {
+    if (!cosine_min) return;
+    if (rel_max >= 1.0) cosine_min.reset();
+    else cosine_min = std::min(*cosine_min, std::sqrt(1.0 - rel_max * rel_max));
+  };
+  if (t.noise_floor) {
+    e.rel_l2_max = std::max(*t.noise_floor, k * noise_rel(n.l2, m.b.l2norm));
+    if (*e.rel_l2_max > *t.noise_floor) widen_cosine(e.cosine_min, *e.rel_l2_max);
+  } else if (t.max_abs_max) {
+    e.max_abs_max = std::max(*t.max_abs_max, k * n.max_abs);
+  }
+  if (t.update_noise_floor && update != nullptr && n.update_l2) {
+    e.update_rel_l2_max = std::max(*t.update_noise_floor, k * noise_rel(*n.update_l2, update->b.l2norm));
+    if (*e.update_rel_l2_max > *t.update_noise_floor) widen_cosine(e.update_cosine_min, *e.update_rel_l2_max);
+  }
+  return e;
 }
 
 Verdict judge(const Thresholds& t, const Metrics& m, const Metrics* update, bool same_dtype, std::string_view update_label) {

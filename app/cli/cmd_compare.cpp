@@ -16,7 +16,7 @@ namespace wb::cli {
 int cmd_compare(int argc, char** argv) {
   Args args(argc, argv,
             "usage: wb compare A B [--profile P] [--map F] [--json OUT] [--csv OUT] [--order failures|exec]\n"
-            "                      [--step N] [--rank R] [--source S] [--no-auto] [--no-save] [--threads N] [--no-color]\n"
+            "                      [--all] [--step N] [--rank R] [--source S] [--no-auto] [--no-save] [--threads N] [--no-color]\n"
             "Compares every tensor of A with the reference B and names the first divergence. A and B are each a run\n"
             "file, a .safetensors file, an .npz, an .npy, a directory of .npy files (TroubleShooter's ts.save) or an\n"
             "msprobe dump directory (dump.json). A torch.save .pt/.pth: convert it with\n"
@@ -27,20 +27,25 @@ int cmd_compare(int argc, char** argv) {
             "                TroubleShooter's weight map (ts.migrator.get_weight_map)\n"
             "  --json OUT    write all rows and first_divergence as JSON\n"
             "  --csv OUT     write all rows as CSV with msprobe's column names\n"
-            "  --order O     table order: failures first (default) or exec (execution order)\n"
+            "  --all         list every row (default: the failing rows, the 10 passing rows nearest their bound,\n"
+            "                the counts per kind and the first divergence)\n"
+            "  --order O     order of --all's rows: failures first (default) or exec (execution order)\n"
             "  --step/--rank/--source  which dump of a run file (default: the only or smallest one, source 'run')\n"
             "  --no-auto     do not match leftover tensors by execution order and shape\n"
             "  --no-save     do not save the result into the run file (A, or else B)\n"
             "  --threads N   threads for the metrics (default: all cores)\n"
             "  --no-color    plain table even on a terminal\n"
+            "A float tensor passes when its rel-L2 is within max(floor, 5x the reference's own float32 noise), which\n"
+            "torch_step.py measures by replaying the step in float64 too; without it, fixed thresholds apply.\n"
             "Exit status: 0 all compared tensors pass, 1 some fail, 2 bad input.",
             {{"--profile"}, {"--map"}, {"--json"}, {"--csv"}, {"--order"}, {"--step"}, {"--rank"}, {"--source"},
-             {"--no-auto", false}, {"--no-save", false}, {"--threads"}, {"--no-color", false}});
+             {"--no-auto", false}, {"--all", false}, {"--no-save", false}, {"--threads"}, {"--no-color", false}});
   const auto& pos = args.positionals(2, 2);
   compare::CompareOptions options;
   options.profile = compare::profile_from_name(args.value_or("--profile", "migration-fp32"));
   compare::TableOptions table;
   table.order = compare::row_order_from_name(args.value_or("--order", "failures"));
+  table.all = args.has("--all");
   table.color = !args.has("--no-color") && ::isatty(STDOUT_FILENO) == 1;
   options.auto_match = !args.has("--no-auto");
   if (auto t = args.int_value("--threads", 1, 1024)) options.threads = static_cast<unsigned>(*t);

@@ -90,8 +90,8 @@ void depth_plot(PrecisionState& st, const compare::Comparison& c, ImVec2 size) {
   std::optional<double> thr;
   for (std::size_t i = 0; i < c.rows.size() && !thr; ++i)
     if ((st.selected >= 0 ? i == static_cast<std::size_t>(st.selected) : c.rows[i].kind == compare::TensorKind::act))
-      thr = c.rows[i].thresholds.rel_l2_max;
-  if (thr) plot.hline(*thr, color::kWarn, ("rel-L2 threshold " + fmt_num(*thr, 3)).c_str());
+      thr = c.rows[i].bounds.rel_l2_max;
+  if (thr) plot.hline(*thr, color::kWarn, ("rel-L2 bound " + fmt_num(*thr, 3)).c_str());
   plot.line(rel, 1.2f);
   plot.points(cos, 1.8f);
   plot.points(rel, 2.2f);
@@ -133,7 +133,10 @@ void first_divergence(PrecisionState& st, const compare::Comparison& c) {
   ImGui::TextColored(to_vec4(d.local ? color::kBad : color::kWarn), "%s", d.optimizer_only ? "optimizer only: activations, loss and gradients pass"
                                                                         : d.local ? "LOCAL: this operation introduces the error"
                                                                                   : "INHERITED: the error grew from its input");
-  if (!d.input_name.empty())
+  if (!d.input_name.empty() && d.noise_ratio && d.input_noise_ratio)
+    ImGui::Text("input %s at %sx its float32 noise  ->  this at %sx   (jump %sx in noise units)", d.input_name.c_str(),
+                fmt_num(*d.input_noise_ratio, 3).c_str(), fmt_num(*d.noise_ratio, 3).c_str(), d.jump ? fmt_num(*d.jump, 3).c_str() : "-");
+  else if (!d.input_name.empty())
     ImGui::Text("input %s rel-L2 %s  ->  this %s   (jump %sx)", d.input_name.c_str(), d.input_rel_l2 ? fmt_num(*d.input_rel_l2, 3).c_str() : "-",
                 d.rel_l2 ? fmt_num(*d.rel_l2, 3).c_str() : "-", d.jump ? fmt_num(*d.jump, 3).c_str() : "-");
   ImGui::EndChild();
@@ -169,12 +172,12 @@ void rows_table(PrecisionState& st, const compare::Comparison& c, float height, 
       if (std::isnan(eb)) eb = -1;
       return ea > eb;
     });
-  if (ImGui::BeginTable("##rows", timing ? 11 : 8, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
+  if (ImGui::BeginTable("##rows", timing ? 14 : 11, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_Resizable |
                                         ImGuiTableFlags_SizingFixedFit, ImVec2(0, height))) {
     ImGui::TableSetupScrollFreeze(0, 1);
     ImGui::TableSetupColumn("#");
     ImGui::TableSetupColumn("tensor", ImGuiTableColumnFlags_WidthStretch);
-    for (const char* h : {"kind", "verdict", "rel-L2", "cosine", "max abs", "shape"}) ImGui::TableSetupColumn(h);
+    for (const char* h : {"kind", "verdict", "rel-L2", "bound", "noise", "x noise", "cosine", "max abs", "shape"}) ImGui::TableSetupColumn(h);
     if (timing)
       for (const char* h : {"time/step", "2nd run", "ratio"}) ImGui::TableSetupColumn(h);
     ImGui::TableHeadersRow();
@@ -200,6 +203,12 @@ void rows_table(PrecisionState& st, const compare::Comparison& c, float height, 
         if (!r.reason.empty() && ImGui::IsItemHovered()) ImGui::SetTooltip("%s", r.reason.c_str());
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(r.metrics ? fmt_num(r.metrics->rel_l2, 3).c_str() : "-");
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(r.metrics && r.bounds.rel_l2_max ? fmt_num(*r.bounds.rel_l2_max, 3).c_str() : "-");
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(r.noise_rel_l2 ? fmt_num(*r.noise_rel_l2, 3).c_str() : "-");
+        ImGui::TableNextColumn();
+        ImGui::TextUnformatted(r.noise_ratio ? fmt_num(*r.noise_ratio, 3).c_str() : "-");
         ImGui::TableNextColumn();
         ImGui::TextUnformatted(r.metrics ? fmt_num(r.metrics->cosine, 7).c_str() : "-");
         ImGui::TableNextColumn();
@@ -236,7 +245,13 @@ void histogram_bars(const char* id, const std::vector<std::pair<const Histogram*
 void row_summary(const compare::RowResult& r) {
   ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
   ImGui::SameLine();
-  ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(), compare::describe(r.thresholds).c_str());
+  ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(),
+                     compare::describe(r.thresholds, r.noise_applied).c_str());
+  if (r.noise_applied)
+    ImGui::Text("reference's own float32 noise: rel-L2 %s against float64; this tensor is %sx it (bound rel-L2 %s%s)",
+                r.noise_rel_l2 ? fmt_num(*r.noise_rel_l2, 3).c_str() : "-", r.noise_ratio ? fmt_num(*r.noise_ratio, 3).c_str() : "-",
+                r.bounds.rel_l2_max ? fmt_num(*r.bounds.rel_l2_max, 3).c_str() : "-",
+                r.update_noise_ratio ? (", update " + fmt_num(*r.update_noise_ratio, 3) + "x its noise").c_str() : "");
   if (r.metrics)
     ImGui::Text("rel-L2 %s  cosine %s  max abs %s  max rel %s  allclose %s", fmt_num(r.metrics->rel_l2, 3).c_str(), fmt_num(r.metrics->cosine, 8).c_str(),
                 fmt_num(r.metrics->max_abs, 3).c_str(), fmt_num(r.metrics->max_rel, 3).c_str(), fmt_pct(r.metrics->allclose_ratio).c_str());
