@@ -179,9 +179,9 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   row.reason = v.reason;
   auto add_note = [&](const std::string& note) { row.reason = row.reason.empty() ? note : row.reason + "; " + note; };
   // A row failing on another check still says when its error is a systematic scale (a doubled gradient).
-  if (!v.pass && row.thresholds.scale_shift_min && v.reason.find("(systematic)") == std::string::npos) {
+  if (!v.pass && row.bounds.scale_shift_min && v.reason.find("(systematic)") == std::string::npos) {
     const Metrics& scaled = row.update_metrics ? *row.update_metrics : *row.metrics;
-    if (systematic_scale(scaled, *row.thresholds.scale_shift_min)) {
+    if (systematic_scale(scaled, *row.bounds.scale_shift_min)) {
       char s[32];
       std::snprintf(s, sizeof s, "%.4g", scaled.scale);
       add_note(std::string(row.update_metrics ? "update " : "") + "scaled by " + s + " (systematic)");
@@ -365,11 +365,15 @@ void sort_walk_order(std::vector<RowResult>& rows, const std::vector<std::tuple<
   rows = std::move(sorted);
 }
 
+// A reference noise above this rel-L2 leaves a tensor unable to show a port's errors.
+constexpr double kIllConditioned = 0.1;
+
 void describe_noise(Comparison& cmp, const TensorSet& b) {
-  std::int64_t used = 0, judged = 0;
+  std::int64_t used = 0, judged = 0, noisy = 0;
   for (const RowResult& row : cmp.rows) {
     if (row.metrics && row.thresholds.noise_k && !row.thresholds.bit_exact) ++judged;
     if (row.noise_applied) ++used;
+    if (row.noise_applied && row.error_noise_rel_l2() && *row.error_noise_rel_l2() > kIllConditioned) ++noisy;
   }
   if (judged == 0) return;
   if (b.noise.empty()) {
@@ -381,6 +385,11 @@ void describe_noise(Comparison& cmp, const TensorSet& b) {
     cmp.noise_note = "bounds: within " + std::string(k) + "x the reference's own float32 noise (" + b.noise_method +
                      ") on " + std::to_string(used) + " of " + std::to_string(judged) + " tensors" +
                      (used < judged ? "; fixed thresholds on the rest" : "");
+    if (noisy > 0) {
+      cmp.noise_note += "\nwarning: on " + std::to_string(noisy) + " tensors PyTorch's own float32 result is over " +
+                        "10% from float64: this step is ill-conditioned (batch norms over a few values per channel), "
+                        "so those tensors cannot show a port's errors; compare a step with a larger batch or images";
+    }
   }
 }
 

@@ -224,7 +224,10 @@ std::string describe(const Thresholds& t, bool noise_applied) {
   if (t.dtype_must_match) add("same dtype");
   if (t.nan_fails) add("no NaN");
   if (t.nonfinite_fails) add("no NaN/Inf");
-  if (t.scale_shift_min) add("no systematic scale >=" + fmt(*t.scale_shift_min));
+  if (t.scale_shift_min) {
+    add("no systematic scale >=" + (noise_applied ? "max(" + fmt(*t.scale_shift_min) + ", " + fmt(kScaleNoiseK) + "x noise)"
+                                                  : fmt(*t.scale_shift_min)));
+  }
   return s;
 }
 
@@ -274,6 +277,12 @@ Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m
   if (t.update_noise_floor && update != nullptr && n.update_l2) {
     e.update_rel_l2_max = std::max(*t.update_noise_floor, k * noise_rel(*n.update_l2, update->b.l2norm));
     if (*e.update_rel_l2_max > *t.update_noise_floor) widen_cosine(e.update_cosine_min, *e.update_rel_l2_max);
+  }
+  // Noise pointing along b is a scale too: a scale is systematic only when it stands clear of that.
+  if (t.scale_shift_min) {
+    const bool of_update = update != nullptr && n.update_l2;
+    const double scale_noise = of_update ? noise_rel(*n.update_l2, update->b.l2norm) : noise_rel(n.l2, m.b.l2norm);
+    e.scale_shift_min = std::max(*t.scale_shift_min, kScaleNoiseK * scale_noise);
   }
   return e;
 }

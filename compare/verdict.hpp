@@ -31,6 +31,9 @@
 // and a well-conditioned one keeps the fixed bound above as its floor, so a 1% error in an activation
 // still fails. The update's bound likewise; the loss's absolute bound becomes max(1e-4, k x |loss32 -
 // loss64|). A cosine bound widens with its rel-L2 bound R (rel-L2 <= R implies cosine >= sqrt(1 - R^2)).
+// A systematic scale (below) must also stand kScaleNoiseK times clear of the reference's noise: noise
+// that happens to point along b (one channel of a batch norm over 4 values dominating a gradient) is a
+// scale as well, and the noise of a correct port's tensors stays under 2x the reference's.
 // The gradients keep their fixed floor (0.1): a ReLU whose input is within float32 noise of 0 goes the
 // other way in a correct port now and then, which moves single gradient elements by far more than the
 // reference's rounding noise (docs/guide/compare.md). A reference without noise keeps the fixed bounds.
@@ -87,6 +90,7 @@ struct Thresholds {
 // How many times the reference's own float32 noise a correct port may be from it (docs/guide/compare.md
 // has the measurements behind it).
 inline constexpr double kNoiseK = 5.0;
+inline constexpr double kScaleNoiseK = 3.0;
 
 // The thresholds a tensor is judged by when the reference recorded its noise `noise` (see above):
 // numeric bounds in place of the noise rule. `t` itself when it has no noise_k.

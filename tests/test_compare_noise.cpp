@@ -160,6 +160,22 @@ TEST_CASE("a gradient judged against its noise: its fixed 0.1 is the floor, an i
   CHECK(*loose.bounds.cosine_min == Approx(std::sqrt(1.0 - 0.0625)));
 }
 
+TEST_CASE("a scale is systematic only when it stands 3x clear of the reference's noise", "[compare][noise]") {
+  TensorSet b = reference_set();
+  const std::string key = "grad.layer4.2.conv3.weight";
+  TensorSet a = copy_of(b);
+  auto& t = a.tensors[*a.position(key)].tensor;
+  for (std::int64_t i = 0; i < t.numel(); ++i) set_f32(t, i, get_f32(t, i) * 1.05f);
+  set_noise(b, key, 1e-3);  // 3e-3 of scale could be noise; 5e-2 cannot
+  const Comparison c1 = compare_sets(a, b);
+  CHECK(row_of(c1, key).status == RowStatus::fail);
+  CHECK(row_of(c1, key).reason.find("(systematic)") != std::string::npos);
+  set_noise(b, key, 2e-2);  // noise along b could reach 6e-2: a 5% scale is within it
+  const Comparison c2 = compare_sets(a, b);
+  CHECK(row_of(c2, key).status == RowStatus::pass);
+  CHECK(*row_of(c2, key).bounds.scale_shift_min == Approx(6e-2));
+}
+
 TEST_CASE("the loss's absolute bound grows to 5x its noise, never under 1e-4", "[compare][noise]") {
   TensorSet b = reference_set();
   TensorSet a = copy_of(b);
