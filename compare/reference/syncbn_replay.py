@@ -28,10 +28,12 @@ def groups_of(run, scope, ranks):
     return sorted(groups.values())
 
 
-def replay(*, model, optimizer, criterion, groups, rank, world, batch_of, load_buffers, out, metadata, progress,
-           fault_hook=None):
-    """Runs the step up to the update; returns the chosen rank's loss and the dumper (its end() writes `out`).
-    batch_of(r) -> (inputs, labels) on the device; load_buffers(r) loads rank r's dumped buffers."""
+def replay(*, model, optimizer, criterion, groups, rank, world, batch_of, load_buffers, progress, fault_hook=None,
+           dumper_options=None):
+    """Runs the step through the update; returns the chosen rank's loss and the dumper, whose end() is the
+    caller's. batch_of(r) -> (inputs, labels) on the device, in the model's dtype; load_buffers(r) loads
+    rank r's dumped buffers. dumper_options: keyword arguments of wbdump.StepDumper (out, metadata, sink;
+    the metadata gains "wb.sync_bn_groups")."""
     import torch
 
     import wbdump
@@ -80,10 +82,11 @@ def replay(*, model, optimizer, criterion, groups, rank, world, batch_of, load_b
         if g is not mine:
             group_step(g)
     lo = mine.index(rank) * batch_of(rank)[0].shape[0]
-    metadata = dict(metadata)
-    metadata["wb.sync_bn_groups"] = json.dumps(groups)
-    dumper = RowsDumper(model, optimizer, out=out, metadata=metadata, source="torch_step.py",
-                        rows=(lo, lo + batch_of(rank)[0].shape[0]))
+    options = dict(dumper_options or {})
+    options["metadata"] = dict(options.get("metadata") or {})
+    options["metadata"]["wb.sync_bn_groups"] = json.dumps(groups)
+    options.setdefault("source", "torch_step.py")
+    dumper = RowsDumper(model, optimizer, rows=(lo, lo + batch_of(rank)[0].shape[0]), **options)
     loss = group_step(mine, dumper)
     with torch.no_grad():
         for t, p in zip(total, params):

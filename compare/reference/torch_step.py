@@ -2,7 +2,7 @@
 """PyTorch baseline of the step a wb-train run dumped (wb-train --dump-step N).
 
     torch_step.py RUN.sqlite --out REF.safetensors [--rank R] [--step N] [--device cpu|cuda] [--threads N]
-                  [--fault NAME]
+                  [--fault NAME] [--no-noise]
     torch_step.py RUN.sqlite --profile N --out-trace TRACE.json   (PyTorch's profile: torch_profile.py)
 
 Reads the run file's configuration, the dumped batch (input, label) and the parameters and buffers
@@ -31,6 +31,23 @@ and momentum are not (recorded in the metadata as "wb.not_comparable"). Likewise
 after the first lacks the momentum buffers from before the step, so with momentum > 0 param_after and
 momentum are not comparable there.
 
+The reference's own noise (metadata "wb.noise"). A float32 step is itself off the exact one by
+rounding, and by how much differs per tensor: it grows with depth, and small batches make batch norm
+amplify it (at 32x32 the last stage normalises over a few values per channel). So after the float32
+replay, which is the reference, the same step is replayed again in float64: the same dumped inputs,
+parameters and buffers, the same fault, the same path (DDP, --sync-bn, pipeline) and device, in a
+model and optimizer of its own (the float32 output is bit for bit what --no-noise writes). Each float64
+tensor is compared, as it is recorded, with the float32 one of its key and then dropped; the metadata
+key "wb.noise" records per key ||r32 - r64|| ("l2"), max |r32 - r64| ("max_abs") and ||r64|| ("ref_l2"),
+for param_after and momentum also the same of their update (after - before, momentum - grad), all
+norms in float64 (the JSON is described in wbdump.py, which computes it: wbdump.NoiseMeter). `wb compare`
+can then judge a difference against the reference's own noise on that tensor instead of one fixed
+threshold. The float64 replay takes several times the float32 one on a CPU (float64 kernels are
+slower; at 32x32, batch 8, 2 threads: about 4 s against 0.7 s, the whole run 9 s against 6 s), and
+needs the float64 step's memory besides the float32 tensors held for the file; --no-noise skips it,
+and the reference then has no "wb.noise". If the float64 replay fails (say, out of memory), a NOTE
+says so and the reference is written without it.
+
 --fault NAME is a testing aid: it plants one known mistake (see FAULTS) into this side, so a test can
 check that `wb compare` names the tensor where it first shows.
 
@@ -43,6 +60,8 @@ import json
 import os
 import pathlib
 import sys
+import time
+import types
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
@@ -256,10 +275,18 @@ def load_state(model, state, kinds=("param", "buffer")):
                 b.copy_(torch.from_numpy(np.array(state[f"buffer.{name}"].array)).reshape(b.shape))
 
 
+def check_fault(fault, settings):
+    """--fault NAME must be one this run can carry (nesterov needs momentum)."""
+    if fault == "nesterov" and settings["momentum"] == 0:
+        raise InputError("--fault nesterov: the run has momentum 0, and nesterov needs momentum > 0")
+
+
 def plant_fault(model, fault, settings):
     """Apply --fault NAME's change to the model or the settings (see FAULTS). Faults in the update
-    (grad_scale, lr, wd_on_bn) are applied where the optimizer is built and run."""
+    (grad_scale, lr, wd_on_bn) are applied where the optimizer is built and run. Each replay plants it
+    into its own model and its own copy of the settings."""
     import torch
+    check_fault(fault, settings)
     if fault == "bn_eps":
         model.get_submodule("layer2.1.bn2").eps = 1e-2
     elif fault == "conv_transpose":
@@ -287,8 +314,6 @@ def plant_fault(model, fault, settings):
     elif fault == "no_smoothing":
         settings["label_smoothing"] = 0.0
     elif fault == "nesterov":
-        if settings["momentum"] == 0:
-            raise InputError("--fault nesterov: the run has momentum 0, and nesterov needs momentum > 0")
         settings["nesterov"] = not settings["nesterov"]
 
 
@@ -307,7 +332,12 @@ def make_optimizer(model, decay, settings, fault):
     return optimizer, len(groups[0]["params"]), len(params)
 
 
-def run_step(args):
+def gather(args):
+    """Everything the replays of the step share, read and validated once (bad input raises InputError
+    before the first progress line): the run's settings (before any fault), the dumps of the replayed
+    ranks, the decay flags, image-folder inputs, --sync-bn groups, the pipeline, the caveats and the
+    reference's metadata. Returns a namespace; its `model` (the resnet50 the dumps were checked against)
+    is taken by the first replay."""
     run = wbformat.RunFile(args.run)
     rank = args.rank
     step = choose_step(run, rank, args.step)
@@ -319,11 +349,8 @@ def run_step(args):
     dumps = {r: read_dump(run, step, r) for r in ranks}
     x, y = dumps[rank]["input"].array, dumps[rank]["label"].array
 
-    import numpy as np
     import torch
     import torchvision
-
-    import wbdump
 
     # Everything is validated before the first progress line, so bad input answers with one line.
     model = torchvision.models.resnet50(num_classes=settings["num_classes"])
@@ -347,7 +374,7 @@ def run_step(args):
     tv_inputs = imagefolder_input.torchvision_batches(run.meta, run.path, ranks, step,
                                                       {r: d["label"].array for r, d in dumps.items()})
     run.close()
-    plant_fault(model, args.fault, settings)
+    check_fault(args.fault, settings)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise InputError("--device cuda: this PyTorch has no usable CUDA device (use --device cpu)")
     ddp = len(ranks) > 1
@@ -385,37 +412,6 @@ def run_step(args):
         torch.backends.cudnn.allow_tf32 = False
     # warn_only: a few CUDA backward kernels (adaptive average pooling) have no deterministic variant.
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.manual_seed(settings["seed"])
-
-    load_state(model, dumps[rank])
-    model.to(device).train()
-    optimizer, decayed, total = make_optimizer(model, decay, settings, args.fault)
-    criterion = make_criterion(settings["loss_convention"], settings["label_smoothing"])
-    progress(f"loss {settings['loss_convention']} (smoothing {settings['label_smoothing']}), lr {settings['lr']} "
-             f"({settings['lr_from']}), momentum {settings['momentum']}, weight decay {settings['weight_decay']} on "
-             f"{decayed} of {total} params, nesterov {str(settings['nesterov']).lower()}, "
-             f"device {device}, {torch.get_num_threads()} threads")
-
-    def batch_of(r):
-        return (torch.from_numpy(np.array(tv_inputs.get(r, dumps[r]["input"].array))).to(device),
-                torch.from_numpy(np.array(dumps[r]["label"].array)).to(device))
-
-    # The other replicas first, each from its own BN state; the chosen rank last, so that its
-    # buffer_after is what the model holds when the dumper reads it.
-    params = [p for _, p in model.named_parameters()]
-    grads = {}
-    for r in [] if sync_groups else ranks:  # --sync-bn replays its groups below
-        if r == rank:
-            continue
-        load_state(model, dumps[r], kinds=("buffer",))
-        optimizer.zero_grad(set_to_none=True)
-        inputs, labels = batch_of(r)
-        loss_r = criterion(model(inputs), labels)
-        loss_r.backward()
-        grads[r] = [p.grad.detach().clone() for p in params]
-        progress(f"rank {r}: loss {loss_r.item():.9g}")
-    load_state(model, dumps[rank], kinds=("buffer",))
-    optimizer.zero_grad(set_to_none=True)
 
     metadata = {"run": str(args.run), "step": str(step), "rank": str(rank),
                 "wb.world_size": str(world), "wb.replayed_ranks": json.dumps(ranks),
@@ -424,20 +420,81 @@ def run_step(args):
                 "wb.caveats": json.dumps(caveats)}
     if args.fault:
         metadata["wb.fault"] = args.fault
-    if sync_groups:
-        progress(f"--sync-bn {sync_bn}: replaying the rank groups {sync_groups}, each as one batch")
+    return types.SimpleNamespace(
+        path=run.path, out=args.out, rank=rank, step=step, world=world, ranks=ranks, ddp=ddp, dumps=dumps,
+        settings=settings, decay=decay, tv_inputs=tv_inputs, sync_bn=sync_bn, sync_groups=sync_groups, pipe=pipe,
+        fault=args.fault, device=device, metadata=metadata, model=model)
+
+
+def replay(ctx, dtype, sink=None, say=progress):
+    """One replay of the step in `dtype` (torch.float32 for the reference, torch.float64 for its noise
+    scale): a resnet50 of its own holding the dumped state (cast to dtype), the fault planted, the batch
+    cast to dtype, and the step run through the run's path (single rank, DDP, --sync-bn, pipeline).
+    Returns (the chosen rank's loss, the dumper), the dumper ended but not written: its tensors() hold
+    the step, or with `sink` each went to sink(key, host tensor) as it was recorded."""
+    import numpy as np
+    import torch
+    import torchvision
+
+    import wbdump
+
+    settings = dict(ctx.settings)
+    rank, ranks, dumps, device = ctx.rank, ctx.ranks, ctx.dumps, ctx.device
+    model = ctx.__dict__.pop("model", None)
+    if model is None:
+        model = torchvision.models.resnet50(num_classes=settings["num_classes"])
+    plant_fault(model, ctx.fault, settings)
+    torch.manual_seed(settings["seed"])
+
+    load_state(model, dumps[rank])
+    model.to(device=device, dtype=dtype).train()
+    optimizer, decayed, total = make_optimizer(model, ctx.decay, settings, ctx.fault)
+    criterion = make_criterion(settings["loss_convention"], settings["label_smoothing"])
+    if dtype == torch.float32:
+        say(f"loss {settings['loss_convention']} (smoothing {settings['label_smoothing']}), lr {settings['lr']} "
+            f"({settings['lr_from']}), momentum {settings['momentum']}, weight decay {settings['weight_decay']} on "
+            f"{decayed} of {total} params, nesterov {str(settings['nesterov']).lower()}, "
+            f"device {device}, {torch.get_num_threads()} threads")
+
+    def batch_of(r):
+        return (torch.from_numpy(np.array(ctx.tv_inputs.get(r, dumps[r]["input"].array))).to(device=device,
+                                                                                            dtype=dtype),
+                torch.from_numpy(np.array(dumps[r]["label"].array)).to(device))
+
+    # The other replicas first, each from its own BN state; the chosen rank last, so that its
+    # buffer_after is what the model holds when the dumper reads it.
+    params = [p for _, p in model.named_parameters()]
+    grads = {}
+    for r in [] if ctx.sync_groups else ranks:  # --sync-bn replays its groups below
+        if r == rank:
+            continue
+        load_state(model, dumps[r], kinds=("buffer",))
+        optimizer.zero_grad(set_to_none=True)
+        inputs, labels = batch_of(r)
+        loss_r = criterion(model(inputs), labels)
+        loss_r.backward()
+        grads[r] = [p.grad.detach().clone() for p in params]
+        say(f"rank {r}: loss {loss_r.item():.9g}")
+    load_state(model, dumps[rank], kinds=("buffer",))
+    optimizer.zero_grad(set_to_none=True)
+
+    metadata = dict(ctx.metadata)
+    if ctx.sync_groups:
+        say(f"--sync-bn {ctx.sync_bn}: replaying the rank groups {ctx.sync_groups}, each as one batch")
         fault = (lambda: model.get_parameter("layer4.2.conv3.weight").grad.mul_(2.0)) \
-            if args.fault == "grad_scale" else None
+            if ctx.fault == "grad_scale" else None
         loss, dumper = syncbn_replay.replay(
-            model=model, optimizer=optimizer, criterion=criterion, groups=sync_groups, rank=rank, world=world,
-            batch_of=batch_of, load_buffers=lambda r: load_state(model, dumps[r], kinds=("buffer",)), out=args.out,
-            metadata=metadata, progress=progress, fault_hook=fault)
-        return finish(args, dumper, loss, ddp, rank)
+            model=model, optimizer=optimizer, criterion=criterion, groups=ctx.sync_groups, rank=rank,
+            world=ctx.world, batch_of=batch_of, load_buffers=lambda r: load_state(model, dumps[r], kinds=("buffer",)),
+            progress=say, fault_hook=fault, dumper_options={"out": ctx.out, "metadata": metadata, "sink": sink})
+        dumper.end(write=False)
+        return loss, dumper
+    pipe = ctx.pipe
     if pipe:
         metadata["wb.pipeline"] = json.dumps(pipe)
     # A pipeline run's activations are its micro-batches' joined along the batch, as wb-train dumps them.
-    dumper = wbdump.StepDumper(model, optimizer, out=args.out, metadata=metadata, source=PROG,
-                               micro_batches=pipe["micro_batches"] if pipe else 1)
+    dumper = wbdump.StepDumper(model, optimizer, out=ctx.out, metadata=metadata, source=PROG,
+                               micro_batches=pipe["micro_batches"] if pipe else 1, sink=sink)
     inputs, labels = batch_of(rank)
     dumper.begin(inputs, labels)
     if pipe:
@@ -445,7 +502,7 @@ def run_step(args):
     else:
         loss = dumper.loss(criterion(model(inputs), labels))
         loss.backward()
-    if ddp:
+    if ctx.ddp:
         # The allreduce: a sum over the ranks in rank order, divided by the world size.
         grads[rank] = [p.grad.detach().clone() for p in params]
         with torch.no_grad():
@@ -453,17 +510,59 @@ def run_step(args):
                 total_grad = grads[ranks[0]][i].clone()
                 for r in ranks[1:]:
                     total_grad += grads[r][i]
-                p.grad.copy_(total_grad / world)
-    if args.fault == "grad_scale":
+                p.grad.copy_(total_grad / ctx.world)
+    if ctx.fault == "grad_scale":
         model.get_parameter("layer4.2.conv3.weight").grad.mul_(2.0)
     optimizer.step()
-    finish(args, dumper, loss, ddp, rank)
+    dumper.end(write=False)
+    return loss, dumper
 
 
-def finish(args, dumper, loss, ddp, rank):
-    progress(f"loss {loss.item():.9g}" + (f" (rank {rank})" if ddp else ""))
+def noise_scale(ctx, ref32):
+    """The "wb.noise" object (wbdump.py): `ref32` (the float32 replay's tensors) against a float64 replay of
+    the same step, each float64 tensor compared as it is recorded and then dropped. None when the float64
+    replay fails (the reference is written without it)."""
+    import torch
+
+    import wbdump
+
+    progress(f"float64 replay for the noise scale (the same step, inputs and state, device {ctx.device})")
+    start = time.perf_counter()
+    meter = wbdump.NoiseMeter(ref32)
     try:
-        dumper.end()
+        loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text))
+    except (RuntimeError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        progress(f"NOTE: the float64 replay failed ({first}); the reference has no wb.noise")
+        return None
+    seconds = time.perf_counter() - start
+    noise = meter.metadata()
+    count, median, worst, worst_key = wbdump.noise_summary(noise)
+    progress(f"float64 loss {loss.item():.17g}" + (f" (rank {ctx.rank})" if ctx.ddp else "")
+             + f"; float64 replay {seconds:.1f} s")
+    if median is None:
+        progress(f"noise: {count} tensors, none with a nonzero float64 norm")
+    else:
+        progress(f"noise: {count} tensors, median rel-L2 {median:.3g}, worst {worst:.3g} at {worst_key}")
+    return noise
+
+
+def run_step(args):
+    ctx = gather(args)
+    import torch
+    start = time.perf_counter()
+    loss, dumper = replay(ctx, torch.float32)
+    seconds = time.perf_counter() - start
+    progress(f"loss {loss.item():.9g}" + (f" (rank {ctx.rank})" if ctx.ddp else "") + f"; float32 replay {seconds:.1f} s")
+    if not args.no_noise:
+        # The float32 model is not needed any more (its tensors are the dumper's host copies).
+        dumper.model = dumper.optimizer = None
+        del loss
+        noise = noise_scale(ctx, dumper.tensors())
+        if noise is not None:
+            dumper.metadata["wb.noise"] = json.dumps(noise, allow_nan=False)
+    try:
+        dumper.write()
     except OSError as e:
         raise InputError(f"{args.out}: cannot write the reference ({e.strerror})") from None
     progress(f"wrote {args.out} ({len(dumper.keys())} tensors)")
@@ -480,6 +579,9 @@ def main(argv=None):
     parser.add_argument("--fault", choices=sorted(FAULTS), metavar="NAME",
                         help="testing aid: plant one known mistake into the replay, to check that wb compare "
                              "finds it: " + "; ".join(f"{k}: {v}" for k, v in FAULTS.items()))
+    parser.add_argument("--no-noise", action="store_true",
+                        help="skip the float64 replay of the step that measures the reference's own float32 noise "
+                             "(then the reference has no wb.noise)")
     parser.add_argument("--profile", type=int, metavar="N",
                         help="instead (or as well, with --out): profile N steady steps of the run's configuration "
                              "under torch.profiler into --out-trace (see torch_profile.py)")

@@ -35,6 +35,31 @@ layer order, param_after, buffer_after, momentum), "torch" (the version) and wha
 adds. Tensors are copied to the host as they are produced (activations before any in-place op can
 overwrite them), so dumping a large batch needs host memory for every activation.
 
+"wb.noise" (optional; torch_step.py writes it, a script of yours may too) is the reference's own float32
+noise per tensor: its distance to a float64 replay of the same step (same batch, same state before
+it), which `wb compare` may use as the scale a difference is judged against. A JSON object:
+
+    {"version": 1, "method": "float64 replay of the same step", "dtype": "float64",
+     "tensors": {"<key>": {"l2": ||r32 - r64||, "max_abs": max |r32 - r64|, "ref_l2": ||r64||}, ...},
+     "updates": {"param_after.<name>": {"l2": ||(after32 - before) - (after64 - before)||,
+                                        "ref_l2": ||after64 - before||},
+                 "momentum.<name>": {"l2": ||(mom32 - grad32) - (mom64 - grad64)||,
+                                     "ref_l2": ||mom64 - grad64||}, ...}}
+
+over the float keys of kinds act, loss, grad, param_after, buffer_after and momentum that both replays
+hold with the same shape (`before` is the dumped param.<name>); norms are computed in float64, and an
+entry with a value that is not finite is left out. noise_metadata(ref32, ref64) computes it from two
+dicts key -> tensor or array (the float32 step and its float64 replay, e.g. two dumpers' tensors());
+NoiseMeter computes it one float64 tensor at a time (StepDumper(..., sink=meter.add)), so the float64
+replay's tensors need not be held:
+
+    d32 = wbdump.StepDumper(model, optimizer, out="step1.safetensors")
+    ... the step in float32 ...; d32.end(write=False)
+    meter = wbdump.NoiseMeter(d32.tensors())
+    d64 = wbdump.StepDumper(model64, optimizer64, sink=meter.add)
+    ... the same step in float64, from the same state ...; d64.end()
+    d32.metadata["wb.noise"] = json.dumps(meter.metadata()); d32.write()
+
 Micro-batches (`micro_batches=M`): a step that runs the model forward M times over the M slices of
 its batch, one after the other (gradient accumulation, or a pipeline's micro-batches run one at a
 time), before calling loss(). Each micro-batch's forward makes the same calls in the same order, so
@@ -46,6 +71,7 @@ prefix. Under DistributedDataParallel the gradients are the ones averaged across
 """
 
 import json
+import math
 
 import numpy as np
 import torch
@@ -81,7 +107,9 @@ class StepDumper:
     """Records one training step of `model` (and `optimizer`, optional) and writes it to `out`."""
 
     def __init__(self, model, optimizer=None, out="step.safetensors", *, modules=None, metadata=None,
-                 step=None, rank=None, source="wbdump.py", micro_batches=1):
+                 step=None, rank=None, source="wbdump.py", micro_batches=1, sink=None):
+        """sink: a callable sink(key, host tensor) that receives each tensor as it is recorded, instead of
+        this dumper keeping it for write() (then end() writes nothing); e.g. NoiseMeter.add."""
         if isinstance(model, (torch.nn.DataParallel, torch.nn.parallel.DistributedDataParallel)):
             model = model.module
         if not isinstance(model, torch.nn.Module):
@@ -109,8 +137,10 @@ class StepDumper:
             if unknown:
                 raise ValueError(f"StepDumper modules: no submodule named {', '.join(sorted(unknown))}")
             self._wanted = lambda name, m: name in names
-        self._entries = []      # (key, host tensor) in execution order
+        self._entries = []      # (key, host tensor) in execution order (none with a sink)
         self._keys = set()
+        self._key_order = []    # every recorded key, in execution order
+        self._sink = sink
         self._calls = []        # (module name, host output) in call order, named when the forward ends
         self._hooks = []
         self._state = "new"
@@ -142,8 +172,10 @@ class StepDumper:
         self._add("loss", loss)
         return loss
 
-    def end(self):
-        """Capture gradients, parameters/buffers after the step and momentum; write the file."""
+    def end(self, write=True):
+        """Capture gradients, parameters/buffers after the step and momentum; write the file (unless
+        write=False, to add metadata first and call write() later, or the dumper has a sink). Returns the
+        path written, or None."""
         if self._state == "forward":
             self._close_forward()
         if self._state != "backward":
@@ -162,9 +194,12 @@ class StepDumper:
                 buf = self.optimizer.state.get(p, {}).get("momentum_buffer")
                 if buf is not None:
                     self._add(f"momentum.{name}", buf)
-        self.write()
-        self._state = "written"
-        return self.out
+        if write and self._sink is None:
+            self.write()
+            self._state = "written"
+            return self.out
+        self._state = "ended"
+        return None
 
     def remove_hooks(self):
         """Stop recording (for a step abandoned half-way); end() and loss() do this themselves."""
@@ -175,13 +210,15 @@ class StepDumper:
     # ---------------------------------------------------------------------------------------- output
 
     def keys(self):
-        return [key for key, _ in self._entries]
+        return list(self._key_order)
 
     def tensors(self):
         """The recorded tensors, key -> host tensor, in execution order."""
         return dict(self._entries)
 
     def write(self, path=None):
+        if self._sink is not None:
+            raise RuntimeError("StepDumper.write(): this dumper handed its tensors to its sink and kept none")
         path = str(path or self.out)
         arrays, dtypes = {}, {}
         for key, t in self._entries:
@@ -200,7 +237,11 @@ class StepDumper:
         if key in self._keys:
             raise ValueError(f"StepDumper: key '{key}' recorded twice")
         self._keys.add(key)
-        self._entries.append((key, host_tensor))
+        self._key_order.append(key)
+        if self._sink is not None:
+            self._sink(key, host_tensor)
+        else:
+            self._entries.append((key, host_tensor))
 
     def _add_structure(self, key, value):
         if isinstance(value, torch.Tensor):
@@ -270,3 +311,105 @@ def _flatten_output(output):
     else:
         return []
     return [(f"[{k}]", _host_copy(v)) for k, v in items if isinstance(v, torch.Tensor)]
+
+
+# ------------------------------------------------------------------------------------------------ noise
+
+NOISE_VERSION = 1
+NOISE_METHOD = "float64 replay of the same step"
+NOISE_KINDS = ("act", "loss", "grad", "param_after", "buffer_after", "momentum")
+
+
+def _float_array(value):
+    """A numpy array of a floating-point tensor or array, without copying where it can (a host tensor's
+    memory; BF16 widened to float32, exactly), or None when it is not floating point. Arithmetic with it
+    in float64 (np.subtract(..., dtype=np.float64)) converts each element exactly."""
+    if isinstance(value, torch.Tensor):
+        if not value.is_floating_point():
+            return None
+        t = value.detach().cpu()
+        return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+    array = np.asarray(value)
+    return array if np.issubdtype(array.dtype, np.floating) else None
+
+
+def _l2(array):
+    flat = array.reshape(-1)
+    return math.sqrt(float(np.dot(flat, flat)))
+
+
+def _finite(entry):
+    return all(math.isfinite(v) for v in entry.values())
+
+
+class NoiseMeter:
+    """The "wb.noise" metadata (see the module doc), one float64 tensor at a time: add(key, tensor) for
+    each tensor of the float64 replay, in execution order (a grad before its momentum), then metadata().
+    `ref32` maps key -> the float32 step's tensor or array; it is only read. Of the float64 tensors only
+    the gradients whose momentum is still to come are kept."""
+
+    def __init__(self, ref32, *, method=NOISE_METHOD, dtype="float64"):
+        self._ref = ref32
+        self._method = method
+        self._dtype = dtype
+        self._grads = {}        # name -> float64 grad, until its momentum arrives
+        self.tensors = {}
+        self.updates = {}
+
+    def add(self, key, tensor):
+        kind, _, name = key.partition(".")
+        if kind not in NOISE_KINDS or key not in self._ref:
+            return
+        r64 = _float_array(tensor)
+        r32 = _float_array(self._ref[key])
+        if r64 is None or r32 is None or r32.shape != r64.shape:
+            return
+        r64 = r64.astype(np.float64, copy=False)
+        diff = np.subtract(r32, r64, dtype=np.float64)
+        entry = {"l2": _l2(diff), "max_abs": float(max(diff.max(), -diff.min())) if diff.size else 0.0,
+                 "ref_l2": _l2(r64)}
+        del diff
+        if _finite(entry):
+            self.tensors[key] = entry
+        if kind == "grad" and f"momentum.{name}" in self._ref:
+            self._grads[name] = r64
+        elif kind == "param_after" and f"param.{name}" in self._ref:
+            before = _float_array(self._ref[f"param.{name}"])  # the same for both replays
+            self._update(key, r32, r64, before, before)
+        elif kind == "momentum" and f"grad.{name}" in self._ref and name in self._grads:
+            self._update(key, r32, r64, _float_array(self._ref[f"grad.{name}"]), self._grads.pop(name))
+
+    def _update(self, key, r32, r64, base32, base64):
+        """||(r32 - base32) - (r64 - base64)|| and ||r64 - base64||, in float64."""
+        if base32 is None or base64 is None or base32.shape != r32.shape or base64.shape != r64.shape:
+            return
+        update64 = np.subtract(r64, base64, dtype=np.float64)
+        gap = np.subtract(r32, base32, dtype=np.float64)
+        gap -= update64
+        entry = {"l2": _l2(gap), "ref_l2": _l2(update64)}
+        if _finite(entry):
+            self.updates[key] = entry
+
+    def metadata(self):
+        """The "wb.noise" object (json.dumps it into the file's __metadata__)."""
+        return {"version": NOISE_VERSION, "method": self._method, "dtype": self._dtype,
+                "tensors": dict(self.tensors), "updates": dict(self.updates)}
+
+
+def noise_metadata(ref32_tensors, ref64_tensors, *, method=NOISE_METHOD, dtype="float64"):
+    """The "wb.noise" object (see the module doc) of a float32 step and its float64 replay, each a dict
+    key -> tensor or numpy array (e.g. StepDumper.tensors(), or wbformat.read_safetensors(...)[0])."""
+    meter = NoiseMeter(ref32_tensors, method=method, dtype=dtype)
+    # Gradients before momentum buffers (a stable sort keeps the rest in the dict's order).
+    for key in sorted(ref64_tensors, key=lambda k: k.startswith("momentum.")):
+        meter.add(key, ref64_tensors[key])
+    return meter.metadata()
+
+
+def noise_summary(noise):
+    """(entries, median rel-L2, worst rel-L2, its key) of a "wb.noise" object's tensors, rel-L2 = l2 / ref_l2
+    over the entries with ref_l2 > 0; (n, None, None, None) when there are none."""
+    rel = sorted((e["l2"] / e["ref_l2"], key) for key, e in noise["tensors"].items() if e["ref_l2"] > 0)
+    if not rel:
+        return len(noise["tensors"]), None, None, None
+    return len(noise["tensors"]), float(np.median([r for r, _ in rel])), rel[-1][0], rel[-1][1]

@@ -7,11 +7,17 @@ those logit gradients, the BN running-stat update in numpy, and SGD with the dec
 Cases cover both loss conventions, nesterov off/on, lr from the step table or the config, a decay
 flag the name rule would not give (the table wins), a multi-rank dump of one rank (caveats recorded),
 and a dump of every rank of a 2-rank job (replayed as DDP: against two single-rank replays averaged).
+The reference's own noise (wb.noise, its float64 replay): every float key of the step present, finite,
+consistent with the file's float32 tensors, a loss and logits matching an independent float64 forward,
+the DDP replay's averaged gradients; --no-noise leaves the float32 tensors bit-identical. Replays whose
+noise no check reads run with --no-noise, to save time.
 
 Usage: test_torch_step.py [--tmp DIR]   (leaves DIR/torch_step_ref.safetensors for the C++ side)
 """
 
+import collections
 import json
+import math
 import sys
 import time
 
@@ -63,7 +69,7 @@ def run_case(tmp, case, keep_as=None):
     fixtures.write_run(run, model, x, y, config, step=case["step"], rank=case["rank"],
                        world_size=case["world_size"], step_rows=case["step_rows"], decay=decay)
     t0 = time.time()
-    rc, out, err = fixtures.run_torch_step(run, ref, "--threads", 2, "--rank", case["rank"])
+    rc, out, err = fixtures.run_torch_step(run, ref, "--threads", 2, "--rank", case["rank"], *case.get("extra", ()))
     seconds = time.time() - t0
     check(rc == 0, f"torch_step.py exited {rc}: {err}")
     tensors, meta = wbformat.read_safetensors(ref)
@@ -168,6 +174,106 @@ def verify_full(tmp, case, keep_as=None):
           f"on {len(decisive)}/{len(params)} params")
 
 
+# wb.noise of a full ResNet-50 step: 174 acts, the loss, 161 grads, 161 param_after, the 106 float
+# buffer_after (running mean and var; num_batches_tracked is an integer) and 161 momentum buffers.
+NOISE_KINDS = {"act": 174, "loss": 1, "grad": 161, "param_after": 161, "buffer_after": 106, "momentum": 161}
+
+
+def read_noise(meta):
+    """The wb.noise object of a reference, its header checked."""
+    check("wb.noise" in meta, f"no wb.noise in the reference's metadata (keys {sorted(meta)})")
+    noise = json.loads(meta["wb.noise"])
+    check(list(noise) == ["version", "method", "dtype", "tensors", "updates"], f"wb.noise keys {list(noise)}")
+    check(noise["version"] == 1 and noise["method"] == "float64 replay of the same step"
+          and noise["dtype"] == "float64", f"wb.noise header {noise['version']} {noise['method']} {noise['dtype']}")
+    return noise
+
+
+def check_noise_entries(noise, t):
+    """Every entry finite and >= 0, and consistent with the file's float32 tensors: max_abs <= l2 <=
+    max_abs * sqrt(n), and | ||r64|| - ||r32|| | <= ||r32 - r64|| (so ref_l2 is the float64 side's norm),
+    likewise for the updates (after - before, momentum - grad)."""
+    for key, e in noise["tensors"].items():
+        check(sorted(e) == ["l2", "max_abs", "ref_l2"], f"wb.noise {key}: fields {sorted(e)}")
+        check(all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in e.values()), f"wb.noise {key}: {e}")
+        r32 = t[key].astype(np.float64)
+        slack = 1e-10 * (e["l2"] + e["ref_l2"]) + 1e-300
+        check(e["max_abs"] <= e["l2"] + slack and e["l2"] <= e["max_abs"] * math.sqrt(max(r32.size, 1)) + slack,
+              f"wb.noise {key}: l2 {e['l2']} and max_abs {e['max_abs']} disagree")
+        check(abs(e["ref_l2"] - np.linalg.norm(r32.ravel())) <= e["l2"] + slack,
+              f"wb.noise {key}: ref_l2 {e['ref_l2']} is not within l2 {e['l2']} of ||r32||")
+    for key, e in noise["updates"].items():
+        kind, _, name = key.partition(".")
+        check(kind in ("param_after", "momentum") and key in noise["tensors"], f"wb.noise update {key}")
+        check(sorted(e) == ["l2", "ref_l2"] and all(math.isfinite(v) and v >= 0 for v in e.values()),
+              f"wb.noise update {key}: {e}")
+        base = t[f"param.{name}" if kind == "param_after" else f"grad.{name}"].astype(np.float64)
+        u32 = np.linalg.norm((t[key].astype(np.float64) - base).ravel())
+        # ||u32 - u64|| is the update's l2, so the two norms differ by at most that.
+        check(abs(e["ref_l2"] - u32) <= e["l2"] + 1e-10 * (e["l2"] + u32) + 1e-300,
+              f"wb.noise update {key}: ref_l2 {e['ref_l2']} is not within l2 {e['l2']} of ||u32|| {u32}")
+
+
+def verify_noise(tmp, case, ref):
+    """The default replay's wb.noise (against an independent float64 forward), and --no-noise."""
+    t, meta = wbformat.read_safetensors(ref)
+    noise = read_noise(meta)
+    kinds = collections.Counter(k.partition(".")[0] for k in noise["tensors"])
+    check(kinds == NOISE_KINDS, f"wb.noise entries per kind {dict(kinds)}, expected {NOISE_KINDS}")
+    check(not any(k.endswith("num_batches_tracked") for k in noise["tensors"]), "wb.noise of an integer buffer")
+    check(all(k in t and t[k].dtype == np.float32 for k in noise["tensors"]), "wb.noise of a key the file lacks")
+    check(len(noise["updates"]) == 161 * 2, f"{len(noise['updates'])} wb.noise updates, expected 322")
+    check_noise_entries(noise, t)
+    deep = noise["tensors"]["act.layer4.2"]
+    deep_rel = deep["l2"] / deep["ref_l2"]
+    check(0 < deep_rel < 1e-2, f"act.layer4.2 noise rel-L2 {deep_rel:.3g}, expected in (0, 1e-2) at 32x32")
+
+    # An independent float64 forward: torchvision's resnet50 in float64 holding the run's dumped state.
+    import torchvision
+    torch.set_num_threads(2)
+    run = tmp / f"run_{case['name']}.sqlite"
+    with wbformat.RunFile(run) as rf:
+        state = {rt.key: rt.array for rt in rf.tensors(case["step"], case["rank"], kinds=("input", "label",
+                                                                                           "param", "buffer"))}
+    model = torchvision.models.resnet50(num_classes=10)
+    with torch.no_grad():
+        for name, v in list(model.named_parameters()) + list(model.named_buffers()):
+            kind = "param" if isinstance(v, torch.nn.Parameter) else "buffer"
+            v.copy_(torch.from_numpy(np.array(state[f"{kind}.{name}"])).reshape(v.shape))
+        model.double().train()
+        logits64 = model(torch.from_numpy(np.array(state["input"])).double()).numpy()
+    loss64, _ = fixtures.loss_and_dlogits(logits64, state["label"], case["smoothing"], case["convention"])
+    e, loss32 = noise["tensors"]["loss"], float(t["loss"])
+    check(e["max_abs"] == e["l2"] > 0, f"loss noise {e}: a scalar's l2 is its max_abs, and float32 rounds")
+    # The float64 loss the replay saw is loss32 -/+ l2; it must be the independent one.
+    off = min(abs(loss32 - e["l2"] - loss64), abs(loss32 + e["l2"] - loss64))
+    check(off <= 1e-12 * abs(loss64), f"loss32 {loss32!r} -/+ l2 {e['l2']!r} misses the float64 loss {loss64!r} by {off:.3g}")
+    check(abs(e["ref_l2"] - abs(loss64)) <= 1e-12 * abs(loss64), f"loss ref_l2 {e['ref_l2']!r} vs {loss64!r}")
+    fc = noise["tensors"]["act.fc"]
+    fc_l2 = np.linalg.norm((t["act.fc"].astype(np.float64) - logits64).ravel())
+    check(abs(fc_l2 - fc["l2"]) <= 1e-6 * fc_l2 and abs(fc["ref_l2"] - np.linalg.norm(logits64)) <= 1e-12 * fc["ref_l2"],
+          f"act.fc noise {fc} vs the independent float64 logits: l2 {fc_l2}")
+
+    # --no-noise: no wb.noise, and the float32 reference bit for bit as the default run wrote it.
+    quiet = tmp / f"ref_{case['name']}_no_noise.safetensors"
+    t0 = time.time()
+    rc, _, err = fixtures.run_torch_step(run, quiet, "--threads", 2, "--rank", case["rank"], "--no-noise")
+    seconds = time.time() - t0
+    check(rc == 0, f"torch_step.py --no-noise exited {rc}: {err}")
+    check("float64" not in err and "noise: " not in err, f"--no-noise still replayed in float64: {err}")
+    tq, mq = wbformat.read_safetensors(quiet)
+    check("wb.noise" not in mq, "--no-noise wrote wb.noise")
+    check(mq == {k: v for k, v in meta.items() if k != "wb.noise"}, "--no-noise changed other metadata")
+    check(list(tq) == list(t) and all(tq[k].dtype == t[k].dtype and tq[k].shape == t[k].shape
+                                      and tq[k].tobytes() == t[k].tobytes() for k in t),
+          "--no-noise and the default run wrote different float32 tensors")
+    rels = sorted(x["l2"] / x["ref_l2"] for x in noise["tensors"].values() if x["ref_l2"] > 0)
+    print(f"  noise ({case['name']}): {len(noise['tensors'])} tensors + {len(noise['updates'])} updates, median rel-L2 "
+          f"{rels[len(rels) // 2]:.2g}, act.layer4.2 {deep_rel:.2g}; loss32 {loss32!r} vs independent float64 "
+          f"{loss64!r}: |diff| = l2 within {off:.2g}; act.fc l2 {fc['l2']:.3g} vs {fc_l2:.3g}; --no-noise "
+          f"{seconds:.1f} s, bit-identical")
+
+
 def verify_multi_rank(tmp, case):
     _, _, _, _, _, t, meta, err, seconds = run_case(tmp, case)
     check(json.loads(meta["wb.not_comparable"]) == ["grad", "param_after", "momentum"],
@@ -207,7 +313,7 @@ def verify_ddp(tmp, seed):
     for r, model in enumerate((model0, model1)):
         single = tmp / f"run_single{r}.sqlite"
         fixtures.write_run(single, model, *batches[r], config, step=0, rank=0, world_size=1)
-        rc, _, err = fixtures.run_torch_step(single, tmp / f"ref_single{r}.safetensors", "--threads", 2)
+        rc, _, err = fixtures.run_torch_step(single, tmp / f"ref_single{r}.safetensors", "--threads", 2, "--no-noise")
         check(rc == 0, f"torch_step.py on rank {r}'s batch alone exited {rc}: {err}")
         singles.append(wbformat.read_safetensors(tmp / f"ref_single{r}.safetensors")[0])
     t0 = time.time()
@@ -246,9 +352,23 @@ def verify_ddp(tmp, seed):
         d = t[f"grad.{n}"] + (wd if fixtures.decays(n, list(p.shape)) else 0.0) * p0
         worst_sgd = max(worst_sgd, rel_err(t[f"param_after.{n}"], p0 - lr * d), rel_err(t[f"momentum.{n}"], d))
     check(worst_sgd <= 1e-6, f"param_after/momentum off one SGD step on the averaged gradients by {worst_sgd:.3g}")
+
+    # wb.noise of the DDP replay: its float64 replay averaged the two ranks too (the averaged gradient is
+    # far from rank 1's own, so a float64 side without the average could not be this close).
+    noise = read_noise(meta)
+    check_noise_entries(noise, t)
+    check("float64 rank 0: loss" in err, "the float64 replay did not replay rank 0")
+    grads = {n: noise["tensors"].get(f"grad.{n}") for n in params}
+    check(all(grads.values()), f"wb.noise lacks grads: {[n for n, e in grads.items() if not e][:4]}")
+    check(all(f"momentum.{n}" in noise["updates"] for n in params), "wb.noise lacks momentum updates")
+    below = sum(e["l2"] / e["ref_l2"] < rel_err(t[f"grad.{n}"], singles[1][f"grad.{n}"]) / 10
+                for n, e in grads.items() if e["ref_l2"] > 0)
+    check(below >= 150, f"the float64 grads are within a tenth of rank 1's own distance on only {below}/{len(params)}")
+    grad_rel = sorted(e["l2"] / e["ref_l2"] for e in grads.values() if e["ref_l2"] > 0)
     print(f"  ddp_two_ranks: {seconds:.1f} s; rank 1's tensors within {worst_own[0]:.2g} of its own replay; "
           f"averaged grads within {worst_grad[0]:.2g} of the mean of two single-rank replays ({apart}/{len(params)} "
-          f"differ from rank 1's alone by > 1e-2); SGD on the average within {worst_sgd:.2g}")
+          f"differ from rank 1's alone by > 1e-2); SGD on the average within {worst_sgd:.2g}; grad noise median "
+          f"rel-L2 {grad_rel[len(grad_rel) // 2]:.2g}, under a tenth of the averaging's effect on {below}")
 
 
 def main():
@@ -263,10 +383,11 @@ def main():
              decay=lambda n, s: fixtures.decays(n, s) or n == "fc.bias"),
     ]
     verify_full(tmp, cases[0], keep_as=tmp / "torch_step_ref.safetensors")
-    verify_full(tmp, cases[1])
+    verify_noise(tmp, cases[0], tmp / "torch_step_ref.safetensors")
+    verify_full(tmp, dict(cases[1], extra=["--no-noise"]))
     verify_multi_rank(tmp, dict(base, name="two_ranks", seed=13, convention="mindspore", smoothing=0.1,
                                 nesterov=False, config_lr=0.1, rank=1, world_size=2, step=3,
-                                step_rows=[(1, 0.05), (2, 0.06), (3, 0.07)]))
+                                step_rows=[(1, 0.05), (2, 0.06), (3, 0.07)], extra=["--no-noise"]))
     verify_ddp(tmp, seed=14)
     print("test_torch_step: all checks passed")
 

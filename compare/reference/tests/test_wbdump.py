@@ -1,11 +1,13 @@
 """wbdump.StepDumper: a user's script dumps the same tensors as torch_step.py replays from a run file,
 and the naming rules hold on small models (repeated calls, tuple outputs, containers, DataParallel,
-module selection, BF16), with misuse reported as errors.
+module selection, BF16), with misuse reported as errors; the "wb.noise" helpers (noise_metadata,
+NoiseMeter, a dumper's sink) against norms worked out by hand and against each other.
 
 Usage: test_wbdump.py [--tmp DIR]
 """
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -38,7 +40,8 @@ def same_step_as_torch_step(tmp):
     run = tmp / "run_user.sqlite"
     fixtures.write_run(run, model, x, y, config)
     out_ref = tmp / "ref_user.safetensors"
-    rc, _, err = fixtures.run_torch_step(run, out_ref, "--threads", 2)
+    # (its wb.noise is test_torch_step.py's business; the float64 replay would only cost time here)
+    rc, _, err = fixtures.run_torch_step(run, out_ref, "--threads", 2, "--no-noise")
     check(rc == 0, f"torch_step.py exited {rc}: {err}")
 
     user, user_meta = wbformat.read_safetensors(out_user)
@@ -211,10 +214,89 @@ def micro_batches(tmp):
     print("  micro-batches: outputs joined along the batch in order, mismatches raise: ok")
 
 
+def noise_helpers(tmp):
+    """noise_metadata on numbers whose norms are exact; NoiseMeter fed by a dumper's sink equals
+    noise_metadata on two kept dumps; a dumper with a sink keeps and writes nothing."""
+    f32 = lambda *v: np.array(v, dtype=np.float32)  # noqa: E731
+    ref32 = {"input": f32(1, 2), "param.w": f32(1, 2), "buffer.n": np.array(7, dtype=np.int64),
+             "act.a": torch.tensor([1.0, 2.0]), "act.nan": f32(1, 2), "act.shape": f32(1, 2),
+             "loss": np.array(3.0, dtype=np.float32), "grad.w": f32(3, 4), "param_after.w": f32(0, 2),
+             "buffer_after.n": np.array(8, dtype=np.int64), "momentum.w": f32(3, 4)}
+    # momentum before its grad, float64 tensors and arrays mixed, keys missing on either side.
+    ref64 = {"momentum.w": np.array([3.5, 4.5]), "input": np.array([1.5, 2.0]), "param.w": np.array([1.0, 2.0]),
+             "act.a": torch.tensor([1.5, 2.0], dtype=torch.float64), "act.nan": np.array([np.nan, 2.0]),
+             "act.shape": np.array([1.0, 2.0, 3.0]), "act.only64": np.array([1.0]), "loss": np.array(3.25),
+             "grad.w": np.array([3.0, 4.5]), "param_after.w": np.array([0.25, 2.0]),
+             "buffer_after.n": np.array(9, dtype=np.int64)}
+    noise = wbdump.noise_metadata(ref32, ref64)
+    check(list(noise) == ["version", "method", "dtype", "tensors", "updates"] and noise["version"] == 1
+          and noise["method"] == "float64 replay of the same step" and noise["dtype"] == "float64",
+          f"noise header {[(k, noise[k]) for k in ('version', 'method', 'dtype')]}")
+    want = {"act.a": {"l2": 0.5, "max_abs": 0.5, "ref_l2": 2.5}, "loss": {"l2": 0.25, "max_abs": 0.25, "ref_l2": 3.25},
+            "grad.w": {"l2": 0.5, "max_abs": 0.5, "ref_l2": math.hypot(3.0, 4.5)},
+            "param_after.w": {"l2": 0.25, "max_abs": 0.25, "ref_l2": math.hypot(0.25, 2.0)},
+            "momentum.w": {"l2": math.hypot(0.5, 0.5), "max_abs": 0.5, "ref_l2": math.hypot(3.5, 4.5)}}
+    check(set(noise["tensors"]) == set(want), f"noise tensors {sorted(noise['tensors'])}, expected {sorted(want)}")
+    for key, entry in want.items():
+        got = noise["tensors"][key]
+        check(all(math.isclose(got[f], v, rel_tol=1e-15) for f, v in entry.items()), f"noise of {key}: {got} vs {entry}")
+    # param_after: (after - before) of each side; momentum: (momentum - grad) of each side.
+    updates = {"param_after.w": {"l2": 0.25, "ref_l2": 0.75}, "momentum.w": {"l2": 0.5, "ref_l2": 0.5}}
+    check(noise["updates"] == updates, f"noise updates {noise['updates']}, expected {updates}")
+    json.dumps(noise, allow_nan=False)  # finite numbers only
+
+    # The same step of a toy model in float32 (kept) and float64 (through a sink, and kept).
+    torch.manual_seed(3)
+    model32 = Toy()
+    x = torch.randn(6, 3)
+    states = {k: v.clone() for k, v in model32.state_dict().items()}
+
+    def step(dtype, **options):
+        model = Toy().to(dtype)
+        model.load_state_dict(states)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-2)
+        d = wbdump.StepDumper(model, opt, out=tmp / f"toy_{dtype}.safetensors".replace("torch.", ""), **options)
+        d.begin(x.to(dtype))
+        d.loss(model(x.to(dtype)).square().mean()).backward()
+        opt.step()
+        return d, d.end(write=False)
+
+    for name in ("toy_float32.safetensors", "toy_float64.safetensors"):
+        (tmp / name).unlink(missing_ok=True)
+    d32, written = step(torch.float32)
+    check(written is None and not (tmp / "toy_float32.safetensors").exists(), "end(write=False) wrote a file")
+    d64, _ = step(torch.float64)
+    meter = wbdump.NoiseMeter(d32.tensors())
+    sunk, written = step(torch.float64, sink=meter.add)
+    check(written is None and not (tmp / "toy_float64.safetensors").exists(), "a dumper with a sink wrote a file")
+    check(sunk.tensors() == {} and sunk.keys() == d64.keys(), "a dumper with a sink keeps keys, not tensors")
+    try:
+        sunk.write()
+        check(False, "write() of a dumper with a sink must raise")
+    except RuntimeError:
+        pass
+    streamed, kept = meter.metadata(), wbdump.noise_metadata(d32.tensors(), d64.tensors())
+    check(streamed == kept, "NoiseMeter through a sink differs from noise_metadata of the kept dumps")
+    kinds = sorted({k.split(".")[0] for k in kept["tensors"]})
+    check(kinds == ["act", "buffer_after", "grad", "loss", "momentum", "param_after"], f"toy noise kinds {kinds}")
+    # (A bias feeding a batch norm has no gradient: float64 gives ~1e-17, float32 ~1e-8, so rel-L2 is
+    # judged on the activations and the loss.)
+    rel = [e["l2"] / e["ref_l2"] for k, e in kept["tensors"].items() if k.startswith(("act.", "loss"))]
+    check(0 < max(rel) < 1e-5, f"toy float32 noise rel-L2 up to {max(rel):.3g}, expected (0, 1e-5)")
+    check(set(kept["updates"]) == {f"{k}.{n}" for k in ("param_after", "momentum") for n, _ in model32.named_parameters()},
+          f"toy updates {sorted(kept['updates'])}")
+    d32.metadata["wb.noise"] = json.dumps(kept)
+    _, meta = wbformat.read_safetensors(d32.write())
+    check(json.loads(meta["wb.noise"]) == kept, "wb.noise does not survive the file")
+    print(f"  noise helpers: hand-worked norms, sink == kept dumps ({len(kept['tensors'])} tensors, worst rel-L2 "
+          f"{max(rel):.2g} on acts and loss), no file from a sink: ok")
+
+
 def main():
     tmp = fixtures.tmp_dir_from_argv()
     naming_rules(tmp)
     micro_batches(tmp)
+    noise_helpers(tmp)
     same_step_as_torch_step(tmp)
     print("test_wbdump: all checks passed")
 
