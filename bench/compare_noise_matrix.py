@@ -46,8 +46,8 @@ MATRIX = [
     ("b4-avx2", "--batch-size 4", {"ONEDNN_MAX_CPU_ISA": "AVX2"}),
     ("224-b2", "--batch-size 2 --image-size 224", {}),
     ("2rank-b4", "--nproc 2 --batch-size 4 --dump-ranks all", {}),
-    ("pipe-m2", "--nproc 2 --pipeline-stages 2 --micro-batches 2 --batch-size 8 --dump-ranks all", {}),
-    ("pipe-m4", "--nproc 2 --pipeline-stages 2 --micro-batches 4 --batch-size 16 --dump-ranks all", {}),
+    ("pipe-m2", "--nproc 2 --pipeline-stages 2 --micro-batches 2 --batch-size 8", {}),
+    ("pipe-m4", "--nproc 2 --pipeline-stages 2 --micro-batches 4 --batch-size 16", {}),
     ("syncbn-global", "--nproc 2 --sync-bn global --batch-size 4 --dump-ranks all", {}),
     ("shard-fc2", "--nproc 2 --shard-fc 2 --batch-size 4 --dump-ranks all", {}),
 ]

@@ -12,6 +12,9 @@
 namespace wb::compare {
 namespace {
 
+// A reference whose own float32 noise is over this share of its norm is noise-dominated.
+constexpr double kNoiseDominated = 0.5;
+
 // Below this many elements in all, threads cost more than they save.
 constexpr std::int64_t kParallelMinElements = 1 << 20;
 
@@ -126,11 +129,12 @@ void apply_noise(RowResult& row, const NoiseScale& n) {
   const Metrics* u = row.update_metrics ? &*row.update_metrics : nullptr;
   row.bounds = with_noise(row.thresholds, n, m, u);
   row.noise_applied = true;
-  row.noise_rel_l2 = rel_of(n.l2, m.b.l2norm);
-  row.noise_ratio = in_noise_units(m.euc_dist, n.l2);
-  if (u != nullptr && n.update_l2) {
-    row.update_noise_rel_l2 = rel_of(*n.update_l2, u->b.l2norm);
-    row.update_noise_ratio = in_noise_units(u->euc_dist, *n.update_l2);
+  row.noise_flips = n.flip_l2.has_value();
+  row.noise_rel_l2 = rel_of(n.value_l2(), m.b.l2norm);
+  row.noise_ratio = in_noise_units(m.euc_dist, n.value_l2());
+  if (u != nullptr && n.update_value_l2()) {
+    row.update_noise_rel_l2 = rel_of(*n.update_value_l2(), u->b.l2norm);
+    row.update_noise_ratio = in_noise_units(u->euc_dist, *n.update_value_l2());
   }
 }
 
@@ -365,10 +369,37 @@ void sort_walk_order(std::vector<RowResult>& rows, const std::vector<std::tuple<
   rows = std::move(sorted);
 }
 
-// A reference noise above this rel-L2 leaves a tensor unable to show a port's errors.
+// Rows whose reference is more noise than signal (its own float32 noise over half its norm), or whose
+// input row is such, are not judged: nothing a port does can show there (the loss of a step whose
+// logits are noise, and the backward that starts from it). Returns how many.
+std::int64_t skip_ill_conditioned(std::vector<RowResult>& rows, const Comparison& cmp) {
+  char buf[160];
+  std::int64_t skipped = 0;
+  std::vector<char> ill(rows.size(), 0);
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    RowResult& row = rows[r];
+    if (!row.metrics || (row.status != RowStatus::pass && row.status != RowStatus::fail)) continue;
+    const auto in = input_row(cmp, r);
+    if (row.noise_applied && row.noise_rel_l2 && *row.noise_rel_l2 > kNoiseDominated) {
+      std::snprintf(buf, sizeof buf, "not judged: ill-conditioned (PyTorch's own float32 is %.3g from float64 here)",
+                    *row.noise_rel_l2);
+    } else if (in && ill[*in]) {
+      std::snprintf(buf, sizeof buf, "not judged: ill-conditioned (its input %s is)", rows[*in].name.c_str());
+    } else {
+      continue;
+    }
+    ill[r] = 1;
+    row.status = RowStatus::skipped;
+    row.reason = buf;
+    ++skipped;
+  }
+  return skipped;
+}
+
+// A reference noise above this rel-L2 leaves a tensor unable to show small errors.
 constexpr double kIllConditioned = 0.1;
 
-void describe_noise(Comparison& cmp, const TensorSet& b) {
+void describe_noise(Comparison& cmp, const TensorSet& b, std::int64_t not_judged) {
   std::int64_t used = 0, judged = 0, noisy = 0;
   for (const RowResult& row : cmp.rows) {
     if (row.metrics && row.thresholds.noise_k && !row.thresholds.bit_exact) ++judged;
@@ -388,7 +419,9 @@ void describe_noise(Comparison& cmp, const TensorSet& b) {
     if (noisy > 0) {
       cmp.noise_note += "\nwarning: on " + std::to_string(noisy) + " tensors PyTorch's own float32 result is over " +
                         "10% from float64: this step is ill-conditioned (batch norms over a few values per channel), "
-                        "so those tensors cannot show a port's errors; compare a step with a larger batch or images";
+                        "so those tensors cannot show a port's small errors";
+      if (not_judged > 0) cmp.noise_note += ", and " + std::to_string(not_judged) + " are not judged at all";
+      cmp.noise_note += "; compare a step with a larger batch or images";
     }
   }
 }
@@ -444,8 +477,9 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
   compute_rows(cmp.rows, a, b, options.threads);
   skip_not_comparable(cmp.rows, a, b);
   sort_walk_order(cmp.rows, sort_keys);
+  const std::int64_t ill = skip_ill_conditioned(cmp.rows, cmp);
   count_statuses(cmp);
-  describe_noise(cmp, b);
+  describe_noise(cmp, b, ill);
   cmp.first_divergence = find_first_divergence(cmp, a, b, options.worst_count);
   return cmp;
 }

@@ -43,6 +43,7 @@ struct RowResult {
   // against float64, and the row's error in units of it (||a - b|| / ||b - b64||); the same for the
   // update (param_after: after - before; momentum: momentum - grad).
   bool noise_applied = false;
+  bool noise_flips = false;  // the noise counts flipped ReLUs (NoiseScale::flip_l2)
   std::optional<double> noise_rel_l2, noise_ratio, update_noise_rel_l2, update_noise_ratio;
   // The largest error / bound over the row's rel-L2, cosine, max-abs and update checks: 1 is at its
   // bound, over 1 fails. Unset for rows without such checks (bit-exact, missing, shape mismatch).

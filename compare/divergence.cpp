@@ -42,7 +42,8 @@ std::optional<std::size_t> find_row(const Comparison& cmp, const std::string& na
   return std::nullopt;
 }
 
-// The row whose error feeds this one (see divergence.hpp).
+}  // namespace
+
 std::optional<std::size_t> input_row(const Comparison& cmp, std::size_t r) {
   const RowResult& row = cmp.rows[r];
   auto previous = [&](auto pred) -> std::optional<std::size_t> {
@@ -76,8 +77,6 @@ std::optional<std::size_t> input_row(const Comparison& cmp, std::size_t r) {
   }
   return std::nullopt;
 }
-
-}  // namespace
 
 std::optional<FirstDivergence> find_first_divergence(const Comparison& cmp, const TensorSet& a, const TensorSet& b,
                                                      std::size_t worst_count) {

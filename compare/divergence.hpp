@@ -50,6 +50,9 @@ struct FirstDivergence {
   std::string summary;                // one paragraph for the console
 };
 
+// The row whose error feeds row `r` of a comparison in walk order (see above), if any.
+std::optional<std::size_t> input_row(const Comparison& comparison, std::size_t r);
+
 // Fills in the first divergence of a comparison whose rows are in walk order; std::nullopt when no
 // row failed. `a` and `b` are the sets the comparison was made from (for the worst elements).
 std::optional<FirstDivergence> find_first_divergence(const Comparison& comparison, const TensorSet& a,

@@ -113,6 +113,7 @@ void read_noise(TensorSet& set, const std::string& json, const std::string& what
     n.l2 = noise_number(entry, "l2", at);
     n.max_abs = noise_number(entry, "max_abs", at);
     n.ref_l2 = noise_number(entry, "ref_l2", at);
+    if (entry.contains("flip_l2")) n.flip_l2 = noise_number(entry, "flip_l2", at);
     set.noise[key] = n;
   }
   if (const auto u = j.find("updates"); u != j.end()) {
@@ -124,6 +125,7 @@ void read_noise(TensorSet& set, const std::string& json, const std::string& what
       if (n == set.noise.end()) continue;  // an update without its value's noise is not used
       n->second.update_l2 = noise_number(entry, "l2", at);
       n->second.update_ref_l2 = noise_number(entry, "ref_l2", at);
+      if (entry.contains("flip_l2")) n->second.update_flip_l2 = noise_number(entry, "flip_l2", at);
     }
   }
   const auto method = j.find("method");

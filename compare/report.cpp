@@ -114,6 +114,7 @@ nlohmann::json row_to_json(const RowResult& r) {
   j["bounds"] = to_json(r.bounds);
   auto opt = [](const std::optional<double>& v) { return v ? num(*v) : nlohmann::json(nullptr); };
   j["noise"] = {{"applied", r.noise_applied},
+                {"flips", r.noise_flips},
                 {"rel_l2", opt(r.noise_rel_l2)},
                 {"ratio", opt(r.noise_ratio)},
                 {"update_rel_l2", opt(r.update_noise_rel_l2)},
@@ -280,7 +281,7 @@ void print_kind_counts(std::ostream& out, const Comparison& c, const TableStyle&
 void print_legend(std::ostream& out, const Comparison& c) {
   // The thresholds in force, per kind (several lines for a kind when the mapping file overrode some).
   std::map<std::string, std::map<std::string, int>> legend;
-  for (const RowResult& r : c.rows) ++legend[std::string(kind_name(r.kind))][describe(r.thresholds, r.noise_applied)];
+  for (const RowResult& r : c.rows) ++legend[std::string(kind_name(r.kind))][describe(r.thresholds, r.noise_applied, r.noise_flips)];
   out << "\nthresholds (" << profile_name(c.profile) << "):\n";
   for (const auto& [kind, descs] : legend) {
     for (const auto& [desc, count] : descs) {

@@ -119,6 +119,8 @@ Thresholds thresholds(const json& j) {
   t.noise_k = opt_num(j, "noise_k");
   t.noise_floor = opt_num(j, "noise_floor");
   t.update_noise_floor = opt_num(j, "update_noise_floor");
+  t.flip_floor = opt_num(j, "flip_floor");
+  t.update_flip_floor = opt_num(j, "update_flip_floor");
   t.tolerance.rtol = num(j, "rtol", t.tolerance.rtol);
   t.tolerance.atol = num(j, "atol", t.tolerance.atol);
   return t;
@@ -183,6 +185,7 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
     if (j.contains("noise") && j["noise"].is_object()) {
       const json& n = j["noise"];
       r.noise_applied = flag(n, "applied");
+      r.noise_flips = flag(n, "flips");
       r.noise_rel_l2 = opt_num(n, "rel_l2");
       r.noise_ratio = opt_num(n, "ratio");
       r.update_noise_rel_l2 = opt_num(n, "update_rel_l2");

@@ -4,6 +4,7 @@
 // (a TroubleShooter dump, say) are of kind `other`.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -75,12 +76,23 @@ struct NamedTensor {
 // (safetensors __metadata__["wb.noise"], written by torch_step.py; see wbdump.py). `l2` is
 // ||ref32 - ref64||, `max_abs` max |ref32 - ref64|, `ref_l2` ||ref64||. For param_after and momentum
 // the same of their update (after - before; momentum - grad), when recorded.
+// `flip_l2` (and `update_flip_l2`) is ||ref32 - ref64'|| for a float64 replay in which the ReLU inputs
+// within rounding noise of zero went the other way: what a correct port's flipped ReLUs can do.
 struct NoiseScale {
   double l2 = 0.0;
   double max_abs = 0.0;
   double ref_l2 = 0.0;
   std::optional<double> update_l2;
   std::optional<double> update_ref_l2;
+  std::optional<double> flip_l2;
+  std::optional<double> update_flip_l2;
+
+  // The noise a tensor is judged against: rounding, or the flipped replay's distance when larger.
+  double value_l2() const { return std::max(l2, flip_l2.value_or(0.0)); }
+  std::optional<double> update_value_l2() const {
+    if (!update_l2) return std::nullopt;
+    return std::max(*update_l2, update_flip_l2.value_or(0.0));
+  }
 };
 
 // One side of a comparison.

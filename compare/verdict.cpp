@@ -52,6 +52,9 @@ double noise_rel(double l2, double norm) {
   return norm > 0.0 ? l2 / norm : std::numeric_limits<double>::infinity();
 }
 
+// The rel-L2 floor of gradients, momentum and updates when the noise counts flipped ReLUs (verdict.hpp).
+constexpr double kFlipFloor = 1e-3;
+
 // Below this a systematic scale is rounding-level (see verdict.hpp), not a bug worth a failure.
 constexpr double kScaleShiftMin = 1e-4;
 
@@ -153,9 +156,12 @@ Thresholds default_thresholds(Profile profile, TensorKind kind, store::DType ref
       t.scale_shift_min = kScaleShiftMin;
       break;
   }
-  // The fixed bounds stay the floors under noise (verdict.hpp).
+  // The fixed bounds stay the floors under noise (verdict.hpp), lower with flipped ReLUs measured.
   t.noise_floor = t.rel_l2_max;
   t.update_noise_floor = t.update_rel_l2_max;
+  if (kind == TensorKind::grad || kind == TensorKind::momentum || kind == TensorKind::param_after) {
+    t.flip_floor = t.update_flip_floor = kFlipFloor;
+  }
   t.noise_k = kNoiseK;
   return t;
 }
@@ -180,6 +186,8 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
     else if (key == "noise_k") set_optional(t.noise_k, v, origin, key);
     else if (key == "noise_floor") set_optional(t.noise_floor, v, origin, key);
     else if (key == "update_noise_floor") set_optional(t.update_noise_floor, v, origin, key);
+    else if (key == "flip_floor") set_optional(t.flip_floor, v, origin, key);
+    else if (key == "update_flip_floor") set_optional(t.update_flip_floor, v, origin, key);
     else if (key == "rtol" || key == "atol") {
       if (!v.is_number()) throw CompareError(std::string(origin) + ": threshold '" + key + "' must be a number");
       (key == "rtol" ? t.tolerance.rtol : t.tolerance.atol) = v.get<double>();
@@ -188,12 +196,12 @@ void apply_threshold_override(Thresholds& t, const nlohmann::json& fields, std::
                          "' (expected bit_exact, cosine_min, rel_l2_max, max_abs_max, allclose_ratio_min, "
                          "update_cosine_min, update_rel_l2_max, rtol, atol, all_close, dtype_must_match, "
                          "nan_fails, nonfinite_fails, msprobe_rule, scale_shift_min, noise_k, noise_floor, "
-                         "update_noise_floor)");
+                         "update_noise_floor, flip_floor, update_flip_floor)");
     }
   }
 }
 
-std::string describe(const Thresholds& t, bool noise_applied) {
+std::string describe(const Thresholds& t, bool noise_applied, bool flips) {
   std::string s;
   auto add = [&](const std::string& part) {
     if (!s.empty()) s += ' ';
@@ -203,9 +211,13 @@ std::string describe(const Thresholds& t, bool noise_applied) {
   const std::string k = noise_applied ? fmt(*t.noise_k) + "x noise" : "";
   if (t.bit_exact) add("bit-exact");
   if (t.msprobe_rule) add("msprobe(cos>=0.99|abs<=1e-3, cos>=0.9, abs<=1)");
+  auto floor_of = [&](const std::optional<double>& fixed, const std::optional<double>& flip_floor) {
+    return flips && flip_floor ? std::min(*fixed, *flip_floor) : *fixed;
+  };
   if (noise_applied && t.noise_floor) {
-    if (t.cosine_min) add("cos>=" + fmt(*t.cosine_min));
-    add("relL2<=max(" + fmt(*t.noise_floor) + ", " + k + ")");
+    const double floor = floor_of(t.noise_floor, t.flip_floor);
+    if (t.cosine_min && floor >= *t.noise_floor) add("cos>=" + fmt(*t.cosine_min));
+    add("relL2<=max(" + fmt(floor) + ", " + k + ")");
   } else {
     if (t.cosine_min) add("cos>=" + fmt(*t.cosine_min));
     if (t.rel_l2_max) add("relL2<=" + fmt(*t.rel_l2_max));
@@ -215,8 +227,9 @@ std::string describe(const Thresholds& t, bool noise_applied) {
   if (t.allclose_ratio_min) add("allclose>=" + fmt(*t.allclose_ratio_min));
   if (t.all_close || t.allclose_ratio_min) add("(rtol=" + fmt(t.tolerance.rtol) + ",atol=" + fmt(t.tolerance.atol) + ")");
   if (noise_applied && t.update_noise_floor) {
-    if (t.update_cosine_min) add("update cos>=" + fmt(*t.update_cosine_min));
-    add("update relL2<=max(" + fmt(*t.update_noise_floor) + ", " + k + ")");
+    const double floor = floor_of(t.update_noise_floor, t.update_flip_floor);
+    if (t.update_cosine_min && floor >= *t.update_noise_floor) add("update cos>=" + fmt(*t.update_cosine_min));
+    add("update relL2<=max(" + fmt(floor) + ", " + k + ")");
   } else {
     if (t.update_cosine_min) add("update cos>=" + fmt(*t.update_cosine_min));
     if (t.update_rel_l2_max) add("update relL2<=" + fmt(*t.update_rel_l2_max));
@@ -252,6 +265,8 @@ nlohmann::json to_json(const Thresholds& t) {
   opt("noise_k", t.noise_k);
   opt("noise_floor", t.noise_floor);
   opt("update_noise_floor", t.update_noise_floor);
+  opt("flip_floor", t.flip_floor);
+  opt("update_flip_floor", t.update_flip_floor);
   j["rtol"] = t.tolerance.rtol;
   j["atol"] = t.tolerance.atol;
   return j;
@@ -268,20 +283,30 @@ Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m
     if (rel_max >= 1.0) cosine_min.reset();
     else cosine_min = std::min(*cosine_min, std::sqrt(1.0 - rel_max * rel_max));
   };
+  const bool flips = n.flip_l2.has_value();
+  // With flipped ReLUs measured, the cosine bound follows the rel-L2 bound alone.
+  auto floor_of = [&](const std::optional<double>& fixed, const std::optional<double>& flip_floor) {
+    return flips && flip_floor ? std::min(*fixed, *flip_floor) : *fixed;
+  };
   if (t.noise_floor) {
-    e.rel_l2_max = std::max(*t.noise_floor, k * noise_rel(n.l2, m.b.l2norm));
+    const double floor = floor_of(t.noise_floor, t.flip_floor);
+    e.rel_l2_max = std::max(floor, k * noise_rel(n.value_l2(), m.b.l2norm));
     if (*e.rel_l2_max > *t.noise_floor) widen_cosine(e.cosine_min, *e.rel_l2_max);
+    if (flips && t.flip_floor && *e.rel_l2_max < *t.noise_floor) e.cosine_min.reset();
   } else if (t.max_abs_max) {
-    e.max_abs_max = std::max(*t.max_abs_max, k * n.max_abs);
+    e.max_abs_max = std::max(*t.max_abs_max, k * std::max(n.max_abs, n.flip_l2.value_or(0.0)));
   }
-  if (t.update_noise_floor && update != nullptr && n.update_l2) {
-    e.update_rel_l2_max = std::max(*t.update_noise_floor, k * noise_rel(*n.update_l2, update->b.l2norm));
+  const std::optional<double> update_l2 = n.update_value_l2();
+  if (t.update_noise_floor && update != nullptr && update_l2) {
+    const double floor = floor_of(t.update_noise_floor, t.update_flip_floor);
+    e.update_rel_l2_max = std::max(floor, k * noise_rel(*update_l2, update->b.l2norm));
     if (*e.update_rel_l2_max > *t.update_noise_floor) widen_cosine(e.update_cosine_min, *e.update_rel_l2_max);
+    if (flips && t.update_flip_floor && *e.update_rel_l2_max < *t.update_noise_floor) e.update_cosine_min.reset();
   }
   // Noise pointing along b is a scale too: a scale is systematic only when it stands clear of that.
   if (t.scale_shift_min) {
-    const bool of_update = update != nullptr && n.update_l2;
-    const double scale_noise = of_update ? noise_rel(*n.update_l2, update->b.l2norm) : noise_rel(n.l2, m.b.l2norm);
+    const bool of_update = update != nullptr && update_l2;
+    const double scale_noise = of_update ? noise_rel(*update_l2, update->b.l2norm) : noise_rel(n.value_l2(), m.b.l2norm);
     e.scale_shift_min = std::max(*t.scale_shift_min, kScaleNoiseK * scale_noise);
   }
   return e;

@@ -225,6 +225,26 @@ TEST_CASE("first divergence in units of noise: growing as the noise grows is inh
   CHECK(c2.first_divergence->summary.find("likely cause") != std::string::npos);
 }
 
+TEST_CASE("a noise-dominated reference is not judged, nor what its error feeds", "[compare][noise]") {
+  TensorSet b = reference_set();
+  TensorSet a = copy_of(b);
+  plant_error(a, "act.fc", 0.7, 10);
+  auto& loss = a.tensors[*a.position("loss")].tensor;
+  set_f32(loss, 0, get_f32(loss, 0) + 0.5f);
+  set_noise(b, "act.fc", 0.8);  // PyTorch's own logits are mostly rounding noise
+  const Comparison c = compare_sets(a, b);
+  const RowResult& fc = row_of(c, "act.fc");
+  CHECK(fc.status == RowStatus::skipped);
+  CHECK(fc.reason.find("ill-conditioned") != std::string::npos);
+  const RowResult& l = row_of(c, "loss");  // its own noise is unknown, but its input is noise
+  CHECK(l.status == RowStatus::skipped);
+  CHECK(l.reason.find("its input act.fc") != std::string::npos);
+  CHECK(row_of(c, "grad.fc.weight").status == RowStatus::skipped);  // the backward starts from the loss
+  CHECK(row_of(c, "act.avgpool").status == RowStatus::pass);        // before it, judged as ever
+  CHECK(c.all_pass());
+  CHECK(c.noise_note.find("not judged at all") != std::string::npos);
+}
+
 TEST_CASE("the console lists the failing rows and the passing rows nearest their bound; --all lists every row",
           "[compare][noise]") {
   TensorSet b = reference_set();

@@ -246,7 +246,7 @@ void row_summary(const compare::RowResult& r) {
   ImGui::TextColored(to_vec4(status_color(r.status)), "%s", r.name.c_str());
   ImGui::SameLine();
   ImGui::TextColored(to_vec4(color::kDim), "%s  %s", std::string(compare::status_name(r.status)).c_str(),
-                     compare::describe(r.thresholds, r.noise_applied).c_str());
+                     compare::describe(r.thresholds, r.noise_applied, r.noise_flips).c_str());
   if (r.noise_applied)
     ImGui::Text("reference's own float32 noise: rel-L2 %s against float64; this tensor is %sx it (bound rel-L2 %s%s)",
                 r.noise_rel_l2 ? fmt_num(*r.noise_rel_l2, 3).c_str() : "-", r.noise_ratio ? fmt_num(*r.noise_ratio, 3).c_str() : "-",

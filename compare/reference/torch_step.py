@@ -426,7 +426,67 @@ def gather(args):
         fault=args.fault, device=device, metadata=metadata, model=model)
 
 
-def replay(ctx, dtype, sink=None, say=progress):
+class ReluProbe:
+    """Stands in for every torch.nn.ReLU of a replay's model (a planted fault's own module is left alone):
+    records each call's input in call order (`record`), or, given `flips` (call index -> boolean tensor),
+    lets those elements go the other way: out = x where (x > 0) XOR flip, else 0, which the backward
+    follows too."""
+
+    def __init__(self, flips=None):
+        self.flips = flips
+        self.inputs = []
+        self.calls = 0
+
+    def install(self, model):
+        import torch
+        probe = self
+
+        class ProbedReLU(torch.nn.Module):
+            def forward(self, x):
+                return probe.call(x)
+
+        for name, module in list(model.named_modules()):
+            for child_name, child in list(module.named_children()):
+                if type(child) is torch.nn.ReLU:
+                    setattr(module, child_name, ProbedReLU())
+
+    def call(self, x):
+        import torch
+        i = self.calls
+        self.calls += 1
+        if self.flips is None:
+            self.inputs.append(x.detach().to("cpu", copy=True))
+            return torch.relu(x)
+        flip = self.flips.get(i)
+        if flip is None:
+            return torch.relu(x)
+        keep = (x > 0) ^ flip.to(x.device)
+        return x * keep.to(x.dtype)
+
+
+def relu_flips(inputs32, inputs64, reach):
+    """Call index -> the elements of that ReLU call's input within `reach` standard deviations of the
+    float32 rounding noise (per channel: rms of x32 - x64 over batch and space) of zero, which a correct
+    port may see on the other side of zero; and the count of such elements and of all."""
+    import torch
+    flips, near, total = {}, 0, 0
+    for i, (x32, x64) in enumerate(zip(inputs32, inputs64)):
+        if x32.shape != x64.shape:
+            continue
+        x64 = x64.to(torch.float64)
+        d = x32.to(torch.float64) - x64
+        dims = [k for k in range(d.dim()) if k != 1] if d.dim() > 1 else [0]
+        sigma = d.pow(2).mean(dim=dims, keepdim=True).sqrt() if d.dim() > 1 else d.pow(2).mean().sqrt()
+        flip = x64.abs() < reach * sigma
+        total += flip.numel()
+        count = int(flip.sum())
+        if count:
+            flips[i] = flip
+            near += count
+    return flips, near, total
+
+
+def replay(ctx, dtype, sink=None, say=progress, probe=None):
     """One replay of the step in `dtype` (torch.float32 for the reference, torch.float64 for its noise
     scale): a resnet50 of its own holding the dumped state (cast to dtype), the fault planted, the batch
     cast to dtype, and the step run through the run's path (single rank, DDP, --sync-bn, pipeline).
@@ -444,6 +504,8 @@ def replay(ctx, dtype, sink=None, say=progress):
     if model is None:
         model = torchvision.models.resnet50(num_classes=settings["num_classes"])
     plant_fault(model, ctx.fault, settings)
+    if probe is not None:
+        probe.install(model)
     torch.manual_seed(settings["seed"])
 
     load_state(model, dumps[rank])
@@ -518,7 +580,46 @@ def replay(ctx, dtype, sink=None, say=progress):
     return loss, dumper
 
 
-def noise_scale(ctx, ref32):
+# ReLU inputs within this many standard deviations of their float32 rounding noise of zero may go the
+# other way in a correct port (its noise and the reference's together span about sqrt(2) of one).
+FLIP_REACH = 1.0
+
+
+def add_flip_noise(ctx, ref32, noise, relu32, relu64):
+    """Adds "flip_l2" to the noise entries: ||r32 - r64'|| where r64' is a float64 replay in which every
+    ReLU input within FLIP_REACH standard deviations of its rounding noise of zero goes the other way.
+    Rounding moves a gradient smoothly; a ReLU that flips moves single elements by a whole term, which
+    a correct port does now and then at a small batch, so the bound must know how far that can go."""
+    import torch
+
+    import wbdump
+
+    flips, near, total = relu_flips(relu32, relu64, FLIP_REACH)
+    del relu32[:], relu64[:]
+    if not flips:
+        progress(f"no ReLU input within {FLIP_REACH:g} sigma of its noise of 0 ({total} elements)")
+        return
+    start = time.perf_counter()
+    meter = wbdump.NoiseMeter(ref32)
+    try:
+        replay(ctx, torch.float64, sink=meter.add, say=lambda text: None, probe=ReluProbe(flips))
+    except (RuntimeError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        progress(f"NOTE: the float64 replay with near-zero ReLUs flipped failed ({first}); wb.noise has rounding only")
+        return
+    flipped = meter.metadata()
+    for section in ("tensors", "updates"):
+        for key, entry in noise[section].items():
+            other = flipped[section].get(key)
+            if other is not None:
+                entry["flip_l2"] = other["l2"]
+    noise["flip_reach"] = FLIP_REACH
+    noise["flipped"] = near
+    progress(f"ReLU inputs within {FLIP_REACH:g} sigma of 0: {near} of {total}; float64 replay with them flipped "
+             f"{time.perf_counter() - start:.1f} s")
+
+
+def noise_scale(ctx, ref32, relu32=None):
     """The "wb.noise" object (wbdump.py): `ref32` (the float32 replay's tensors) against a float64 replay of
     the same step, each float64 tensor compared as it is recorded and then dropped. None when the float64
     replay fails (the reference is written without it)."""
@@ -529,14 +630,17 @@ def noise_scale(ctx, ref32):
     progress(f"float64 replay for the noise scale (the same step, inputs and state, device {ctx.device})")
     start = time.perf_counter()
     meter = wbdump.NoiseMeter(ref32)
+    probe64 = ReluProbe() if relu32 is not None else None
     try:
-        loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text))
+        loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text), probe=probe64)
     except (RuntimeError, MemoryError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         progress(f"NOTE: the float64 replay failed ({first}); the reference has no wb.noise")
         return None
     seconds = time.perf_counter() - start
     noise = meter.metadata()
+    if probe64 is not None:
+        add_flip_noise(ctx, ref32, noise, relu32, probe64.inputs)
     count, median, worst, worst_key = wbdump.noise_summary(noise)
     progress(f"float64 loss {loss.item():.17g}" + (f" (rank {ctx.rank})" if ctx.ddp else "")
              + f"; float64 replay {seconds:.1f} s")
@@ -551,14 +655,15 @@ def run_step(args):
     ctx = gather(args)
     import torch
     start = time.perf_counter()
-    loss, dumper = replay(ctx, torch.float32)
+    probe32 = None if args.no_noise else ReluProbe()
+    loss, dumper = replay(ctx, torch.float32, probe=probe32)
     seconds = time.perf_counter() - start
     progress(f"loss {loss.item():.9g}" + (f" (rank {ctx.rank})" if ctx.ddp else "") + f"; float32 replay {seconds:.1f} s")
     if not args.no_noise:
         # The float32 model is not needed any more (its tensors are the dumper's host copies).
         dumper.model = dumper.optimizer = None
         del loss
-        noise = noise_scale(ctx, dumper.tensors())
+        noise = noise_scale(ctx, dumper.tensors(), probe32.inputs)
         if noise is not None:
             dumper.metadata["wb.noise"] = json.dumps(noise, allow_nan=False)
     try:
