@@ -17,7 +17,8 @@
 
 namespace wb::compare {
 
-// skipped: a kind one side marked as not comparable; its metrics are shown but not judged.
+// skipped: a kind one side marked as not comparable, or a row whose reference is more noise than signal
+// (its own float32 noise over half its norm) or fed by such a row; its metrics are shown but not judged.
 enum class RowStatus { pass, fail, shape_mismatch, missing_a, missing_b, skipped };
 std::string_view status_name(RowStatus status);
 

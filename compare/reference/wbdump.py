@@ -46,7 +46,12 @@ it), which `wb compare` may use as the scale a difference is judged against. A J
                  "momentum.<name>": {"l2": ||(mom32 - grad32) - (mom64 - grad64)||,
                                      "ref_l2": ||mom64 - grad64||}, ...}}
 
-over the float keys of kinds act, loss, grad, param_after, buffer_after and momentum that both replays
+torch_step.py adds "flip_l2" to every entry (tensors and updates): ||r32 - r64'||, where r64' is one more
+float64 replay in which each ReLU input within one standard deviation of its float32 rounding noise of
+zero (per channel) went the other way, and, at the top level, "flip_reach" (that reach, in standard
+deviations) and "flipped" (how many inputs it flipped). `wb compare` takes the larger of l2 and flip_l2.
+
+The entries cover the float keys of kinds act, loss, grad, param_after, buffer_after and momentum that both replays
 hold with the same shape (`before` is the dumped param.<name>); norms are computed in float64, and an
 entry with a value that is not finite is left out. noise_metadata(ref32, ref64) computes it from two
 dicts key -> tensor or array (the float32 step and its float64 replay, e.g. two dumpers' tensors());

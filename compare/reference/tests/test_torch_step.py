@@ -183,7 +183,9 @@ def read_noise(meta):
     """The wb.noise object of a reference, its header checked."""
     check("wb.noise" in meta, f"no wb.noise in the reference's metadata (keys {sorted(meta)})")
     noise = json.loads(meta["wb.noise"])
-    check(list(noise) == ["version", "method", "dtype", "tensors", "updates"], f"wb.noise keys {list(noise)}")
+    check(list(noise)[:5] == ["version", "method", "dtype", "tensors", "updates"]
+          and set(noise) - {"version", "method", "dtype", "tensors", "updates"} <= {"flip_reach", "flipped"},
+          f"wb.noise keys {list(noise)}")
     check(noise["version"] == 1 and noise["method"] == "float64 replay of the same step"
           and noise["dtype"] == "float64", f"wb.noise header {noise['version']} {noise['method']} {noise['dtype']}")
     return noise
@@ -194,7 +196,8 @@ def check_noise_entries(noise, t):
     max_abs * sqrt(n), and | ||r64|| - ||r32|| | <= ||r32 - r64|| (so ref_l2 is the float64 side's norm),
     likewise for the updates (after - before, momentum - grad)."""
     for key, e in noise["tensors"].items():
-        check(sorted(e) == ["l2", "max_abs", "ref_l2"], f"wb.noise {key}: fields {sorted(e)}")
+        check(sorted(e) in (["l2", "max_abs", "ref_l2"], ["flip_l2", "l2", "max_abs", "ref_l2"]),
+              f"wb.noise {key}: fields {sorted(e)}")
         check(all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in e.values()), f"wb.noise {key}: {e}")
         r32 = t[key].astype(np.float64)
         slack = 1e-10 * (e["l2"] + e["ref_l2"]) + 1e-300
@@ -205,7 +208,8 @@ def check_noise_entries(noise, t):
     for key, e in noise["updates"].items():
         kind, _, name = key.partition(".")
         check(kind in ("param_after", "momentum") and key in noise["tensors"], f"wb.noise update {key}")
-        check(sorted(e) == ["l2", "ref_l2"] and all(math.isfinite(v) and v >= 0 for v in e.values()),
+        check(sorted(e) in (["l2", "ref_l2"], ["flip_l2", "l2", "ref_l2"])
+              and all(math.isfinite(v) and v >= 0 for v in e.values()),
               f"wb.noise update {key}: {e}")
         base = t[f"param.{name}" if kind == "param_after" else f"grad.{name}"].astype(np.float64)
         u32 = np.linalg.norm((t[key].astype(np.float64) - base).ravel())
@@ -249,6 +253,20 @@ def verify_noise(tmp, case, ref):
     off = min(abs(loss32 - e["l2"] - loss64), abs(loss32 + e["l2"] - loss64))
     check(off <= 1e-12 * abs(loss64), f"loss32 {loss32!r} -/+ l2 {e['l2']!r} misses the float64 loss {loss64!r} by {off:.3g}")
     check(abs(e["ref_l2"] - abs(loss64)) <= 1e-12 * abs(loss64), f"loss ref_l2 {e['ref_l2']!r} vs {loss64!r}")
+    # The replay with near-zero ReLU inputs flipped: it is the float64 replay until the first ReLU (the
+    # stem's conv1 and bn1 match to the bit), and where it flipped anything the gradients move further.
+    check(noise.get("flip_reach") == 1.0 and isinstance(noise.get("flipped"), int) and noise["flipped"] >= 0,
+          f"wb.noise flip_reach {noise.get('flip_reach')!r}, flipped {noise.get('flipped')!r}")
+    flip_entries = [x for x in list(noise["tensors"].values()) + list(noise["updates"].values()) if "flip_l2" in x]
+    check(noise["flipped"] == 0 or len(flip_entries) == len(noise["tensors"]) + len(noise["updates"]),
+          f"{len(flip_entries)} wb.noise entries carry flip_l2")
+    check(all(x["flip_l2"] >= 0 for x in flip_entries), "a negative flip_l2")
+    if noise["flipped"]:
+        for key in ("act.conv1", "act.bn1"):
+            x = noise["tensors"][key]
+            check(x["flip_l2"] == x["l2"], f"{key}: flip_l2 {x['flip_l2']!r} != l2 {x['l2']!r} before any ReLU")
+        moved = sum(x["flip_l2"] > x["l2"] for k, x in noise["tensors"].items() if k.startswith("grad."))
+        check(moved > 0, "flipping near-zero ReLU inputs moved no gradient")
     fc = noise["tensors"]["act.fc"]
     fc_l2 = np.linalg.norm((t["act.fc"].astype(np.float64) - logits64).ravel())
     check(abs(fc_l2 - fc["l2"]) <= 1e-6 * fc_l2 and abs(fc["ref_l2"] - np.linalg.norm(logits64)) <= 1e-12 * fc["ref_l2"],
