@@ -384,6 +384,23 @@ TEST_CASE("no false alarms: a dump against itself, two replays of one run agains
   CHECK(k.at("summary").at("passed") == 1139);
 }
 
+// The matrix bench's quick cases (bench/compare_noise_matrix.py --quick: batch 4 on one rank, batch 4 on
+// two ranks, seed 1): correct runs that the fixed thresholds fail (act.layer4.2.bn3 over 4 values per
+// channel) pass within the reference's own noise. The full matrix is the bench.
+TEST_CASE("no false alarms at batch 4: fixed thresholds fail correct runs, noise-aware bounds pass them",
+          "[compare][trainer][python]") {
+  const std::string command = quote(std::string(WB_PYTHON)) + " " +
+                              quote(fs::path(WB_SOURCE_DIR) / "bench" / "compare_noise_matrix.py") + " --quick";
+  const std::string env = "WB_BUILD_DIR=" + quote(fs::path(WB_BINARY_DIR)) + " ";
+  const CommandResult r = run_command(env + command);
+  std::cout << r.output << std::flush;
+  INFO(tail(r.output, 3000));
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("noise-aware 0 runs (0 tensors)") != std::string::npos);
+  // The same runs under the fixed thresholds: at least one false alarm, which the noise removes.
+  CHECK(r.output.find("fixed thresholds 0 runs") == std::string::npos);
+}
+
 TEST_CASE("planted faults: wb compare names the tensor where each first shows", "[compare][trainer][python]") {
   const fs::path run = single_run();
   const fs::path dir = Workspace::get().dir();
