@@ -1,6 +1,5 @@
-// Loading a run for the app (synchronously and on the loader thread), bad files, the precision
-// details with known answers, and every view drawn headless (an ImGui context without a window)
-// from a synthetic run: draw lists must hold real geometry, and the timeline's cost must follow the
+// Loading a run for the app (synchronously and on the loader thread), bad files, and every view drawn
+// headless (an ImGui context without a window) from a synthetic run: draw lists must hold real geometry, and the timeline's cost must follow the
 // pixels, not the events.
 #include <catch2/catch.hpp>
 
@@ -106,70 +105,6 @@ TEST_CASE("bad run files are errors naming the file, never crashes", "[app]") {
   RunLoader loader(dir / "junk.sqlite");
   CHECK_FALSE(wait_for(loader));
   CHECK(loader.error().find("junk.sqlite") != std::string::npos);
-}
-
-TEST_CASE("per-channel errors and heat maps have known answers", "[app]") {
-  // (N=1, C=2, H=2, W=2): channel 0 differs by 1 at one element, channel 1 is equal.
-  std::vector<double> b = {1, 2, 3, 4, 5, 6, 7, 8};
-  std::vector<double> a = b;
-  a[3] = 5;  // channel 0, (1,1)
-  auto ch = channel_errors(a, b, {1, 2, 2, 2}, 1);
-  REQUIRE(ch.max_abs.size() == 2);
-  CHECK_THAT(ch.max_abs[0], WithinAbs(1.0, 0.0));
-  CHECK_THAT(ch.max_abs[1], WithinAbs(0.0, 0.0));
-  CHECK_THAT(ch.rel_l2[0], WithinRel(1.0 / std::sqrt(1 + 4 + 9 + 16.0), 1e-12));
-  CHECK_THAT(ch.rel_l2[1], WithinAbs(0.0, 0.0));
-  auto h = heat_map(a, b, {1, 2, 2, 2}, 0, 0);
-  CHECK(h.rows == 2);
-  CHECK(h.cols == 2);
-  CHECK(h.values == std::vector<double>{0, 0, 0, 1});
-  CHECK_THAT(h.max, WithinAbs(1.0, 0.0));
-  auto h1 = heat_map(a, b, {1, 2, 2, 2}, 0, 1);
-  CHECK_THAT(h1.max, WithinAbs(0.0, 0.0));
-  // A parameter (O=2, I=4): channels along axis 0, heat map of the whole matrix.
-  CHECK(channel_axis(wb::compare::TensorKind::param, {2, 4}) == 0);
-  CHECK(channel_axis(wb::compare::TensorKind::act, {8, 64, 4, 4}) == 1);
-  CHECK(channel_axis(wb::compare::TensorKind::loss, {}) == -1);
-  auto hp = heat_map(a, b, {2, 4}, 0, 0);
-  CHECK(hp.rows == 2);
-  CHECK(hp.cols == 4);
-  CHECK_THAT(hp.values[3], WithinAbs(1.0, 0.0));
-  // Error only in b-zero channel: +inf relative error.
-  auto zero = channel_errors({1, 0}, {0, 0}, {2}, 0);
-  CHECK(std::isinf(zero.rel_l2[0]));
-}
-
-TEST_CASE("a tensor's detail: histograms over a shared range, error bins, worst elements", "[app]") {
-  auto make = [](const std::string& key, std::vector<float> v, std::vector<std::int64_t> shape) {
-    wb::compare::NamedTensor t;
-    t.key = key;
-    t.tensor.name = key;
-    t.tensor.dtype = wb::store::DType::F32;
-    t.tensor.shape = std::move(shape);
-    t.tensor.data.resize(v.size() * 4);
-    std::memcpy(t.tensor.data.data(), v.data(), v.size() * 4);
-    return t;
-  };
-  PrecisionData data;
-  data.a.tensors.push_back(make("act.conv1", {0, 1, 2, 3, 4, 5, 6, 7.5f}, {1, 2, 2, 2}));
-  data.b.tensors.push_back(make("act.conv1", {0, 1, 2, 3, 4, 5, 6, 7}, {1, 2, 2, 2}));
-  data.a.index();
-  data.b.index();
-  data.comparison = wb::compare::compare_sets(data.a, data.b);
-  REQUIRE(data.comparison.rows.size() == 1);
-  auto d = tensor_detail(data, 0, 0, 1, 8);
-  CHECK(d.equal == 7);
-  CHECK(d.err_hist.counts.size() == 1);  // one unequal element: a one-bin range
-  CHECK(d.a_hist.edges.front() == 0.0);
-  CHECK_THAT(d.a_hist.edges.back(), WithinAbs(7.5, 1e-12));
-  CHECK(d.b_hist.edges == d.a_hist.edges);
-  REQUIRE_FALSE(d.worst.empty());
-  CHECK(d.worst[0].index == 7);
-  CHECK(d.worst[0].coord == std::vector<std::int64_t>{0, 1, 1, 1});
-  CHECK_THAT(d.worst[0].abs_err, WithinAbs(0.5, 1e-6));
-  CHECK_THAT(d.heat.values[3], WithinAbs(0.5, 1e-6));  // channel 1, (1,1)
-  CHECK_THAT(d.channels.max_abs[1], WithinAbs(0.5, 1e-6));
-  REQUIRE_THROWS_AS(tensor_detail(data, 5, 0, 0), wb::compare::CompareError);
 }
 
 TEST_CASE("every view draws headless from a loaded run", "[app]") {

@@ -1,13 +1,19 @@
-// The app's other pure logic with known answers: histogram binning, value axes, split-point editing
-// and strip geometry, the tuner's suggestions against brute force, the alpha-beta fit, recent files,
-// directory listings, and starting wb-train as a child process.
+// The split tuner: split points edited in order, the strip's geometry, Suggest against brute force,
+// the alpha-beta fit, wb-train found and started as a child process whose output is read line by
+// line, a re-run's settings, and a split handle dragged with injected mouse input.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 #include <fstream>
 #include <random>
-
 #include <nlohmann/json.hpp>
+#include <cfloat>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <imgui.h>
 
 #include "app/model/child_process.hpp"
 #include "app/model/files_logic.hpp"
@@ -18,68 +24,22 @@
 #include "profiler/analysis/split_model.hpp"
 #include "memory_test_util.hpp"
 #include "store_test_util.hpp"
+#include "app/model/layer_timing.hpp"
+#include "app/model/ops_logic.hpp"
+#include "app/model/synthetic_run.hpp"
+#include "app/model/timeline_logic.hpp"
+#include "app/view/app.hpp"
+#include "compare/report.hpp"
+#include "compare/stored_comparison.hpp"
+#include "store/db.hpp"
+#include "view_test_util.hpp"
 
 using namespace wb::app_model;
 using Catch::Matchers::WithinAbs;
 using Catch::Matchers::WithinRel;
-
 using wb::test::TempDir;
-
-TEST_CASE("histograms bin linearly and logarithmically", "[app]") {
-  SECTION("linear: one value per bin, the top edge in the last bin") {
-    std::vector<double> v = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
-    Histogram h = make_histogram(v, 10, 0.0, 10.0, false);
-    REQUIRE(h.counts.size() == 10);
-    for (std::size_t i = 0; i < 9; ++i) CHECK(h.counts[i] == 1);
-    CHECK(h.counts[9] == 2);
-    CHECK(h.max_count() == 2);
-    CHECK(h.bin_of(3.5) == 3);
-    CHECK(h.bin_of(11.0) == -1);
-  }
-  SECTION("log: decades") {
-    std::vector<double> v = {1, 10, 100, 1000, 0.0, -5, std::nan(""), INFINITY};
-    Histogram h = make_histogram(v, 3, 1.0, 1000.0, true);
-    CHECK(h.counts == std::vector<std::int64_t>{1, 1, 2});
-    CHECK(h.below == 2);  // 0 and -5 have no logarithm
-    CHECK(h.nonfinite == 2);
-    CHECK_THAT(h.edges[1], WithinRel(10.0, 1e-12));
-    CHECK_THAT(h.edges[2], WithinRel(100.0, 1e-12));
-  }
-  SECTION("own range and out-of-range values") {
-    std::vector<double> v = {2, 4, 6, 8};
-    Histogram h = make_histogram(v, 3, false);
-    CHECK_THAT(h.edges.front(), WithinAbs(2.0, 0.0));
-    CHECK_THAT(h.edges.back(), WithinAbs(8.0, 0.0));
-    CHECK(h.counts == std::vector<std::int64_t>{1, 1, 2});
-    Histogram clipped = make_histogram(v, 2, 3.0, 7.0, false);
-    CHECK(clipped.below == 1);
-    CHECK(clipped.above == 1);
-    CHECK(clipped.counts == std::vector<std::int64_t>{1, 1});
-  }
-  SECTION("bad arguments") {
-    std::vector<double> v = {1};
-    REQUIRE_THROWS_AS(make_histogram(v, 0, 0.0, 1.0, false), std::invalid_argument);
-    REQUIRE_THROWS_AS(make_histogram(v, 4, 2.0, 1.0, false), std::invalid_argument);
-    REQUIRE_THROWS_AS(make_histogram(v, 4, 0.0, 1.0, true), std::invalid_argument);
-  }
-}
-
-TEST_CASE("value axes round outward to 1-2-5 steps", "[app]") {
-  Axis a = nice_axis(0.0, 16317.0);  // 16317 / 5 = 3263: the 1-2-5 step nearest is 2000
-  CHECK_THAT(a.step, WithinRel(2000.0, 1e-12));
-  CHECK_THAT(a.lo, WithinAbs(0.0, 0.0));
-  CHECK_THAT(a.hi, WithinRel(18000.0, 1e-12));
-  Axis b = nice_axis(0.013, 0.087, 4.0);
-  CHECK_THAT(b.step, WithinRel(0.02, 1e-9));
-  CHECK_THAT(b.lo, WithinAbs(0.0, 1e-12));
-  CHECK_THAT(b.hi, WithinRel(0.1, 1e-9));
-  Axis c = nice_axis(5.0, 5.0);  // a constant series still gets a range
-  CHECK(c.hi > c.lo);
-  auto d = log_decades(3e-5, 0.2);
-  REQUIRE(d.size() == 6);
-  CHECK_THAT(d.front(), WithinRel(1e-5, 1e-12));
-  CHECK_THAT(d.back(), WithinRel(1.0, 1e-12));
-}
+using wb::test::Headless;
+using namespace wb::view;
 
 TEST_CASE("split points are added, moved and removed in order", "[app]") {
   std::vector<int> split = {85, 160};
@@ -165,35 +125,28 @@ TEST_CASE("the alpha-beta fit recovers a line and needs two sizes", "[app]") {
   CHECK_FALSE(wb::analysis::fit_alpha_beta(one).valid);
 }
 
-TEST_CASE("recent files: newest first, no duplicates, bounded, persisted", "[app]") {
-  std::vector<std::string> list = {"/a", "/b", "/c"};
-  push_recent(list, "/b");
-  CHECK(list == std::vector<std::string>{"/b", "/a", "/c"});
-  push_recent(list, "/d", 3);
-  CHECK(list == std::vector<std::string>{"/d", "/b", "/a"});
-  TempDir dir;
-  auto file = dir.path() / "cfg" / "wb-view" / "recent.txt";
-  CHECK(read_recent(file).empty());
-  REQUIRE(write_recent(file, list));
-  CHECK(read_recent(file) == list);
-}
-
-TEST_CASE("directory listings put folders first and filter by extension", "[app]") {
-  TempDir dir;
-  std::filesystem::create_directories(dir.path() / "zdir");
-  std::filesystem::create_directories(dir.path() / ".hidden");
-  for (const char* f : {"b.sqlite", "a.sqlite", "c.txt", "r.safetensors"}) std::ofstream(dir.path() / f) << "x";
-  auto all = list_directory(dir.path(), {});
-  REQUIRE(all.size() == 5);
-  CHECK(all[0].name == "zdir");
-  CHECK(all[0].is_dir);
-  CHECK(all[1].name == "a.sqlite");
-  auto runs = list_directory(dir.path(), {".sqlite"});
-  REQUIRE(runs.size() == 3);
-  CHECK(runs[1].name == "a.sqlite");
-  CHECK(runs[2].name == "b.sqlite");
-  CHECK(runs[2].size == 1);
-  CHECK(list_directory(dir.path() / "missing", {}).empty());
+TEST_CASE("the tuner's wb-train is found next to the app or through WB_TRAIN_BIN", "[app]") {
+  const char* old = std::getenv("WB_TRAIN_BIN");
+  std::string saved = old ? old : "";
+  ::setenv("WB_TRAIN_BIN", "/no/such/wb-train", 1);
+  REQUIRE_THROWS_AS(train_executable(), ChildError);
+  try {
+    train_executable();
+  } catch (const ChildError& e) {
+    CHECK(std::string(e.what()).find("/no/such/wb-train") != std::string::npos);
+    CHECK(std::string(e.what()).find("WB_TRAIN_BIN") != std::string::npos);
+  }
+  wb::test::TempDir dir;
+  { std::ofstream(dir / "plain.txt") << "not a program"; }
+  std::filesystem::permissions(dir / "plain.txt", std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  ::setenv("WB_TRAIN_BIN", (dir / "plain.txt").c_str(), 1);  // a file, but not executable
+  REQUIRE_THROWS_AS(train_executable(), ChildError);
+  ::setenv("WB_TRAIN_BIN", dir.path().c_str(), 1);  // a directory
+  REQUIRE_THROWS_AS(train_executable(), ChildError);
+  ::setenv("WB_TRAIN_BIN", "/bin/true", 1);
+  CHECK(train_executable() == "/bin/true");
+  if (old) ::setenv("WB_TRAIN_BIN", saved.c_str(), 1);
+  else ::unsetenv("WB_TRAIN_BIN");
 }
 
 TEST_CASE("a child process's output is read line by line, '\\r' included", "[app]") {
@@ -243,24 +196,51 @@ TEST_CASE("a re-run keeps the run's settings and replaces run, config_file and t
   REQUIRE_THROWS_AS(make_train_launch(config, 1, {}, "/proc/no-such-dir", "x"), ChildError);
 }
 
-TEST_CASE("the Memory view's holder rows fold the rest into one row and still sum to the peak", "[memory]") {
-  wb::test::MemoryBuilder b;
-  b.step(0, 0, 1000);
-  for (int i = 0; i < 30; ++i) b.event(10 + i, 100 + i, wb::test::kActivation, wb::analysis::concat("layer", std::to_string(i)));
-  b.step(1, 2000, 3000);
-  b.event(2100, 1, wb::test::kGradient, "late");
-  const wb::analysis::MemoryAnalysis mem = wb::analysis::analyze_memory(b.run);
-  REQUIRE(mem.steps.size() == 2);
-  const auto rows = wb::app_model::top_holders(mem.steps[0], 5);
-  REQUIRE(rows.size() == 6);
-  CHECK(rows[0].name == "layer29");
-  CHECK(rows[5].name == "(25 others)");
-  std::int64_t s = 0;
-  for (const auto& r : rows) s += r.bytes;
-  CHECK(s == mem.steps[0].peak_bytes);
-  CHECK(rows[5].by_role[wb::test::kActivation] == rows[5].bytes);
-  CHECK(wb::app_model::top_holders(mem.steps[0], 40).size() == 30);
-  CHECK(wb::app_model::peak_step_index(mem, 0) == 1);
-  CHECK(wb::app_model::peak_step_index(mem, 3) == -1);
-  CHECK(wb::app_model::memory_ranks(mem) == std::vector<int>{0});
+TEST_CASE("a split handle dragged with injected mouse input moves the split and the prediction", "[app]") {
+  wb::test::TempDir dir;
+  SyntheticRun spec;
+  spec.ranks = 2;
+  spec.steps = 3;
+  spec.ranges_per_rank = 300;
+  write_synthetic_run(dir / "run.sqlite", spec);
+  Headless h;
+  App::Options opt;
+  opt.run = (dir / "run.sqlite").string();
+  opt.persist_recent = false;
+  opt.tuner_drag = std::make_pair(8, 12);
+  App app(opt);
+  CHECK(app.current == ViewId::allreduce);
+  for (int i = 0; i < 3000 && app.busy(); ++i) {
+    h.frame(app);
+    if (app.busy()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  REQUIRE_FALSE(app.busy());
+  CHECK_FALSE(app.error_shown());
+  REQUIRE(app.tuner.initialised);
+  REQUIRE(app.model->split_model);
+  CHECK(app.model->split_model->current_split == std::vector<int>{8});
+  CHECK(app.tuner.split == std::vector<int>{12});  // the handle went where the mouse let go
+  CHECK(app.tuner.compare_label == "edited");
+  // The report predicts for the moved split, which the model predicts differently from the run's.
+  const std::string report = app.tuner_report();
+  CAPTURE(report);
+  CHECK(report.find("split 12\n") != std::string::npos);
+  const std::vector<int> twelve{12};
+  auto moved = wb::analysis::predict(*app.model->split_model, twelve);
+  char line[64];
+  std::snprintf(line, sizeof line, "predicted step_ms %.6f\n", moved.step_ns / 1e6);
+  CHECK(report.find(line) != std::string::npos);
+
+  SECTION("a drag from a point the split lacks is an error, not a guess") {
+    App::Options bad = opt;
+    bad.tuner_drag = std::make_pair(9, 12);
+    App other(bad);
+    for (int i = 0; i < 3000 && other.busy(); ++i) {
+      h.frame(other);
+      if (other.busy()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    REQUIRE(other.error_shown());
+    CHECK(other.error().find("--tuner-drag 9:12") != std::string::npos);
+    CHECK(other.tuner.split == std::vector<int>{8});
+  }
 }
