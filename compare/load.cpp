@@ -114,6 +114,7 @@ void read_noise(TensorSet& set, const std::string& json, const std::string& what
     n.max_abs = noise_number(entry, "max_abs", at);
     n.ref_l2 = noise_number(entry, "ref_l2", at);
     if (entry.contains("flip_l2")) n.flip_l2 = noise_number(entry, "flip_l2", at);
+    if (entry.contains("input_l2")) n.input_l2 = noise_number(entry, "input_l2", at);
     set.noise[key] = n;
   }
   if (const auto u = j.find("updates"); u != j.end()) {

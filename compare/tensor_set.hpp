@@ -86,9 +86,12 @@ struct NoiseScale {
   std::optional<double> update_ref_l2;
   std::optional<double> flip_l2;
   std::optional<double> update_flip_l2;
+  // The loss: how far its input's noise can move it (||d loss / d logits|| x the logits' noise).
+  std::optional<double> input_l2;
 
-  // The noise a tensor is judged against: rounding, or the flipped replay's distance when larger.
-  double value_l2() const { return std::max(l2, flip_l2.value_or(0.0)); }
+  // The noise a tensor is judged against: rounding, or the flipped replay's distance, or what its input's
+  // noise allows, whichever is largest.
+  double value_l2() const { return std::max({l2, flip_l2.value_or(0.0), input_l2.value_or(0.0)}); }
   std::optional<double> update_value_l2() const {
     if (!update_l2) return std::nullopt;
     return std::max(*update_l2, update_flip_l2.value_or(0.0));

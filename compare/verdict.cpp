@@ -294,7 +294,7 @@ Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m
     if (*e.rel_l2_max > *t.noise_floor) widen_cosine(e.cosine_min, *e.rel_l2_max);
     if (flips && t.flip_floor && *e.rel_l2_max < *t.noise_floor) e.cosine_min.reset();
   } else if (t.max_abs_max) {
-    e.max_abs_max = std::max(*t.max_abs_max, k * std::max(n.max_abs, n.flip_l2.value_or(0.0)));
+    e.max_abs_max = std::max(*t.max_abs_max, k * std::max(n.max_abs, n.value_l2()));
   }
   const std::optional<double> update_l2 = n.update_value_l2();
   if (t.update_noise_floor && update != nullptr && update_l2) {

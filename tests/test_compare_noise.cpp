@@ -288,11 +288,12 @@ TEST_CASE("wb.noise in a reference is read, and a malformed one is one error nam
   wb::store::write_safetensors(
       path, tensors,
       {{"wb.noise", R"({"version": 1, "method": "float64 replay", "tensors": {"loss": {"l2": 1e-7, "max_abs": 1e-7,
-        "ref_l2": 2.3}, "param_after.fc.bias": {"l2": 1e-9, "max_abs": 1e-9, "ref_l2": 0.5}},
+        "ref_l2": 2.3, "flip_l2": 2e-7, "input_l2": 3e-6}, "param_after.fc.bias": {"l2": 1e-9, "max_abs": 1e-9, "ref_l2": 0.5}},
         "updates": {"param_after.fc.bias": {"l2": 2e-9, "ref_l2": 0.01}}})"}});
   const TensorSet loaded = load_tensor_set(path);
   REQUIRE(loaded.noise.size() == 2);
   CHECK(loaded.noise.at("loss").l2 == 1e-7);
+  CHECK(loaded.noise.at("loss").value_l2() == 3e-6);  // the largest of rounding, flips and the input's
   CHECK(loaded.noise.at("param_after.fc.bias").update_l2 == 2e-9);
   CHECK(loaded.noise_method == "float64 replay");
 

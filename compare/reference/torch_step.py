@@ -57,6 +57,7 @@ the file and what was expected, and exits 2. Progress goes to stderr.
 
 import argparse
 import json
+import math
 import os
 import pathlib
 import sys
@@ -486,7 +487,28 @@ def relu_flips(inputs32, inputs64, reach):
     return flips, near, total
 
 
-def replay(ctx, dtype, sink=None, say=progress, probe=None):
+class LogitGradient:
+    """||d loss / d logits|| of the chosen rank's step: the squares of the gradient reaching the model's
+    fc output, summed over its calls (a pipeline's micro-batches) after reset()."""
+
+    def __init__(self):
+        self.squares = 0.0
+        self.calls = 0
+
+    def install(self, model):
+        def hook(_module, _grad_input, grad_output):
+            self.squares += float(grad_output[0].detach().double().pow(2).sum())
+            self.calls += 1
+        model.fc.register_full_backward_hook(hook)
+
+    def reset(self):
+        self.squares, self.calls = 0.0, 0
+
+    def norm(self):
+        return self.squares ** 0.5 if self.calls else None
+
+
+def replay(ctx, dtype, sink=None, say=progress, probe=None, logit_gradient=None):
     """One replay of the step in `dtype` (torch.float32 for the reference, torch.float64 for its noise
     scale): a resnet50 of its own holding the dumped state (cast to dtype), the fault planted, the batch
     cast to dtype, and the step run through the run's path (single rank, DDP, --sync-bn, pipeline).
@@ -506,6 +528,8 @@ def replay(ctx, dtype, sink=None, say=progress, probe=None):
     plant_fault(model, ctx.fault, settings)
     if probe is not None:
         probe.install(model)
+    if logit_gradient is not None:
+        logit_gradient.install(model)
     torch.manual_seed(settings["seed"])
 
     load_state(model, dumps[rank])
@@ -539,6 +563,8 @@ def replay(ctx, dtype, sink=None, say=progress, probe=None):
         say(f"rank {r}: loss {loss_r.item():.9g}")
     load_state(model, dumps[rank], kinds=("buffer",))
     optimizer.zero_grad(set_to_none=True)
+    if logit_gradient is not None:
+        logit_gradient.reset()  # the other replicas' backward passes are not this rank's loss
 
     metadata = dict(ctx.metadata)
     if ctx.sync_groups:
@@ -619,6 +645,19 @@ def add_flip_noise(ctx, ref32, noise, relu32, relu64):
              f"{time.perf_counter() - start:.1f} s")
 
 
+def add_logit_noise(noise, logit_gradient):
+    """Adds "input_l2" to the loss's entry: ||d loss / d logits|| x the logits' noise (the larger of
+    rounding and flips), the most the logits' noise can move the loss (Cauchy-Schwarz). One scalar's own
+    noise is a single draw, which can happen to be tiny; what its input's noise allows is not."""
+    g = logit_gradient.norm() if logit_gradient is not None else None
+    loss, fc = noise["tensors"].get("loss"), noise["tensors"].get("act.fc")
+    if g is None or loss is None or fc is None:
+        return
+    value = g * max(fc["l2"], fc.get("flip_l2", 0.0))
+    if math.isfinite(value):
+        loss["input_l2"] = value
+
+
 def noise_scale(ctx, ref32, relu32=None):
     """The "wb.noise" object (wbdump.py): `ref32` (the float32 replay's tensors) against a float64 replay of
     the same step, each float64 tensor compared as it is recorded and then dropped. None when the float64
@@ -632,7 +671,9 @@ def noise_scale(ctx, ref32, relu32=None):
     meter = wbdump.NoiseMeter(ref32)
     probe64 = ReluProbe() if relu32 is not None else None
     try:
-        loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text), probe=probe64)
+        logit_gradient = None if ctx.sync_groups else LogitGradient()
+        loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text), probe=probe64,
+                         logit_gradient=logit_gradient)
     except (RuntimeError, MemoryError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         progress(f"NOTE: the float64 replay failed ({first}); the reference has no wb.noise")
@@ -641,6 +682,7 @@ def noise_scale(ctx, ref32, relu32=None):
     noise = meter.metadata()
     if probe64 is not None:
         add_flip_noise(ctx, ref32, noise, relu32, probe64.inputs)
+    add_logit_noise(noise, logit_gradient)
     count, median, worst, worst_key = wbdump.noise_summary(noise)
     progress(f"float64 loss {loss.item():.17g}" + (f" (rank {ctx.rank})" if ctx.ddp else "")
              + f"; float64 replay {seconds:.1f} s")

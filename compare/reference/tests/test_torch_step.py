@@ -196,7 +196,8 @@ def check_noise_entries(noise, t):
     max_abs * sqrt(n), and | ||r64|| - ||r32|| | <= ||r32 - r64|| (so ref_l2 is the float64 side's norm),
     likewise for the updates (after - before, momentum - grad)."""
     for key, e in noise["tensors"].items():
-        check(sorted(e) in (["l2", "max_abs", "ref_l2"], ["flip_l2", "l2", "max_abs", "ref_l2"]),
+        fields = set(e) - ({"input_l2"} if key == "loss" else set())
+        check(fields in ({"l2", "max_abs", "ref_l2"}, {"flip_l2", "l2", "max_abs", "ref_l2"}),
               f"wb.noise {key}: fields {sorted(e)}")
         check(all(isinstance(v, float) and math.isfinite(v) and v >= 0 for v in e.values()), f"wb.noise {key}: {e}")
         r32 = t[key].astype(np.float64)
@@ -267,7 +268,13 @@ def verify_noise(tmp, case, ref):
             check(x["flip_l2"] == x["l2"], f"{key}: flip_l2 {x['flip_l2']!r} != l2 {x['l2']!r} before any ReLU")
         moved = sum(x["flip_l2"] > x["l2"] for k, x in noise["tensors"].items() if k.startswith("grad."))
         check(moved > 0, "flipping near-zero ReLU inputs moved no gradient")
+    # The loss's bound from its logits' noise: ||d loss / d logits|| x their noise, against the same
+    # product from the independent float64 logits and the fixtures' own d loss / d logits.
     fc = noise["tensors"]["act.fc"]
+    _, dlogits = fixtures.loss_and_dlogits(logits64, state["label"], case["smoothing"], case["convention"])
+    expected = np.linalg.norm(np.asarray(dlogits, dtype=np.float64).ravel()) * max(fc["l2"], fc.get("flip_l2", 0.0))
+    check(abs(e.get("input_l2", -1.0) - expected) <= 1e-6 * expected,
+          f"loss input_l2 {e.get('input_l2')!r}, expected ||dL/dlogits|| x logit noise = {expected!r}")
     fc_l2 = np.linalg.norm((t["act.fc"].astype(np.float64) - logits64).ravel())
     check(abs(fc_l2 - fc["l2"]) <= 1e-6 * fc_l2 and abs(fc["ref_l2"] - np.linalg.norm(logits64)) <= 1e-12 * fc["ref_l2"],
           f"act.fc noise {fc} vs the independent float64 logits: l2 {fc_l2}")
