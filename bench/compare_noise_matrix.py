@@ -53,19 +53,27 @@ MATRIX = [
 ]
 QUICK = ["b4", "2rank-b4"]
 
-# planted fault -> the tensor (or prefix ending in '.') where it must first show
+# planted fault -> the tensor (or prefix ending in '.') where it must first show, then the tensors where it
+# may first show instead when it is smaller than the reference's own noise at the first one (written
+# "alt" in the table): the loss of a batch of 4 at 32x32 carries float32 noise of about 2e-4, more than
+# dropping label smoothing changes it (1.6e-4), and weight decay on BatchNorm moves an update by wd x p,
+# under the gradients' noise there, while the momentum buffer's optimizer share (momentum - grad) shows it.
 FAULTS = {
-    "bn_eps": "act.layer2.1.bn2",
-    "conv_transpose": "act.layer3.0.conv2",
-    "missing_relu": "act.layer1.1.relu.0",
-    "stride": "act.layer2.0.conv2",
-    "no_smoothing": "loss",
-    "grad_scale": "grad.layer4.2.conv3.weight",
-    "bn_momentum": "buffer_after.layer3.1.bn1.",
-    "lr": "param_after.",
-    "nesterov": "param_after.",
-    "wd_on_bn": "param_after.",
+    "bn_eps": ("act.layer2.1.bn2",),
+    "conv_transpose": ("act.layer3.0.conv2",),
+    "missing_relu": ("act.layer1.1.relu.0",),
+    "stride": ("act.layer2.0.conv2",),
+    "no_smoothing": ("loss", "grad.fc."),
+    "grad_scale": ("grad.layer4.2.conv3.weight",),
+    "bn_momentum": ("buffer_after.layer3.1.bn1.",),
+    "lr": ("param_after.",),
+    "nesterov": ("param_after.",),
+    "wd_on_bn": ("param_after.", "momentum."),
 }
+
+
+def named(name, expected):
+    return name == expected or (expected.endswith(".") and name.startswith(expected))
 
 
 def sh(cmd, env=None, cwd=None):
@@ -150,21 +158,22 @@ def correct_cases(work, cases, seeds, fixed_map):
 
 
 def fault_cases(work, fixed_map):
-    print(f"\n{'fault':15} {'batch':>5}  {'expected':32} {'noise: first divergence':36} {'fixed: first divergence':36}")
+    print(f"\n{'fault':15} {'batch':>5}  {'expected':32} {'noise: first divergence':40} {'fixed: first divergence':36}")
     missed = 0
     for batch in (4, 32):
         run, _ = train(work, f"fault-b{batch}", f"--batch-size {batch}", 1, {})
-        for fault, expected in FAULTS.items():
+        for fault, (expected, *alternatives) in FAULTS.items():
             ref = work / f"fault-{fault}.safetensors"
             replay(run, ref, f"--fault {fault}")
             got = {}
             for mode, mapping in (("noise", None), ("fixed", fixed_map)):
                 j = compare(run, ref, work / f"{mode}.json", mapping)
                 got[mode] = first_divergence(j)
-            ok = got["noise"] == expected or (expected.endswith(".") and got["noise"].startswith(expected))
-            missed += not ok
-            print(f"{fault:15} {batch:>5}  {expected:32} {got['noise'] + ('' if ok else '  MISSED'):36} {got['fixed']:36}",
-                  flush=True)
+            ok = named(got["noise"], expected)
+            alt = not ok and any(named(got["noise"], a) for a in alternatives)
+            missed += not (ok or alt)
+            mark = "" if ok else ("  (alt)" if alt else "  MISSED")
+            print(f"{fault:15} {batch:>5}  {expected:32} {got['noise'] + mark:40} {got['fixed']:36}", flush=True)
             ref.unlink(missing_ok=True)
         sensitivity(work, run, batch, fixed_map)
         run.unlink(missing_ok=True)

@@ -456,12 +456,18 @@ TEST_CASE("planted faults: wb compare names the tensor where each first shows", 
     std::cout << "fault " << std::left << std::setw(15) << f.name << std::right << "-> " << name << " ("
               << d.at("classification").get<std::string>() << ", relL2 " << rel.str() << "; "
               << d.at("reason").get<std::string>() << "); " << j.at("summary").at("failed") << " tensors fail\n";
-    if (f.first.back() == '.') {
+    // Weight decay on BatchNorm moves an update by wd x p, under the gradients' own float32 noise at a
+    // small batch; the momentum buffer's optimizer share (momentum - grad) shows it first then.
+    const bool optimizer_share = f.name == "wd_on_bn" && name.rfind("momentum.", 0) == 0;
+    if (optimizer_share) {
+      CHECK(d.at("kind") == "momentum");
+    } else if (f.first.back() == '.') {
       CHECK(name.rfind(f.first, 0) == 0);
+      CHECK(d.at("kind") == f.kind);
     } else {
       CHECK(name == f.first);
+      CHECK(d.at("kind") == f.kind);
     }
-    CHECK(d.at("kind") == f.kind);
     CHECK(row_status == f.status);
     CHECK(d.at("optimizer_only").get<bool>() == f.optimizer_only);
     if (f.optimizer_only) {
@@ -470,6 +476,7 @@ TEST_CASE("planted faults: wb compare names the tensor where each first shows", 
     if (f.kind == "act" && f.status == "fail") CHECK(d.at("local").get<bool>());
     if (f.name == "wd_on_bn") {  // the first updated parameter that decays only under the fault
       const bool bn = name.find(".bn") != std::string::npos || name.rfind("param_after.bn", 0) == 0 ||
+                      name.rfind("momentum.bn", 0) == 0 ||
                       name.find("downsample.1.") != std::string::npos;
       CHECK(bn);
     }
