@@ -42,11 +42,14 @@ key "wb.noise" records per key ||r32 - r64|| ("l2"), max |r32 - r64| ("max_abs")
 for param_after and momentum also the same of their update (after - before, momentum - grad), all
 norms in float64 (the JSON is described in wbdump.py, which computes it: wbdump.NoiseMeter). `wb compare`
 can then judge a difference against the reference's own noise on that tensor instead of one fixed
-threshold. The float64 replay takes several times the float32 one on a CPU (float64 kernels are
-slower; at 32x32, batch 8, 2 threads: about 4 s against 0.7 s, the whole run 9 s against 6 s), and
-needs the float64 step's memory besides the float32 tensors held for the file; --no-noise skips it,
-and the reference then has no "wb.noise". If the float64 replay fails (say, out of memory), a NOTE
-says so and the reference is written without it.
+threshold. A third replay, in float64 again, lets every ReLU input within one standard deviation of
+its float32 rounding noise of zero go the other way (FLIP_REACH), and adds "flip_l2" to each entry; the
+loss's entry also gets "input_l2", ||d loss / d logits|| times the logits' noise (wbdump.py describes
+the keys). The float64 replays take several times the float32 one on a CPU (float64 kernels are
+slower; at 32x32, batch 8: about 18 s in all against 7 s with --no-noise; at 224x224, batch 2: 75 s
+against 16 s), and need the float64 step's memory besides the float32 tensors held for the file;
+--no-noise skips them, and the reference then has no "wb.noise". If a float64 replay fails (say, out of
+memory), a NOTE says so and the reference is written without what it would have measured.
 
 --fault NAME is a testing aid: it plants one known mistake (see FAULTS) into this side, so a test can
 check that `wb compare` names the tensor where it first shows.

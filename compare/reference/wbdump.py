@@ -49,7 +49,9 @@ it), which `wb compare` may use as the scale a difference is judged against. A J
 torch_step.py adds "flip_l2" to every entry (tensors and updates): ||r32 - r64'||, where r64' is one more
 float64 replay in which each ReLU input within one standard deviation of its float32 rounding noise of
 zero (per channel) went the other way, and, at the top level, "flip_reach" (that reach, in standard
-deviations) and "flipped" (how many inputs it flipped). `wb compare` takes the larger of l2 and flip_l2.
+deviations) and "flipped" (how many inputs it flipped); the loss's entry also gets "input_l2", ||d loss /
+d logits|| times the logits' noise: one scalar's own rounding is a single draw and may happen to be tiny,
+what its logits' noise allows is not. `wb compare` takes the largest of l2, flip_l2 and input_l2.
 
 The entries cover the float keys of kinds act, loss, grad, param_after, buffer_after and momentum that both replays
 hold with the same shape (`before` is the dumped param.<name>); norms are computed in float64, and an
