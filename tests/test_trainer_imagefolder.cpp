@@ -24,7 +24,8 @@ void make_folder(const fs::path& out, const std::string& args) {
 }
 
 Result compare(const fs::path& run, const fs::path& ref) {
-  return run_command(shell_quote(WB_CLI) + " compare " + shell_quote(run.string()) + " " + shell_quote(ref.string()));
+  return run_command(shell_quote(WB_CLI) + " compare " + shell_quote(run.string()) + " " + shell_quote(ref.string()) +
+                     " --all");
 }
 
 }  // namespace
