@@ -112,17 +112,6 @@ void compute_stats_row(RowResult& row, const NamedTensor& ta, const NamedTensor&
   row.reason = allows;
 }
 
-// ||d|| in units of a noise of norm `noise`: 0 when both are 0, +inf when only the noise is.
-double in_noise_units(double distance, double noise) {
-  if (distance == 0.0) return 0.0;
-  return noise > 0.0 ? distance / noise : std::numeric_limits<double>::infinity();
-}
-
-double rel_of(double l2, double norm) {
-  if (l2 == 0.0) return 0.0;
-  return norm > 0.0 ? l2 / norm : std::numeric_limits<double>::infinity();
-}
-
 // The row's bounds from the reference's noise, and its error in units of that noise.
 void apply_noise(RowResult& row, const NoiseScale& n) {
   const Metrics& m = *row.metrics;
@@ -130,11 +119,11 @@ void apply_noise(RowResult& row, const NoiseScale& n) {
   row.bounds = with_noise(row.thresholds, n, m, u);
   row.noise_applied = true;
   row.noise_flips = n.flip_l2.has_value();
-  row.noise_rel_l2 = rel_of(n.value_l2(), m.b.l2norm);
-  row.noise_ratio = in_noise_units(m.euc_dist, n.value_l2());
+  row.noise_rel_l2 = norm_ratio(n.value_l2(), m.b.l2norm);
+  row.noise_ratio = norm_ratio(m.euc_dist, n.value_l2());
   if (u != nullptr && n.update_value_l2()) {
-    row.update_noise_rel_l2 = rel_of(*n.update_value_l2(), u->b.l2norm);
-    row.update_noise_ratio = in_noise_units(u->euc_dist, *n.update_value_l2());
+    row.update_noise_rel_l2 = norm_ratio(*n.update_value_l2(), u->b.l2norm);
+    row.update_noise_ratio = norm_ratio(u->euc_dist, *n.update_value_l2());
   }
 }
 

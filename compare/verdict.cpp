@@ -46,10 +46,9 @@ std::string fmt(double v) {
   return buf;
 }
 
-// A noise of `l2` on a reference of norm `norm`, as rel-L2 (0 when both are 0, +inf when only the norm is).
-double noise_rel(double l2, double norm) {
-  if (l2 == 0.0) return 0.0;
-  return norm > 0.0 ? l2 / norm : std::numeric_limits<double>::infinity();
+// A floor under noise: the fixed one, or the flip floor when flipped ReLUs are measured and it is lower.
+double floor_under_noise(double fixed, const std::optional<double>& flip_floor, bool flips) {
+  return flips && flip_floor ? std::min(fixed, *flip_floor) : fixed;
 }
 
 // The rel-L2 floor of gradients, momentum and updates when the noise counts flipped ReLUs (verdict.hpp).
@@ -211,11 +210,8 @@ std::string describe(const Thresholds& t, bool noise_applied, bool flips) {
   const std::string k = noise_applied ? fmt(*t.noise_k) + "x noise" : "";
   if (t.bit_exact) add("bit-exact");
   if (t.msprobe_rule) add("msprobe(cos>=0.99|abs<=1e-3, cos>=0.9, abs<=1)");
-  auto floor_of = [&](const std::optional<double>& fixed, const std::optional<double>& flip_floor) {
-    return flips && flip_floor ? std::min(*fixed, *flip_floor) : *fixed;
-  };
   if (noise_applied && t.noise_floor) {
-    const double floor = floor_of(t.noise_floor, t.flip_floor);
+    const double floor = floor_under_noise(*t.noise_floor, t.flip_floor, flips);
     if (t.cosine_min && floor >= *t.noise_floor) add("cos>=" + fmt(*t.cosine_min));
     add("relL2<=max(" + fmt(floor) + ", " + k + ")");
   } else {
@@ -227,7 +223,7 @@ std::string describe(const Thresholds& t, bool noise_applied, bool flips) {
   if (t.allclose_ratio_min) add("allclose>=" + fmt(*t.allclose_ratio_min));
   if (t.all_close || t.allclose_ratio_min) add("(rtol=" + fmt(t.tolerance.rtol) + ",atol=" + fmt(t.tolerance.atol) + ")");
   if (noise_applied && t.update_noise_floor) {
-    const double floor = floor_of(t.update_noise_floor, t.update_flip_floor);
+    const double floor = floor_under_noise(*t.update_noise_floor, t.update_flip_floor, flips);
     if (t.update_cosine_min && floor >= *t.update_noise_floor) add("update cos>=" + fmt(*t.update_cosine_min));
     add("update relL2<=max(" + fmt(floor) + ", " + k + ")");
   } else {
@@ -272,6 +268,11 @@ nlohmann::json to_json(const Thresholds& t) {
   return j;
 }
 
+double norm_ratio(double a, double b) {
+  if (a == 0.0) return 0.0;
+  return b > 0.0 ? a / b : std::numeric_limits<double>::infinity();
+}
+
 Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m, const Metrics* update) {
   if (!t.noise_k) return t;
   Thresholds e = t;
@@ -285,12 +286,9 @@ Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m
   };
   const bool flips = n.flip_l2.has_value();
   // With flipped ReLUs measured, the cosine bound follows the rel-L2 bound alone.
-  auto floor_of = [&](const std::optional<double>& fixed, const std::optional<double>& flip_floor) {
-    return flips && flip_floor ? std::min(*fixed, *flip_floor) : *fixed;
-  };
   if (t.noise_floor) {
-    const double floor = floor_of(t.noise_floor, t.flip_floor);
-    e.rel_l2_max = std::max(floor, k * noise_rel(n.value_l2(), m.b.l2norm));
+    const double floor = floor_under_noise(*t.noise_floor, t.flip_floor, flips);
+    e.rel_l2_max = std::max(floor, k * norm_ratio(n.value_l2(), m.b.l2norm));
     if (*e.rel_l2_max > *t.noise_floor) widen_cosine(e.cosine_min, *e.rel_l2_max);
     if (flips && t.flip_floor && *e.rel_l2_max < *t.noise_floor) e.cosine_min.reset();
   } else if (t.max_abs_max) {
@@ -298,15 +296,15 @@ Thresholds with_noise(const Thresholds& t, const NoiseScale& n, const Metrics& m
   }
   const std::optional<double> update_l2 = n.update_value_l2();
   if (t.update_noise_floor && update != nullptr && update_l2) {
-    const double floor = floor_of(t.update_noise_floor, t.update_flip_floor);
-    e.update_rel_l2_max = std::max(floor, k * noise_rel(*update_l2, update->b.l2norm));
+    const double floor = floor_under_noise(*t.update_noise_floor, t.update_flip_floor, flips);
+    e.update_rel_l2_max = std::max(floor, k * norm_ratio(*update_l2, update->b.l2norm));
     if (*e.update_rel_l2_max > *t.update_noise_floor) widen_cosine(e.update_cosine_min, *e.update_rel_l2_max);
     if (flips && t.update_flip_floor && *e.update_rel_l2_max < *t.update_noise_floor) e.update_cosine_min.reset();
   }
   // Noise pointing along b is a scale too: a scale is systematic only when it stands clear of that.
   if (t.scale_shift_min) {
     const bool of_update = update != nullptr && update_l2;
-    const double scale_noise = of_update ? noise_rel(*update_l2, update->b.l2norm) : noise_rel(n.value_l2(), m.b.l2norm);
+    const double scale_noise = of_update ? norm_ratio(*update_l2, update->b.l2norm) : norm_ratio(n.value_l2(), m.b.l2norm);
     e.scale_shift_min = std::max(*t.scale_shift_min, kScaleNoiseK * scale_noise);
   }
   return e;

@@ -99,6 +99,9 @@ struct Thresholds {
 inline constexpr double kNoiseK = 5.0;
 inline constexpr double kScaleNoiseK = 3.0;
 
+// a / b for norms: 0 when a is 0, +inf when only b is (a rel-L2, or a distance in units of a noise).
+double norm_ratio(double a, double b);
+
 // The thresholds a tensor is judged by when the reference recorded its noise `noise` (see above):
 // numeric bounds in place of the noise rule. `t` itself when it has no noise_k.
 Thresholds with_noise(const Thresholds& t, const NoiseScale& noise, const Metrics& metrics, const Metrics* update);
