@@ -41,6 +41,7 @@ struct Node {
   std::uint32_t name = 0;     // id into the names table
   std::int32_t parent = -1;   // index into the thread's nodes, after build_tree
   std::int32_t step = -1;
+  std::uint32_t thread = 0;   // index of its thread (set where device rows are linked)
   std::uint32_t layer = 0;    // forward/backward layer name id this op belongs to, 0 = none
   std::uint8_t depth = 0;
   store::Category category = store::Category::forward;

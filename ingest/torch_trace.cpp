@@ -51,10 +51,24 @@ Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, 
   }
   if (starts_with(name, "Optimizer.")) return Category::optimizer;
   if (starts_with(name, "enumerate(DataLoader)")) return Category::data;
-  if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid >= 0) return Category::backward;
+  // Kineto writes "Fwd thread id" on forward ops too, as 0; an autograd node's is its forward thread's (>= 1).
+  if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid > 0) return Category::backward;
   if (is_loss_op(name)) return Category::loss;
   if (cat == EventCat::cuda_runtime && parent && parent->category != Category::step) return parent->category;
   return backward_thread ? Category::backward : Category::forward;
+}
+
+// The innermost node containing t (a zero-length node contains its own start), -1 for none. Nodes are
+// sorted by start, enclosing ones first, with parents set (build_tree): the last node starting at or
+// before t, then up its parents until one still holds t. O(log n + depth).
+std::int32_t innermost_at(const std::vector<Node>& nodes, std::int64_t t) {
+  auto it = std::upper_bound(nodes.begin(), nodes.end(), t, [](std::int64_t v, const Node& n) { return v < n.start; });
+  for (std::int32_t k = static_cast<std::int32_t>(it - nodes.begin()) - 1; k >= 0;
+       k = nodes[static_cast<std::size_t>(k)].parent) {
+    const Node& n = nodes[static_cast<std::size_t>(k)];
+    if (t < n.end || (n.end == n.start && t == n.start)) return k;
+  }
+  return -1;
 }
 
 // The memory events of one device type as memory rows: the live bytes from the event's "Total
@@ -83,11 +97,7 @@ std::int64_t write_memory(const ParsedTrace& tr, const std::vector<Thread>& thre
     auto it = by_key.find(tr.strings[e.pid] + "/" + tr.strings[e.tid]);
     const Thread* th = it != by_key.end() ? it->second : (threads.empty() ? nullptr : &threads.front());
     if (th) {
-      // The innermost node containing t: nodes are sorted by start, enclosing ones first.
-      std::int32_t inner = -1;
-      for (std::size_t i = 0; i < th->nodes.size() && th->nodes[i].start <= t; ++i)
-        if (t < th->nodes[i].end || (th->nodes[i].end == th->nodes[i].start && t == th->nodes[i].start))
-          inner = static_cast<std::int32_t>(i);
+      const std::int32_t inner = innermost_at(th->nodes, t);
       for (std::int32_t k = inner; k >= 0; k = th->nodes[static_cast<std::size_t>(k)].parent) {
         const Node& n = th->nodes[static_cast<std::size_t>(k)];
         if (n.added || n.layer != 0) {
@@ -101,6 +111,28 @@ std::int64_t write_memory(const ParsedTrace& tr, const std::vector<Thread>& thre
   }
   w.add(std::span<const store::MemoryRow>(rows));
   return static_cast<std::int64_t>(rows.size());
+}
+
+// Whether a rank's trace is of a ResNet-50: record_function module names of its layers, or 53
+// forward convolutions (aten::conv2d) per step, as torchvision's ResNet-50 runs, in most of its steps
+// (in the whole trace, a multiple of 53, when it has no steps).
+bool looks_like_resnet50(const std::vector<Thread>& threads, const Names& names, std::size_t step_count) {
+  constexpr std::int64_t kConvs = 53;
+  std::map<std::int32_t, std::int64_t> convs_by_step;
+  std::int64_t convs = 0;
+  for (const Thread& t : threads)
+    for (const Node& n : t.nodes) {
+      const std::string& text = names.text(n.name);
+      if (text == "layer4.2.conv3") return true;
+      if (text == "aten::conv2d" && n.category != Category::backward) {
+        ++convs;
+        ++convs_by_step[n.step];
+      }
+    }
+  if (step_count == 0) return convs > 0 && convs % kConvs == 0;
+  std::size_t resnet_steps = 0;
+  for (const auto& [step, c] : convs_by_step) resnet_steps += step >= 0 && c == kConvs;
+  return 2 * resnet_steps > step_count;
 }
 
 struct RankTrace {
@@ -209,27 +241,43 @@ StepIndex categorize(std::vector<Thread>& threads, const Names& names) {
   return steps;
 }
 
-// Correlation ids: a launching op keeps its External id; a device row whose op is not on record links
-// to its runtime call through "correlation" (offset to keep the two id spaces apart).
-constexpr std::uint64_t kRuntimeCorr = std::uint64_t{1} << 40;
-
-// The host nodes device rows can link to: ops by External id, runtime calls by correlation id.
+// The host nodes device rows link to. A device row's runtime call is the one with its "correlation";
+// its op is the innermost op enclosing that call on the call's thread (the TensorBoard plugin's rule,
+// and HTA's). Kineto's "External id" on a device row is not reliably the op's (traces of recent
+// versions repeat the correlation there), so it serves only where the trace has no runtime calls.
 struct Launches {
-  std::unordered_set<std::int64_t> op_ext;
   std::unordered_map<std::int64_t, Node*> runtime_by_corr;
+  std::unordered_map<std::int64_t, Node*> op_by_ext;
+  std::uint64_t next_corr_id = 1;
+
+  // The range a device row with these ids is attributed to: the op enclosing its runtime call, the
+  // call itself when no op encloses it, the op with its External id when no call is on record; with
+  // whether that is an op (not a bare runtime call).
+  std::pair<Node*, bool> launcher(std::int64_t correlation, std::int64_t external_id, std::vector<Thread>& threads) const {
+    if (auto it = runtime_by_corr.find(correlation); correlation >= 0 && it != runtime_by_corr.end()) {
+      Node* call = it->second;
+      const std::vector<Node>& nodes = threads[call->thread].nodes;
+      for (std::int32_t k = call->parent; k >= 0; k = nodes[static_cast<std::size_t>(k)].parent) {
+        Node& n = threads[call->thread].nodes[static_cast<std::size_t>(k)];
+        if (n.cat != EventCat::cuda_runtime) return {&n, true};
+      }
+      return {call, false};
+    }
+    if (auto it = op_by_ext.find(external_id); external_id >= 0 && it != op_by_ext.end()) return {it->second, true};
+    return {nullptr, false};
+  }
 };
 
-// Finds the launching nodes; an op with an External id takes it as its correlation id.
 Launches index_launches(std::vector<Thread>& threads) {
   Launches out;
-  for (Thread& t : threads)
-    for (Node& n : t.nodes) {
+  for (std::size_t ti = 0; ti < threads.size(); ++ti)
+    for (Node& n : threads[ti].nodes) {
+      n.thread = static_cast<std::uint32_t>(ti);
       if (n.added) continue;
       if (n.cat == EventCat::cuda_runtime) {
         if (n.corr >= 0) out.runtime_by_corr[n.corr] = &n;
       } else if (n.ext >= 0) {
-        out.op_ext.insert(n.ext);
-        n.corr_id = static_cast<std::uint64_t>(n.ext);
+        out.op_by_ext.emplace(n.ext, &n);
       }
     }
   return out;
@@ -248,8 +296,9 @@ store::WriterOptions import_writer_options(const std::filesystem::path& path, in
 }
 
 // A device event as a kernel row, its name still the trace's string id, linked to its launching op or
-// runtime call (which then takes the row's correlation id); counted in `info`.
-store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, const Launches& launches, TraceImport& info) {
+// runtime call (which takes a correlation id the first time); counted in `info`.
+store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, Launches& launches, std::vector<Thread>& threads,
+                            TraceImport& info) {
   store::KernelRow k;
   k.start_ns = ev.ts_ns - base_ns;
   k.end_ns = k.start_ns + std::max<std::int64_t>(ev.dur_ns, 0);
@@ -261,13 +310,12 @@ store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, const La
     k.block[d] = ev.block[d];
   }
   k.bytes = ev.bytes;
-  if (ev.external_id >= 0 && launches.op_ext.count(ev.external_id)) {
-    k.corr_id = static_cast<std::uint64_t>(ev.external_id);
-    ++info.linked_by_external_id;
-  } else if (auto it = launches.runtime_by_corr.find(ev.correlation); ev.correlation >= 0 && it != launches.runtime_by_corr.end()) {
-    k.corr_id = kRuntimeCorr + static_cast<std::uint64_t>(ev.correlation);
-    it->second->corr_id = k.corr_id;
-    ++info.linked_by_correlation;
+  k.blocks_per_sm = ev.blocks_per_sm;
+  k.occupancy = ev.occupancy >= 0.0f ? ev.occupancy / 100.0f : -1.0f;
+  if (auto [node, is_op] = launches.launcher(ev.correlation, ev.external_id, threads); node) {
+    if (node->corr_id == 0) node->corr_id = launches.next_corr_id++;
+    k.corr_id = node->corr_id;
+    ++(is_op ? info.linked_to_op : info.linked_to_runtime);
   }
   if (ev.cat == EventCat::kernel) ++info.kernels;
   else if (ev.cat == EventCat::gpu_memcpy) ++info.memcpys;
@@ -278,13 +326,13 @@ store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, const La
 
 // Each stream's label and kernel rows, by start.
 std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_kernel_rows(
-    const std::map<std::pair<std::int64_t, std::int64_t>, Stream>& streams, std::int64_t base_ns, const Launches& launches,
-    TraceImport& info) {
+    const std::map<std::pair<std::int64_t, std::int64_t>, Stream>& streams, std::int64_t base_ns, Launches& launches,
+    std::vector<Thread>& threads, TraceImport& info) {
   std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
   for (const auto& [key, s] : streams) {
     std::vector<store::KernelRow> rows;
     rows.reserve(s.events.size());
-    for (const TraceEvent* ev : s.events) rows.push_back(kernel_row(*ev, base_ns, launches, info));
+    for (const TraceEvent* ev : s.events) rows.push_back(kernel_row(*ev, base_ns, launches, threads, info));
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
     stream_rows.emplace_back(s.label, std::move(rows));
   }
@@ -322,6 +370,16 @@ std::vector<store::StepRow> step_rows(const Thread& t, int rank, const StepAt& s
   return steps;
 }
 
+bool is_python(const Node& n) { return n.cat == EventCat::python_function && !n.added; }
+
+// A node's nesting depth among the nodes of its own kind (Python functions, or the rest).
+std::uint8_t depth_among(const std::vector<Node>& nodes, const Node& n) {
+  int depth = 0;
+  for (std::int32_t k = n.parent; k >= 0; k = nodes[static_cast<std::size_t>(k)].parent)
+    depth += is_python(nodes[static_cast<std::size_t>(k)]) == is_python(n);
+  return static_cast<std::uint8_t>(std::min(depth, 255));
+}
+
 // Each thread's ranges on a track of its own, and the main thread's steps; returns how many steps
 // that is.
 template <class StepAt, class RunId>
@@ -334,16 +392,21 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
     bool has_steps = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
     std::string label = ti == 0 && has_steps ? "main" : t.label;
     std::uint32_t track = w.add_track(store::TrackKind::thread, label);
+    // Python functions (with_stack) go on a track of their own beside their thread's: they nest among
+    // themselves, and the op analyses (the TensorBoard breakdown among them) leave them out.
+    const bool python = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return is_python(n); });
+    const std::uint32_t python_track =
+        python ? w.add_track(store::TrackKind::thread, label + std::string(kPythonTrackSuffix)) : track;
     rows.clear();
     rows.reserve(t.nodes.size());
     for (const Node& n : t.nodes) {
       store::RangeRow r;
-      r.track = track;
+      r.track = is_python(n) ? python_track : track;
       r.name = run_id(n.name);
       r.start_ns = n.start;
       r.end_ns = n.end;
       r.category = static_cast<std::uint8_t>(n.category);
-      r.depth = n.depth;
+      r.depth = python ? depth_among(t.nodes, n) : n.depth;
       r.step = n.category == Category::step ? step_at(n.start) : n.step;
       r.corr_id = n.corr_id;
       rows.push_back(r);
@@ -412,7 +475,7 @@ void write_rank_meta(const RankTrace& rt, const TraceImport& info, const std::st
 }
 
 TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, const std::filesystem::path& path,
-                       bool build_indexes) {
+                       bool build_indexes, LayerMapping layers) {
   ParsedTrace& tr = rt.trace;
   TraceImport info;
   info.file = rt.file;
@@ -438,7 +501,10 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     for (Node& n : t.nodes) n.step = step_at(n.start);
 
   std::map<std::string, std::map<std::string, std::string>> methods;
-  info.layers = map_layers(threads, names, methods);
+  info.resnet50 = looks_like_resnet50(threads, names, steps.spans.size());
+  const bool map = layers == LayerMapping::resnet50 || (layers == LayerMapping::automatic && info.resnet50);
+  if (map) info.layers = map_layers(threads, names, methods);
+  info.layers_mapped = map;
   for (Thread& t : threads) {
     build_tree(t.nodes);
     for (Node& n : t.nodes) {
@@ -447,9 +513,9 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     }
   }
 
-  const Launches launches = index_launches(threads);
+  Launches launches = index_launches(threads);
   store::Writer w(import_writer_options(path, rt.rank, build_indexes));
-  auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, info);
+  auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, threads, info);
 
   // Trace string ids -> the run file's, interned once each.
   std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
@@ -521,7 +587,7 @@ ImportResult import_torch_traces(const std::vector<std::filesystem::path>& trace
     std::filesystem::path tmp = out;
     tmp += ".import-" + std::to_string(::getpid());
     try {
-      result.traces.push_back(write_rank(ranks[0], base, world_size, tmp, true));
+      result.traces.push_back(write_rank(ranks[0], base, world_size, tmp, true, options.layers));
       std::filesystem::rename(tmp, out);
     } catch (...) {
       std::error_code ec;
@@ -538,7 +604,8 @@ ImportResult import_torch_traces(const std::vector<std::filesystem::path>& trace
   try {
     for (auto& r : ranks) {
       say("rank " + std::to_string(r.rank) + ": building ranges, layers and kernels");
-      result.traces.push_back(write_rank(r, base, world_size, dir / ("rank-" + std::to_string(r.rank) + ".sqlite"), false));
+      result.traces.push_back(
+          write_rank(r, base, world_size, dir / ("rank-" + std::to_string(r.rank) + ".sqlite"), false, options.layers));
       r.trace = ParsedTrace{};  // free it before the next
     }
     say("merging into " + out.string());

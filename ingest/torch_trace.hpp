@@ -6,12 +6,15 @@
 //  - cpu_op / user_annotation / python_function / cuda_runtime events (and the legacy exporter's
 //    uncategorised ones) become `range` rows on one thread track per (pid, tid), nested by time;
 //  - ProfilerStep#N ranges become `step` rows (step N) and every range in them gets step N;
+//  - python_function events (with_stack) go on a track of their own per thread, "<thread> (python)";
 //  - kernel / gpu_memcpy / gpu_memset events become `kernel` rows on one stream track per (device,
-//    stream), linked to their launching op by its "External id" (else to their runtime call by
-//    "correlation");
-//  - layer ranges named like wb-train's modules ("layer2.0.conv2", forward and backward, "loss",
-//    "optimizer") are added around PyTorch's ops, see layer_map.hpp, so a layer's time compares with
-//    ours by name; meta.layer_match says how each layer was found;
+//    stream), with Kineto's blocks per SM and est. achieved occupancy, linked to their runtime call by
+//    "correlation" and through it to the innermost op enclosing the call (the op holds the corr_id);
+//    "External id" (either case) only where the trace has no runtime calls;
+//  - on a ResNet-50 (or with LayerMapping::resnet50), layer ranges named like wb-train's modules
+//    ("layer2.0.conv2", forward and backward, "loss", "optimizer") are added around PyTorch's ops, see
+//    layer_map.hpp, so a layer's time compares with ours by name; meta.layer_match says how each layer
+//    was found;
 //  - "[memory]" instants (profile_memory=True) of the run's device become `memory` rows, named after
 //    the layer (else the op) they happened in; torch.cuda.max_memory_allocated, when the trace carries
 //    it (a "wb_memory" metadata event, torch_step.py --profile), becomes meta.max_memory_allocated.
@@ -49,8 +52,10 @@ struct TraceImport {
   std::int64_t ranges = 0;                // range rows written (PyTorch's ops and annotations)
   std::int64_t layer_ranges = 0;          // layer ranges added (layer_map.hpp)
   std::int64_t kernels = 0, memcpys = 0, memsets = 0;
-  std::int64_t linked_by_external_id = 0; // device rows linked to their launching op
-  std::int64_t linked_by_correlation = 0; // ... to their runtime call only
+  std::int64_t linked_to_op = 0;       // device rows linked to their launching op
+  std::int64_t linked_to_runtime = 0;  // ... to their runtime call only (no op encloses it)
+  bool resnet50 = false;               // the trace looks like a ResNet-50 (looks_like_resnet50)
+  bool layers_mapped = false;          // layer ranges were added (layer_map.hpp)
   std::int64_t steps = 0;
   std::int64_t memory_events = 0;         // memory rows written (the run's device only)
   LayerMatchCounts layers;
@@ -62,8 +67,16 @@ struct ImportResult {
   std::vector<TraceImport> traces;  // one per input trace, in rank order
 };
 
+// Whether to add wb-train's ResNet-50 layer ranges (layer_map.hpp): when the trace is a ResNet-50
+// (module names, or 53 forward convolutions a step), always, or never.
+enum class LayerMapping { automatic, resnet50, none };
+
+// The label suffix of a thread's Python-function track (with_stack traces).
+inline constexpr std::string_view kPythonTrackSuffix = " (python)";
+
 struct ImportOptions {
   bool overwrite = false;
+  LayerMapping layers = LayerMapping::automatic;
   std::function<void(std::string_view)> progress;  // one line per phase, for long imports
 };
 

@@ -308,6 +308,12 @@ std::int64_t to_int(std::string_view t) {
   return v;
 }
 
+// A real-valued field (blocks per SM, occupancy %); -1 (absent) for one that is not finite.
+double to_double(std::string_view t) {
+  double d = std::strtod(std::string(t).c_str(), nullptr);
+  return std::isfinite(d) ? d : -1.0;
+}
+
 class TraceReader {
  public:
   TraceReader(std::string_view text, const std::string& file) : s_(text, file), file_(file) {
@@ -502,7 +508,7 @@ class TraceReader {
       char c = s_.peek();
       if (c == '-' || (c >= '0' && c <= '9')) {
         std::int64_t* slot = nullptr;
-        if (key == "External id") slot = &ev.external_id;
+        if (key == "External id" || key == "external id") slot = &ev.external_id;
         else if (key == "correlation") slot = &ev.correlation;
         else if (key == "Sequence number") slot = &ev.sequence;
         else if (key == "Fwd thread id") slot = &ev.fwd_tid;
@@ -514,6 +520,8 @@ class TraceReader {
         else if (key == "device") ev.device = static_cast<std::int32_t>(to_int(num));
         else if (key == "stream") ev.stream = static_cast<std::int32_t>(to_int(num));
         else if (key == "Device Type") ev.device_type = static_cast<std::int32_t>(to_int(num));
+        else if (key == "blocks per SM") ev.blocks_per_sm = static_cast<float>(to_double(num));
+        else if (key == "est. achieved occupancy %") ev.occupancy = static_cast<float>(to_double(num));
         continue;
       }
       if (c == '[' && (key == "grid" || key == "block")) {

@@ -40,7 +40,7 @@ enum class EventCat : std::uint8_t {
   kernel,
   gpu_memcpy,
   gpu_memset,
-  cuda_runtime,   // also "cuda_driver"
+  cuda_runtime,   // also "cuda_driver" and ROCm's HIP runtime calls (which Kineto files as cuda_runtime)
   gpu_user_annotation,
   other,          // any other category (flows, instants, memory events, ...)
 };
@@ -51,7 +51,7 @@ std::string_view event_cat_name(EventCat c);
 struct TraceEvent {
   std::int64_t ts_ns = 0;
   std::int64_t dur_ns = 0;
-  std::int64_t external_id = -1;  // args["External id"]
+  std::int64_t external_id = -1;  // args["External id"] (older Kineto: "external id")
   std::int64_t correlation = -1;  // args["correlation"]
   std::int64_t sequence = -1;     // args["Sequence number"]
   std::int64_t fwd_tid = -1;      // args["Fwd thread id"]
@@ -59,6 +59,8 @@ struct TraceEvent {
   std::int64_t mem_bytes = 0;     // args["Bytes"] of memory events
   std::int64_t mem_total = -1;    // args["Total Allocated"] of memory events, args["max_memory_allocated"] of wb_memory
   std::int32_t device_type = 0;   // args["Device Type"] of memory events
+  float blocks_per_sm = -1.0f;    // args["blocks per SM"] of kernels, -1 absent
+  float occupancy = -1.0f;        // args["est. achieved occupancy %"] of kernels (percent), -1 absent
   std::int32_t grid[3] = {0, 0, 0};
   std::int32_t block[3] = {0, 0, 0};
   std::uint32_t name = 0;

@@ -186,10 +186,13 @@ void copy_rank(Db& db, const RankFile& f) {
           "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + ", " + t("end_ns") +
           ", smap.new, x.category, x.depth, x.step, " +
           corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
+  // A rank file of an older schema version lacks the tables and columns later versions added (migrate.hpp).
+  const int version = static_cast<int>(meta_int(f, "schema_version", 1));
+  const char* launch = version >= 3 ? ", x.blocks_per_sm, x.occupancy " : ", -1, -1 ";
   db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-          "block_x, block_y, block_z, bytes) SELECT x.track_id + " + track_offset +
+          "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy) SELECT x.track_id + " + track_offset +
           ", " + t("start_ns") + ", " + t("end_ns") + ", smap.new, " + corr +
-          ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes "
+          ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes" + launch +
           "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
   db.exec("INSERT INTO main.counter(track_id, t_ns, value) SELECT x.track_id + " + track_offset + ", " +
           t("t_ns") + ", x.value FROM src.counter x ORDER BY x.rowid");
@@ -199,8 +202,6 @@ void copy_rank(Db& db, const RankFile& f) {
   db.exec("INSERT INTO main.step(rank, step, start_ns, end_ns, data_wait_ns, comm_exposed_ns, loss, lr, images) "
           "SELECT x.rank, x.step, " + t("start_ns") + ", " + t("end_ns") +
           ", x.data_wait_ns, x.comm_exposed_ns, x.loss, x.lr, x.images FROM src.step x ORDER BY x.rowid");
-  // A rank file of an older schema version lacks the tables later versions added (migrate.hpp).
-  const int version = static_cast<int>(meta_int(f, "schema_version", 1));
   auto has = [&](const char* table) { return version >= table_since(table); };
   if (has("pipeline_span")) {
     db.exec("INSERT INTO main.pipeline_span(rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns) "

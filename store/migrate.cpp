@@ -1,5 +1,6 @@
 #include "store/migrate.hpp"
 
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -13,9 +14,18 @@ struct Table {
   const char* columns;  // the CREATE TABLE's column list
 };
 
+// A column a step adds to an existing table, with the value rows written before it take.
+struct Column {
+  const char* table;
+  const char* name;
+  const char* type;          // "REAL", "INTEGER"
+  const char* default_value; // SQL literal
+};
+
 struct Step {
   int to;               // the version this step produces
   Table tables[8];      // the tables it adds (the rest null)
+  Column columns[4];    // the columns it adds (the rest null)
 };
 
 const Step kSteps[] = {
@@ -31,7 +41,11 @@ const Step kSteps[] = {
       {"capture_window", "rank INTEGER NOT NULL, first_step INTEGER NOT NULL, last_step INTEGER NOT NULL, "
                          "trigger TEXT NOT NULL, trigger_step INTEGER NOT NULL, detail TEXT NOT NULL"},
       {"memory", "rank INTEGER NOT NULL, t_ns INTEGER NOT NULL, step INTEGER NOT NULL, bytes INTEGER NOT NULL, "
-                 "live_bytes INTEGER NOT NULL, role INTEGER NOT NULL, name_id INTEGER NOT NULL"}}},
+                 "live_bytes INTEGER NOT NULL, role INTEGER NOT NULL, name_id INTEGER NOT NULL"}},
+     {}},
+    {3,
+     {},
+     {{"kernel", "blocks_per_sm", "REAL", "-1"}, {"kernel", "occupancy", "REAL", "-1"}}},
 };
 
 // The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").
@@ -55,6 +69,28 @@ std::string file_columns(Db& db, const char* table) {
   while (st.step()) out += (out.empty() ? "" : ", ") + st.column_text(0);
   st.reset();
   return out;
+}
+
+// The columns the steps after `from` add: in place (ALTER TABLE), or, read-only, as a temp view of the
+// same name over the file's table with the new columns at their defaults (unqualified names find it).
+void add_columns(Db& db, int from, bool persist) {
+  std::map<std::string, std::string> view_columns;  // table -> ", default AS name, ..."
+  for (const Step& s : kSteps) {
+    if (s.to <= from) continue;
+    for (const Column& c : s.columns) {
+      if (c.table == nullptr) continue;
+      const std::string have = ", " + file_columns(db, c.table) + ",";
+      if (have.find(std::string(", ") + c.name + ",") != std::string::npos) continue;
+      if (persist) {
+        db.exec(std::string("ALTER TABLE ") + c.table + " ADD COLUMN " + c.name + " " + c.type + " NOT NULL DEFAULT " +
+                c.default_value);
+      } else {
+        view_columns[c.table] += std::string(", ") + c.default_value + " AS " + c.name;
+      }
+    }
+  }
+  for (const auto& [table, extra] : view_columns)
+    db.exec("CREATE TEMP VIEW " + table + " AS SELECT *" + extra + " FROM main." + table);
 }
 
 }  // namespace
@@ -89,6 +125,7 @@ void migrate(Db& db, int from, bool persist) {
       }
     }
   }
+  add_columns(db, from, persist);
   if (persist) {
     db.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
     db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").bind(1, std::to_string(kSchemaVersion)).run();

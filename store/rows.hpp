@@ -45,6 +45,8 @@ struct KernelRow {
   std::int32_t grid[3] = {0, 0, 0};
   std::int32_t block[3] = {0, 0, 0};
   std::int64_t bytes = 0;  // memcpy/memset size, 0 for kernels
+  float blocks_per_sm = -1.0f;  // thread blocks per SM, -1 unknown (Kineto's "blocks per SM")
+  float occupancy = -1.0f;      // estimated achieved occupancy 0..1, -1 unknown
   bool operator==(const KernelRow&) const = default;
 };
 

@@ -1,4 +1,4 @@
--- wb run file, schema version 2 (store/migrate.hpp: what each version added, and the migration steps).
+-- wb run file, schema version 3 (store/migrate.hpp: what each version added, and the migration steps).
 -- One file per run (or per rank before `wb merge`). Python's sqlite3 reads it with no extra package.
 -- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
 -- offset before writing, and keeps the offsets in `rank` so drift can be checked.
@@ -7,7 +7,7 @@
 -- through the migration steps in store/migrate.cpp; a newer one is an error naming both versions.
 
 -- Key/value metadata of the run.
---   schema_version  this schema's version ("2")
+--   schema_version  this schema's version ("3")
 --   created_utc     ISO-8601 UTC time the file was created
 --   config_json     the trainer's resolved configuration, JSON
 --   world_size      number of ranks in the job
@@ -72,7 +72,9 @@ CREATE TABLE kernel (
   block_x  INTEGER NOT NULL,  -- block size (0 for memcpy/memset)
   block_y  INTEGER NOT NULL,
   block_z  INTEGER NOT NULL,
-  bytes    INTEGER NOT NULL   -- bytes copied or set, 0 for kernels
+  bytes    INTEGER NOT NULL,  -- bytes copied or set, 0 for kernels
+  blocks_per_sm REAL NOT NULL DEFAULT -1,  -- thread blocks per SM (grid blocks / SMs), -1 unknown
+  occupancy     REAL NOT NULL DEFAULT -1   -- estimated achieved occupancy 0..1, -1 unknown
 );
 CREATE INDEX kernel_track_start ON kernel (track_id, start_ns);
 CREATE INDEX kernel_corr ON kernel (corr_id);

@@ -533,14 +533,15 @@ void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
   if (kernels.empty()) return;
   auto& st = db.prepare(
       "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-      "block_x, block_y, block_z, bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   sqlite3_stmt* h = st.handle();
   for (const KernelRow& k : kernels) {
     int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
              bind_i64(h, 4, k.name) | bind_i64(h, 5, static_cast<std::int64_t>(k.corr_id)) | bind_i64(h, 6, k.kind) |
              bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
              bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
-             bind_i64(h, 13, k.bytes);
+             bind_i64(h, 13, k.bytes) | sqlite3_bind_double(h, 14, k.blocks_per_sm) |
+             sqlite3_bind_double(h, 15, k.occupancy);
     WB_SQLITE_CHECK(db.handle(), rc);
     WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
     sqlite3_reset(h);

@@ -101,10 +101,13 @@ TEST_CASE("Kineto traces of two ranks: categories, linked kernels, steps, ranks 
     CHECK(t.kernels == truth["events_by_cat"]["kernel"].get<int>());
     CHECK(t.memcpys == 2);
     CHECK(t.memsets == 2);
-    // every device row with an External id links to its op; the optimizer's foreach kernels have none and
-    // link to their runtime call
-    CHECK(t.linked_by_external_id == truth["linked_by_external_id"].get<int>());
-    CHECK(t.linked_by_correlation == 6);
+    // every device row links to the op enclosing its runtime call, the optimizer's foreach kernels too
+    // (launched without an External id)
+    CHECK(truth["linked_by_external_id"].get<int>() + 6 == t.kernels + t.memcpys + t.memsets);
+    CHECK(t.linked_to_op == t.kernels + t.memcpys + t.memsets);
+    CHECK(t.linked_to_runtime == 0);
+    CHECK(t.resnet50);
+    CHECK(t.layers_mapped);
     CHECK(t.layers.forward_order == 316);
     CHECK(t.layers.forward_unmatched == 0);
     CHECK(t.layers.backward_sequence == 316);
@@ -285,7 +288,12 @@ TEST_CASE("a GPU trace's memory: the device's [memory] events and max_memory_all
      "args": {"device": 0, "stream": 7, "correlation": 9, "External id": 3}},
     {"name": "wb_memory", "ph": "M", "pid": 0, "tid": 0, "args": {"max_memory_allocated": 123456789}}
   ]})");
-  auto t = ingest::import_torch_traces({trace}, dir / "gpu.sqlite").traces.at(0);
+  // a one-layer trace is no ResNet-50: its layer ranges are asked for
+  ingest::ImportOptions options;
+  options.layers = ingest::LayerMapping::resnet50;
+  auto t = ingest::import_torch_traces({trace}, dir / "gpu.sqlite", options).traces.at(0);
+  CHECK_FALSE(t.resnet50);
+  CHECK(t.layers_mapped);
   CHECK(t.device == "cuda:0");
   CHECK(t.memory_events == 3);
   analysis::RunData run = analysis::load_run(dir / "gpu.sqlite");
@@ -318,7 +326,7 @@ TEST_CASE("wb import, report, export chrome and diff on imported traces", "[inge
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("Kineto format, rank 0, cuda:0, 2 steps"));
-  CHECK_THAT(r.out, Contains("linked: 1104 of 1110 device rows to their launching op (External id), 6 to their runtime call only"));
+  CHECK_THAT(r.out, Contains("linked: 1110 of 1110 device rows to their launching op, 0 to a runtime call no op encloses, 0 to nothing"));
 
   // tensorboard_trace_handler's .pt.trace.json.gz reads the same
   auto gz = wb::test::run_python("-c " + shell_quote("import gzip,shutil,sys; shutil.copyfileobj(open(sys.argv[1],'rb'), gzip.open(sys.argv[2],'wb'))") +
