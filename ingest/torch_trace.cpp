@@ -50,7 +50,7 @@ Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, 
       return pc;
   }
   if (starts_with(name, "Optimizer.")) return Category::optimizer;
-  if (starts_with(name, "enumerate(DataLoader)")) return Category::data;
+  if (starts_with(name, "enumerate(DataLoader)") || starts_with(name, "enumerate(DataPipe)")) return Category::data;
   // Kineto writes "Fwd thread id" on forward ops too, as 0; an autograd node's is its forward thread's (>= 1).
   if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid > 0) return Category::backward;
   if (is_loss_op(name)) return Category::loss;
@@ -396,7 +396,7 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
     // themselves, and the op analyses (the TensorBoard breakdown among them) leave them out.
     const bool python = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return is_python(n); });
     const std::uint32_t python_track =
-        python ? w.add_track(store::TrackKind::thread, label + std::string(kPythonTrackSuffix)) : track;
+        python ? w.add_track(store::TrackKind::thread, label + std::string(store::kPythonTrackSuffix)) : track;
     rows.clear();
     rows.reserve(t.nodes.size());
     for (const Node& n : t.nodes) {
@@ -437,22 +437,27 @@ void write_streams(std::vector<std::pair<std::string, std::vector<store::KernelR
   }
 }
 
-// The name of the device the rank ran on, from the trace's deviceProperties ("" when it has none).
-std::string device_name_of(const ParsedTrace& tr, const std::set<int>& devices) {
+// The deviceProperties entry of the device the rank ran on (null when the trace has none).
+nlohmann::json device_properties_of(const ParsedTrace& tr, const std::set<int>& devices) {
   if (tr.device_properties.is_array())
     for (const auto& d : tr.device_properties)
       if (d.is_object() && d.contains("name") && d["name"].is_string() &&
           (!d.contains("id") || !d["id"].is_number_integer() || devices.empty() || d["id"].get<int>() == *devices.begin())) {
-        return d["name"].get<std::string>();
+        return d;
       }
-  return {};
+  return nullptr;
 }
 
 // Where it ran, and what it was: the rank row and the run's meta.
-void write_rank_meta(const RankTrace& rt, const TraceImport& info, const std::string& device_name, bool gpu,
+void write_rank_meta(const RankTrace& rt, const TraceImport& info, const nlohmann::json& props, bool gpu,
                      int world_size, const std::map<std::string, std::map<std::string, std::string>>& methods,
                      store::Writer& w) {
   const ParsedTrace& tr = rt.trace;
+  const std::string device_name = props.is_object() ? props["name"].get<std::string>() : std::string();
+  // A CUDA compute capability (an AMD device's computeMajor is its gfx generation: not recorded).
+  if (props.is_object() && props.contains("computeMajor") && props["computeMajor"].is_number_integer() &&
+      device_name.rfind("AMD", 0) != 0)
+    w.set_meta("compute_major", std::to_string(props["computeMajor"].get<int>()));
   store::RankRow rr;
   rr.rank = rt.rank;
   rr.host = "pytorch-trace";
@@ -482,6 +487,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   info.format = tr.format;
   info.rank = rt.rank;
   std::copy(std::begin(tr.events_by_cat), std::end(tr.events_by_cat), std::begin(info.events_by_cat));
+  info.other_categories = tr.other_categories;
 
   // Threads of host ranges, and the device streams.
   RankEvents events = split_events(tr, base_ns);
@@ -531,7 +537,24 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   write_streams(stream_rows, run_id, w);
 
   info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
-  write_rank_meta(rt, info, device_name_of(tr, devices), !devices.empty(), world_size, methods, w);
+  write_rank_meta(rt, info, device_properties_of(tr, devices), !devices.empty(), world_size, methods, w);
+  // The span of the ops (cpu_op, not annotations): the TensorBoard breakdown's one step when the trace has
+  // no ProfilerStep (its StepParser's cpu_min_ts and cpu_max_ts).
+  std::int64_t ops_lo = std::numeric_limits<std::int64_t>::max(), ops_hi = std::numeric_limits<std::int64_t>::min();
+  for (const Thread& t : threads)
+    for (const Node& n : t.nodes)
+      if (!n.added && (n.cat == EventCat::cpu_op || n.cat == EventCat::none)) {
+        ops_lo = std::min(ops_lo, n.start);
+        ops_hi = std::max(ops_hi, n.end);
+      }
+  if (ops_lo < ops_hi)
+    w.set_meta("ops_span.rank" + std::to_string(rt.rank), std::to_string(ops_lo) + " " + std::to_string(ops_hi));
+  // The layer ranges added are no ops of PyTorch's: the TensorBoard breakdown leaves them out.
+  std::set<std::string> added;
+  for (const Thread& t : threads)
+    for (const Node& n : t.nodes)
+      if (n.added) added.insert(tr.strings[n.name]);
+  if (!added.empty()) w.set_meta("layer_ranges_added", nlohmann::json(added).dump());
   if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed");
   return info;
 }

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,6 +59,7 @@ struct TraceImport {
   bool layers_mapped = false;          // layer ranges were added (layer_map.hpp)
   std::int64_t steps = 0;
   std::int64_t memory_events = 0;         // memory rows written (the run's device only)
+  std::map<std::string, std::int64_t> other_categories;  // ParsedTrace::other_categories
   LayerMatchCounts layers;
 };
 
@@ -70,9 +72,6 @@ struct ImportResult {
 // Whether to add wb-train's ResNet-50 layer ranges (layer_map.hpp): when the trace is a ResNet-50
 // (module names, or 53 forward convolutions a step), always, or never.
 enum class LayerMapping { automatic, resnet50, none };
-
-// The label suffix of a thread's Python-function track (with_stack traces).
-inline constexpr std::string_view kPythonTrackSuffix = " (python)";
 
 struct ImportOptions {
   bool overwrite = false;

@@ -457,7 +457,9 @@ class TraceReader {
             break;
           case 'c':
             if (key == "cat") {
-              ev.cat = cat_from(s_.string());
+              const std::string_view cat = s_.string();
+              ev.cat = cat_from(cat);
+              if (ev.cat == EventCat::other && out_.other_categories.size() < 64) ++out_.other_categories[std::string(cat)];
               continue;
             }
             break;

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -95,6 +96,9 @@ struct ParsedTrace {
   std::unordered_map<std::uint64_t, std::string> thread_names;
   std::unordered_map<std::uint32_t, std::string> process_names;
   std::vector<TraceMemoryEvent> memory;  // in file order
+  // Events of categories this reader does not place ("ac2g" flows, "cuda_sync", "cuda_profiler_range",
+  // ...), by category: what a trace holds instead of kernels, when it has none (at most 64 names).
+  std::map<std::string, std::int64_t> other_categories;
   // The "wb_memory" metadata event torch_step.py --profile adds on CUDA: torch.cuda.max_memory_allocated
   // over the profiled steps; -1 when absent.
   std::int64_t max_memory_allocated = -1;

@@ -13,6 +13,9 @@ namespace wb::store {
 
 // What a track is a timeline of. Stored as text in track.kind.
 enum class TrackKind : std::uint8_t { thread, stream, queue, comm };
+// The name suffix of a thread track that holds a thread's Python functions (imported with_stack traces):
+// the op analyses leave such tracks out.
+inline constexpr std::string_view kPythonTrackSuffix = " (python)";
 
 // Range categories, stored as their small integer code in range.category (schema.sql lists the codes).
 enum class Category : std::uint8_t { forward = 0, backward = 1, optimizer = 2, loss = 3, data = 4, h2d = 5, comm = 6, step = 7 };

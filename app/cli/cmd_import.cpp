@@ -50,6 +50,19 @@ void print_summary(const ingest::ImportResult& r) {
                 static_cast<long long>(t.ranges), static_cast<long long>(t.layer_ranges), static_cast<long long>(t.kernels),
                 static_cast<long long>(t.memcpys), static_cast<long long>(t.memsets));
     long long device = t.kernels + t.memcpys + t.memsets;
+    if (device == 0) {
+      // No device activity: say what the trace holds instead, and what follows.
+      std::string instead;
+      for (const auto& [cat, n] : t.other_categories)
+        if (cat != "ac2g" && cat != "fwdbwd" && cat != "Trace" && cat != "cpu_instant_event")
+          instead += (instead.empty() ? "" : ", ") + std::to_string(n) + " " + cat +
+                     (cat == "cuda_profiler_range" ? " (CUPTI range-profiler counters, not kernel activities)" : "");
+      const long long runtime = t.events_by_cat[static_cast<int>(ingest::EventCat::cuda_runtime)];
+      if (runtime > 0 || !instead.empty())
+        std::printf("  no kernels, memcpys or memsets: the trace has %lld runtime calls%s%s, so no GPU time or GPU "
+                    "summary (profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])\n",
+                    runtime, instead.empty() ? "" : " and ", instead.empty() ? "" : (instead + " events").c_str());
+    }
     if (device > 0) {
       const long long none = device - t.linked_to_op - t.linked_to_runtime;
       std::printf("  linked: %lld of %lld device rows to their launching op, %lld to a runtime call no op encloses, %lld "

@@ -66,4 +66,60 @@ KernelStats kernel_stats(const RunData& run) {
   return out;
 }
 
+std::vector<OpDeviceStat> op_device_stats(const RunData& run) {
+  std::unordered_map<std::uint64_t, std::int64_t> device_by_corr;
+  for (const auto& [track, rows] : run.kernels)
+    for (const auto& k : rows)
+      if (k.corr_id != 0) device_by_corr[k.corr_id] += std::max<std::int64_t>(0, k.end_ns - k.start_ns);
+  std::map<std::uint32_t, OpDeviceStat> by_name;
+  for (const auto& [track_id, rows] : run.ranges) {
+    const store::TrackRow* t = run.track(track_id);
+    if (t && std::string_view(run.name(t->name)).ends_with(store::kPythonTrackSuffix)) continue;
+    // Enclosing ranges first: by start, then the longer one.
+    std::vector<std::size_t> order(rows.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::make_pair(rows[a].start_ns, rows[b].end_ns) < std::make_pair(rows[b].start_ns, rows[a].end_ns);
+    });
+    std::vector<std::ptrdiff_t> parent(rows.size(), -1);
+    std::vector<std::size_t> open;
+    for (std::size_t i : order) {
+      while (!open.empty() && rows[open.back()].end_ns <= rows[i].start_ns && rows[open.back()].end_ns > rows[open.back()].start_ns) open.pop_back();
+      while (!open.empty() && rows[open.back()].end_ns < rows[i].end_ns) open.pop_back();
+      if (!open.empty()) parent[i] = static_cast<std::ptrdiff_t>(open.back());
+      open.push_back(i);
+    }
+    std::vector<std::int64_t> dev_total(rows.size(), 0), child_host(rows.size(), 0);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].corr_id != 0)
+        if (auto it = device_by_corr.find(rows[i].corr_id); it != device_by_corr.end()) dev_total[i] = it->second;
+    // Children come after their parents in `order`: accumulate in reverse.
+    for (auto it = order.rbegin(); it != order.rend(); ++it) {
+      const std::size_t i = *it;
+      const store::RangeRow& r = rows[i];
+      OpDeviceStat& s = by_name[r.name];
+      const std::int64_t self_dev = r.corr_id != 0 && device_by_corr.count(r.corr_id) ? device_by_corr.at(r.corr_id) : 0;
+      ++s.calls;
+      s.device_self_ns += self_dev;
+      s.device_total_ns += dev_total[i];
+      s.host_total_ns += r.end_ns - r.start_ns;
+      s.host_self_ns += std::max<std::int64_t>(0, r.end_ns - r.start_ns - child_host[i]);
+      if (parent[i] >= 0) {
+        dev_total[static_cast<std::size_t>(parent[i])] += dev_total[i];
+        child_host[static_cast<std::size_t>(parent[i])] += r.end_ns - r.start_ns;
+      }
+    }
+  }
+  std::vector<OpDeviceStat> out;
+  for (auto& [name, s] : by_name) {
+    s.name = run.name(name);
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end(), [](const OpDeviceStat& a, const OpDeviceStat& b) {
+    return std::tie(b.device_self_ns, b.device_total_ns, b.host_total_ns, a.name) <
+           std::tie(a.device_self_ns, a.device_total_ns, a.host_total_ns, b.name);
+  });
+  return out;
+}
+
 }  // namespace wb::analysis

@@ -42,4 +42,18 @@ struct KernelStats {
 // Over every stream track of the run (merged runs: every rank; ids are unique per rank after merge).
 KernelStats kernel_stats(const RunData& run);
 
+// Host and device time per op name, as TensorBoard's Operator view gives them: device self is the time of
+// the device rows an op's ranges launched themselves, device total adds those of the ranges nested in
+// them; host self subtracts the nested ranges' time from the host total. Python-function tracks are left
+// out. By device self time, then device total, descending.
+struct OpDeviceStat {
+  std::string name;
+  std::int64_t calls = 0;
+  std::int64_t device_self_ns = 0;
+  std::int64_t device_total_ns = 0;
+  std::int64_t host_self_ns = 0;
+  std::int64_t host_total_ns = 0;
+};
+std::vector<OpDeviceStat> op_device_stats(const RunData& run);
+
 }  // namespace wb::analysis

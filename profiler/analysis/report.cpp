@@ -23,6 +23,7 @@
 #include "profiler/analysis/stragglers.hpp"
 #include "profiler/analysis/fc_shard.hpp"
 #include "profiler/analysis/sync_bn.hpp"
+#include "profiler/analysis/tb_overview.hpp"
 
 namespace wb::analysis {
 
@@ -309,6 +310,60 @@ void write_kernel_sections(const KernelStats& k, std::ostream& out, std::size_t 
   }
 }
 
+// The TensorBoard plugin's Overview (tb_overview.hpp): per rank, the step breakdown in eight classes, the
+// GPU summary and the recommendations. Only for runs with device rows or runtime calls (GPU runs).
+void write_tb_overview(const RunData& run, std::ostream& out) {
+  if (run.kernel_rows == 0) return;
+  const Overview o = tb_overview(run);
+  out << "\nStep breakdown, TensorBoard's rules (each moment of a step goes to the first class active: Kernel, "
+         "Memcpy, Memset, Communication, Runtime, DataLoader, CPU Exec, Other; steps end with their last kernel)\n";
+  for (const RankOverview& r : o.ranks) {
+    if (r.steps.empty()) continue;
+    std::vector<std::string> header = {o.ranks.size() > 1 ? "rank " + std::to_string(r.rank) + " step" : "step", "duration"};
+    for (int c = 0; c < kStepClasses; ++c) header.push_back(step_class_label(static_cast<StepClass>(c)));
+    Table t(header);
+    for (const OverviewStep& s : r.steps) {
+      const double d = static_cast<double>(s.end_ns - s.start_ns);
+      std::vector<std::string> row = {r.steps_from_trace ? std::to_string(s.step) : "(no steps: all)", format_ns(d)};
+      for (int c = 0; c < kStepClasses; ++c) row.push_back(pct(static_cast<double>(s.class_ns[static_cast<std::size_t>(c)]), d));
+      t.add(row);
+    }
+    std::vector<std::string> mean = {"mean", format_ns(r.mean_step_ns)};
+    for (int c = 0; c < kStepClasses; ++c)
+      mean.push_back(format_ns(r.mean_ns[static_cast<std::size_t>(c)]));
+    t.add(mean);
+    t.print(out);
+    if (r.removed_tail_steps > 0)
+      out << "  (" << r.removed_tail_steps << " last step(s) left out: they launched no device work, or under 0.8x "
+          << "the step before, as the trace missed their kernels)\n";
+    if (r.gpu) {
+      const GpuSummary& g = *r.gpu;
+      auto frac = [](const std::optional<double>& v) { return v ? fmt("%.2f%%", 100.0 * *v) : std::string("-"); };
+      out << "  GPU " << g.device << ": utilization " << fmt("%.2f%%", 100.0 * g.utilization) << ", est. SM efficiency "
+          << frac(g.sm_efficiency) << ", est. achieved occupancy " << frac(g.achieved_occupancy)
+          << ", kernel time on Tensor Cores " << frac(g.tensor_core_share) << "\n";
+    }
+  }
+  for (const Recommendation& rec : o.recommendations) out << "  recommendation (" << rec.id << "): " << rec.text << "\n";
+}
+
+// Host and device time per op, as TensorBoard's Operator view.
+void write_op_device_section(const RunData& run, std::ostream& out, std::size_t top) {
+  if (run.kernel_rows == 0) return;
+  const auto ops = op_device_stats(run);
+  out << "\nOperators by device self time (device self: kernels an op launched itself; total: with the ops inside it)\n";
+  Table t({"op", "calls", "device self", "device total", "host self", "host total"});
+  for (std::size_t i = 0; i < ops.size() && i < top; ++i) {
+    const auto& s = ops[i];
+    if (s.device_total_ns == 0) break;
+    std::string name = s.name.size() > 70 ? s.name.substr(0, 67) + "..." : s.name;
+    t.add({name, std::to_string(s.calls), format_ns(static_cast<double>(s.device_self_ns)),
+           format_ns(static_cast<double>(s.device_total_ns)), format_ns(static_cast<double>(s.host_self_ns)),
+           format_ns(static_cast<double>(s.host_total_ns))});
+  }
+  t.print(out);
+}
+
 // The run's size, completeness and what the profiler itself cost.
 void write_run_header(const RunData& run, std::ostream& out) {
   auto ranks = run.rank_ids();
@@ -507,6 +562,8 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   write_warnings(run, out);
   write_op_sections(run, out, options.top_ops);
   if (run.kernel_rows > 0) write_kernel_sections(kernel_stats(run), out, options.top_ops);
+  write_op_device_section(run, out, options.top_ops);
+  write_tb_overview(run, out);
   write_step_breakdown(run, out);
   write_sync_bn_section(run, out);
   write_fc_shard_section(run, out);

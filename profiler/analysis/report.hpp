@@ -49,6 +49,10 @@ struct ReportOptions {
   bool split_table = true;
 };
 void write_report(const RunData& run, std::ostream& out, const ReportOptions& options = {});
+// The report's tables as JSON, in the stable keys docs/guide/report-json.md lists: run, warnings,
+// ranks[] (the TensorBoard Overview per rank: steps with breakdown_ns, breakdown_mean_ns, gpu), ops[],
+// kernels[], op_stats[], recommendations[].
+void write_report_json(const RunData& run, std::ostream& out, const ReportOptions& options = {});
 // The stragglers section of the report (stragglers.hpp), nothing for a single-rank run.
 void write_stragglers(const RunData& run, std::ostream& out);
 // The `wb suggest-split` table alone.

@@ -387,7 +387,9 @@ def recommendations(doc, mean, gpu, events):
     """RunProfileData.analyze: DataLoader > 5% and Communication > 10% of the mean step, GPU
     utilization < 0.5 (for the one device summarised), and AMP when deviceProperties[0] has
     computeMajor >= 7, the tensor core share is 0 and some kernel time comes from a TC-eligible op.
-    NOTE: the plugin's AMP rule reads KernelParser's share over all kernels; here tensor_core_share."""
+    NOTE: the plugin's AMP rule reads KernelParser's share over all kernels; here tensor_core_share.
+    DEVIATION: not on AMD devices (a deviceProperties name starting with "AMD"): their computeMajor is
+    the gfx generation, not a CUDA compute capability, and the Tensor Core kernel names are NVIDIA's."""
     recs = []
     step = sum(mean.values()) if mean else 0.0
     if step > 0 and mean["dataloader"] / step > 0.05:
@@ -398,6 +400,8 @@ def recommendations(doc, mean, gpu, events):
         recs.append("gpu_utilization")
     props = doc.get("deviceProperties") or []
     major = num(props[0].get("computeMajor")) if props and isinstance(props[0], dict) else None
+    if props and isinstance(props[0], dict) and str(props[0].get("name", "")).startswith("AMD"):
+        major = None
     if major is not None and major >= 7 and gpu is not None and gpu["tensor_core_share"] == 0.0 \
             and tc_eligible_kernel_time(events) > 0:
         recs.append("amp")
