@@ -253,6 +253,12 @@ struct Launches {
   // The range a device row with these ids is attributed to: the op enclosing its runtime call, the
   // call itself when no op encloses it, the op with its External id when no call is on record; with
   // whether that is an op (not a bare runtime call).
+  // The runtime call with this correlation id, or null.
+  const Node* call(std::int64_t correlation) const {
+    auto it = runtime_by_corr.find(correlation);
+    return correlation >= 0 && it != runtime_by_corr.end() ? it->second : nullptr;
+  }
+
   std::pair<Node*, bool> launcher(std::int64_t correlation, std::int64_t external_id, std::vector<Thread>& threads) const {
     if (auto it = runtime_by_corr.find(correlation); correlation >= 0 && it != runtime_by_corr.end()) {
       Node* call = it->second;
@@ -312,6 +318,10 @@ store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, Launches
   k.bytes = ev.bytes;
   k.blocks_per_sm = ev.blocks_per_sm;
   k.occupancy = ev.occupancy >= 0.0f ? ev.occupancy / 100.0f : -1.0f;
+  if (const Node* call = launches.call(ev.correlation)) {
+    k.launch_ns = call->start;
+    k.launch_end_ns = call->end;
+  }
   if (auto [node, is_op] = launches.launcher(ev.correlation, ev.external_id, threads); node) {
     if (node->corr_id == 0) node->corr_id = launches.next_corr_id++;
     k.corr_id = node->corr_id;

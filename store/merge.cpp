@@ -188,9 +188,13 @@ void copy_rank(Db& db, const RankFile& f) {
           corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
   // A rank file of an older schema version lacks the tables and columns later versions added (migrate.hpp).
   const int version = static_cast<int>(meta_int(f, "schema_version", 1));
-  const char* launch = version >= 3 ? ", x.blocks_per_sm, x.occupancy " : ", -1, -1 ";
+  auto known = [&](const char* column) {  // -1 (unknown) stays -1
+    return std::string("CASE WHEN x.") + column + " < 0 THEN -1 ELSE " + t(column) + " END";
+  };
+  const std::string launch = version >= 3 ? ", x.blocks_per_sm, x.occupancy, " + known("launch_ns") + ", " + known("launch_end_ns") + " "
+                                          : std::string(", -1, -1, -1, -1 ");
   db.exec("INSERT INTO main.kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-          "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy) SELECT x.track_id + " + track_offset +
+          "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy, launch_ns, launch_end_ns) SELECT x.track_id + " + track_offset +
           ", " + t("start_ns") + ", " + t("end_ns") + ", smap.new, " + corr +
           ", x.kind, x.grid_x, x.grid_y, x.grid_z, x.block_x, x.block_y, x.block_z, x.bytes" + launch +
           "FROM src.kernel x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");

@@ -45,7 +45,8 @@ const Step kSteps[] = {
      {}},
     {3,
      {},
-     {{"kernel", "blocks_per_sm", "REAL", "-1"}, {"kernel", "occupancy", "REAL", "-1"}}},
+     {{"kernel", "blocks_per_sm", "REAL", "-1"}, {"kernel", "occupancy", "REAL", "-1"},
+      {"kernel", "launch_ns", "INTEGER", "-1"}, {"kernel", "launch_end_ns", "INTEGER", "-1"}}},
 };
 
 // The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").

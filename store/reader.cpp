@@ -70,7 +70,7 @@ auto decoded(Statement& st, Decode&& decode) {
 constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
 constexpr const char* kKernelColumns =
     "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes, "
-    "blocks_per_sm, occupancy";
+    "blocks_per_sm, occupancy, launch_ns, launch_end_ns";
 
 // Reads the current row with the raw API: loading millions of ranges is the hot path of the app.
 RangeRow range_from(sqlite3_stmt* h) {
@@ -101,6 +101,8 @@ KernelRow kernel_from(sqlite3_stmt* h) {
   k.bytes = sqlite3_column_int64(h, 12);
   k.blocks_per_sm = static_cast<float>(sqlite3_column_double(h, 13));
   k.occupancy = static_cast<float>(sqlite3_column_double(h, 14));
+  k.launch_ns = sqlite3_column_int64(h, 15);
+  k.launch_end_ns = sqlite3_column_int64(h, 16);
   return k;
 }
 

@@ -50,6 +50,8 @@ struct KernelRow {
   std::int64_t bytes = 0;  // memcpy/memset size, 0 for kernels
   float blocks_per_sm = -1.0f;  // thread blocks per SM, -1 unknown (Kineto's "blocks per SM")
   float occupancy = -1.0f;      // estimated achieved occupancy 0..1, -1 unknown
+  std::int64_t launch_ns = -1;      // start of the runtime call that launched it, -1 unknown
+  std::int64_t launch_end_ns = -1;  // end of that call, -1 unknown
   bool operator==(const KernelRow&) const = default;
 };
 

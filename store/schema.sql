@@ -74,7 +74,9 @@ CREATE TABLE kernel (
   block_z  INTEGER NOT NULL,
   bytes    INTEGER NOT NULL,  -- bytes copied or set, 0 for kernels
   blocks_per_sm REAL NOT NULL DEFAULT -1,  -- thread blocks per SM (grid blocks / SMs), -1 unknown
-  occupancy     REAL NOT NULL DEFAULT -1   -- estimated achieved occupancy 0..1, -1 unknown
+  occupancy     REAL NOT NULL DEFAULT -1,  -- estimated achieved occupancy 0..1, -1 unknown
+  launch_ns     INTEGER NOT NULL DEFAULT -1,  -- start of the runtime call that launched it, -1 unknown
+  launch_end_ns INTEGER NOT NULL DEFAULT -1   -- end of that call, -1 unknown
 );
 CREATE INDEX kernel_track_start ON kernel (track_id, start_ns);
 CREATE INDEX kernel_corr ON kernel (corr_id);

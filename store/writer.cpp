@@ -533,7 +533,8 @@ void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
   if (kernels.empty()) return;
   auto& st = db.prepare(
       "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-      "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy, launch_ns, launch_end_ns) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   sqlite3_stmt* h = st.handle();
   for (const KernelRow& k : kernels) {
     int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
@@ -541,7 +542,7 @@ void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
              bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
              bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
              bind_i64(h, 13, k.bytes) | sqlite3_bind_double(h, 14, k.blocks_per_sm) |
-             sqlite3_bind_double(h, 15, k.occupancy);
+             sqlite3_bind_double(h, 15, k.occupancy) | bind_i64(h, 16, k.launch_ns) | bind_i64(h, 17, k.launch_end_ns);
     WB_SQLITE_CHECK(db.handle(), rc);
     WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
     sqlite3_reset(h);

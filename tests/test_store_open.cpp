@@ -219,12 +219,12 @@ TEST_CASE("Writer refuses to overwrite an existing file unless asked", "[store]"
 namespace {
 
 // The frozen version-1 fixture (a version-1 build's file, as SQL text) rebuilt as a run file.
-void make_v1_run(const std::filesystem::path& path) {
+void make_v1_run(const std::filesystem::path& path, const std::string& extra_sql = "") {
   std::ifstream in(std::filesystem::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "store" / "run_v1.sql");
   REQUIRE(in.good());
   std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   Db db(path, OpenMode::create);
-  db.exec(sql);
+  db.exec(sql + extra_sql);
 }
 
 std::int64_t user_version(const std::filesystem::path& path) {
@@ -355,4 +355,33 @@ TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]")
   std::memcpy(&value, loss.data.data(), 4);
   CHECK_THAT(value, Catch::WithinRel(2.302585f, 1e-6f));
   CHECK(r.ranks().at(0).host == "fixture-host");
+}
+
+TEST_CASE("a version-1 file's kernels read with version 3's launch columns unknown, read-only and migrated", "[store]") {
+  TempDir dir;
+  auto path = dir / "v1k.sqlite";
+  make_v1_run(path,
+              "INSERT INTO track(id, rank, kind, name_id) VALUES (90, 0, 'stream', 1);"
+              "INSERT INTO kernel VALUES (90, 100, 200, 1, 7, 0, 1, 1, 1, 32, 1, 1, 0);");
+  auto check = [&](Reader& r) {
+    const auto k = r.kernels(90);
+    REQUIRE(k.size() == 1);
+    CHECK(k[0].start_ns == 100);
+    CHECK(k[0].corr_id == 7);
+    CHECK(k[0].blocks_per_sm == -1.0f);
+    CHECK(k[0].occupancy == -1.0f);
+    CHECK(k[0].launch_ns == -1);
+    CHECK(k[0].launch_end_ns == -1);
+  };
+  {
+    Reader r(path);  // through a temp view: the file keeps its columns
+    check(r);
+  }
+  CHECK(user_version(path) == 1);
+  {
+    Db db = open_run(path, OpenMode::read_write);  // migrated in place: ALTER TABLE
+  }
+  CHECK(user_version(path) == kSchemaVersion);
+  Reader r(path);
+  check(r);
 }

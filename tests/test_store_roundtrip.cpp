@@ -77,6 +77,12 @@ TEST_CASE("every table round-trips through Writer and Reader", "[store]") {
       k.grid[0] = i, k.grid[1] = 2, k.grid[2] = 3;
       k.block[0] = 256, k.block[1] = 1, k.block[2] = i % 4;
       k.bytes = (k.kind == 0) ? 0 : i * 4096LL;
+      if (i % 5 != 0) {  // launch details where known, -1 elsewhere
+        k.blocks_per_sm = 0.25f * static_cast<float>(i % 7);
+        k.occupancy = 0.125f * static_cast<float>(i % 8);
+        k.launch_ns = k.start_ns - 40;
+        k.launch_end_ns = k.start_ns - 10;
+      }
       kernels.push_back(k);
     }
     for (int i = 0; i < 200; ++i) counters.push_back(CounterRow{queue_track, 100LL * i, 0.25 * (i % 9)});
