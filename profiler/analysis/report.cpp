@@ -23,6 +23,7 @@
 #include "profiler/analysis/stragglers.hpp"
 #include "profiler/analysis/fc_shard.hpp"
 #include "profiler/analysis/sync_bn.hpp"
+#include "profiler/analysis/hta.hpp"
 #include "profiler/analysis/tb_overview.hpp"
 
 namespace wb::analysis {
@@ -347,6 +348,33 @@ void write_tb_overview(const RunData& run, std::ostream& out) {
   for (const Recommendation& rec : o.recommendations) out << "  recommendation (" << rec.id << "): " << rec.text << "\n";
 }
 
+// HTA's analyses per rank (hta.hpp): where the GPU is idle and why, communication against computation,
+// launches and queues.
+void write_hta_section(const RunData& run, std::ostream& out) {
+  const auto ranks = hta_analyses(run);
+  if (ranks.empty()) return;
+  out << "\nGPU time, HTA's rules (over each rank's span from its first device row to its last)\n";
+  Table t({"rank", "span", "idle", "compute", "non-compute", "comm overlapped", "idle: host wait", "kernel wait",
+           "other", "launch delay mean", "max", "queue max"});
+  for (const HtaRank& h : ranks) {
+    const double span = static_cast<double>(h.span_ns);
+    const double idle = static_cast<double>(h.host_wait_ns + h.kernel_wait_ns + h.other_wait_ns);
+    std::int64_t queue = 0;
+    for (const auto& q : h.queues) queue = std::max(queue, q.max);
+    t.add({std::to_string(h.rank), format_ns(span), pct(static_cast<double>(h.idle_ns), span),
+           pct(static_cast<double>(h.compute_ns), span), pct(static_cast<double>(h.non_compute_ns), span),
+           h.overlap_ratio ? fmt("%.1f%%", 100.0 * *h.overlap_ratio) : "-", pct(static_cast<double>(h.host_wait_ns), idle),
+           pct(static_cast<double>(h.kernel_wait_ns), idle), pct(static_cast<double>(h.other_wait_ns), idle),
+           h.launched ? format_ns(h.launch_delay_mean_ns) : "-", h.launched ? format_ns(static_cast<double>(h.launch_delay_max_ns)) : "-",
+           h.queues.empty() ? "-" : std::to_string(queue)});
+  }
+  t.print(out);
+  for (const HtaRank& h : ranks)
+    if (h.runtime_outliers + h.launch_delay_outliers > 0)
+      out << "  rank " << h.rank << ": " << h.runtime_outliers << " runtime calls over 50 us, " << h.launch_delay_outliers
+          << " launches that waited over 100 us for the GPU\n";
+}
+
 // Host and device time per op, as TensorBoard's Operator view.
 void write_op_device_section(const RunData& run, std::ostream& out, std::size_t top) {
   if (run.kernel_rows == 0) return;
@@ -564,6 +592,7 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   if (run.kernel_rows > 0) write_kernel_sections(kernel_stats(run), out, options.top_ops);
   write_op_device_section(run, out, options.top_ops);
   write_tb_overview(run, out);
+  write_hta_section(run, out);
   write_step_breakdown(run, out);
   write_sync_bn_section(run, out);
   write_fc_shard_section(run, out);

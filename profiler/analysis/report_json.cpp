@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiler/analysis/hta.hpp"
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/report.hpp"
@@ -51,6 +52,22 @@ json rank_json(const RankOverview& r) {
           {"gpu", gpu}};
 }
 
+// HTA's analyses of one rank, added to its entry.
+void add_hta(json& rank, const HtaRank& h) {
+  rank["temporal_breakdown_ns"] = {{"idle", h.idle_ns}, {"compute", h.compute_ns}, {"non_compute", h.non_compute_ns}, {"span", h.span_ns}};
+  rank["kernel_breakdown_ns"] = h.kernel_breakdown_ns;
+  rank["overlap"] = {{"comm_ns", h.comm_ns}, {"overlapped_ns", h.overlapped_ns}, {"ratio", optional_number(h.overlap_ratio)}};
+  rank["idle_breakdown_ns"] = {{"host_wait", h.host_wait_ns}, {"kernel_wait", h.kernel_wait_ns}, {"other", h.other_wait_ns}};
+  rank["launch"] = {{"kernels", h.launched},
+                    {"launch_delay_mean_ns", h.launch_delay_mean_ns},
+                    {"launch_delay_max_ns", h.launch_delay_max_ns},
+                    {"runtime_outliers", h.runtime_outliers},
+                    {"launch_delay_outliers", h.launch_delay_outliers}};
+  json queues = json::array();
+  for (const HtaQueue& q : h.queues) queues.push_back({{"stream", q.stream}, {"max", q.max}, {"mean_time_weighted", q.mean}});
+  rank["queue_length"] = queues;
+}
+
 }  // namespace
 
 void write_report_json(const RunData& run, std::ostream& out, const ReportOptions& options) {
@@ -67,7 +84,13 @@ void write_report_json(const RunData& run, std::ostream& out, const ReportOption
 
   const Overview o = tb_overview(run);
   json ranks = json::array();
-  for (const RankOverview& r : o.ranks) ranks.push_back(rank_json(r));
+  const std::vector<HtaRank> hta = hta_analyses(run);
+  for (const RankOverview& r : o.ranks) {
+    json entry = rank_json(r);
+    for (const HtaRank& h : hta)
+      if (h.rank == r.rank) add_hta(entry, h);
+    ranks.push_back(entry);
+  }
   doc["ranks"] = ranks;
   json recs = json::array();
   for (const Recommendation& r : o.recommendations) recs.push_back({{"id", r.id}, {"text", r.text}});

@@ -13,64 +13,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "profiler/analysis/intervals.hpp"
+
 
 namespace wb::analysis {
 
 namespace {
 
-using Interval = std::pair<std::int64_t, std::int64_t>;
-using Intervals = std::vector<Interval>;  // sorted, disjoint once merged
-
 bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
-
-// range_utils.merge_ranges: the union, sorted.
-Intervals merged(Intervals v) {
-  std::erase_if(v, [](const Interval& i) { return i.second <= i.first; });
-  std::sort(v.begin(), v.end());
-  Intervals out;
-  for (const Interval& i : v) {
-    if (!out.empty() && i.first <= out.back().second) out.back().second = std::max(out.back().second, i.second);
-    else out.push_back(i);
-  }
-  return out;
-}
-
-// range_utils.intersection_ranges_lists / subtract_ranges_lists, on merged lists.
-Intervals intersect(const Intervals& a, const Intervals& b) {
-  Intervals out;
-  for (std::size_t i = 0, j = 0; i < a.size() && j < b.size();) {
-    const std::int64_t lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (lo < hi) out.emplace_back(lo, hi);
-    (a[i].second < b[j].second ? i : j)++;
-  }
-  return out;
-}
-
-Intervals subtract(const Intervals& a, const Intervals& b) {
-  Intervals out;
-  std::size_t j = 0;
-  for (Interval cur : a) {
-    while (j < b.size() && b[j].second <= cur.first) ++j;
-    std::size_t k = j;
-    while (k < b.size() && b[k].first < cur.second) {
-      if (b[k].first > cur.first) out.emplace_back(cur.first, b[k].first);
-      cur.first = std::max(cur.first, b[k].second);
-      if (cur.first >= cur.second) break;
-      ++k;
-    }
-    if (cur.first < cur.second) out.push_back(cur);
-  }
-  return out;
-}
-
-// The length of a merged list inside [lo, hi).
-std::int64_t length_within(const Intervals& v, std::int64_t lo, std::int64_t hi) {
-  auto it = std::upper_bound(v.begin(), v.end(), lo, [](std::int64_t t, const Interval& i) { return t < i.second; });
-  std::int64_t total = 0;
-  for (; it != v.end() && it->first < hi; ++it) total += std::max<std::int64_t>(0, std::min(it->second, hi) - std::max(it->first, lo));
-  return total;
-}
 
 // A runtime API call by name: CUDA runtime ("cudaLaunchKernel"), driver ("cuLaunchKernel") or HIP.
 bool is_runtime_call(std::string_view n) {

@@ -1,0 +1,58 @@
+// Holistic Trace Analysis (HTA)'s per-rank analyses, on any run with device rows (imported GPU traces and
+// wb-train's CUDA runs alike): the temporal breakdown (idle, compute, non-compute), the kernel breakdown by
+// type and overlap, the communication/computation overlap ratio, the idle-time breakdown (host wait,
+// kernel wait, other), kernel launch statistics and each stream's queue length. Each rule names the HTA
+// function it reproduces (hta/analyzers/, hta/common/types.py); docs/guide/pytorch-traces.md lists them.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "profiler/analysis/run_data.hpp"
+
+namespace wb::analysis {
+
+// hta/utils/utils.py get_kernel_type, by name (the patterns of hta/common/types.py); memcpy and memset rows
+// are memory by their kind.
+enum class HtaKernelType { computation, communication, memory, other };
+HtaKernelType hta_kernel_type(std::string_view name, store::KernelKind kind);
+
+struct HtaQueue {
+  std::string stream;      // the stream track's name
+  std::int64_t max = 0;    // most device rows launched and not yet finished at once
+  double mean = 0.0;       // time-weighted mean over the rank's device span
+};
+
+struct HtaRank {
+  int rank = 0;
+  // get_temporal_breakdown: over the span from the first device row's start to the last one's end
+  std::int64_t span_ns = 0, idle_ns = 0, compute_ns = 0, non_compute_ns = 0;
+  // _get_gpu_kernel_type_time: time during which exactly this set of types runs ("computation",
+  // "communication", "memory", "computation+communication", ...)
+  std::map<std::string, std::int64_t> kernel_breakdown_ns;
+  // get_comm_comp_overlap
+  std::int64_t comm_ns = 0, overlapped_ns = 0;
+  std::optional<double> overlap_ratio;  // overlapped / comm; none without communication
+  // get_idle_time_breakdown, summed over streams
+  std::int64_t host_wait_ns = 0, kernel_wait_ns = 0, other_wait_ns = 0;
+  // kernel launch statistics (kernels with their runtime call on record)
+  std::int64_t launched = 0;
+  double launch_delay_mean_ns = 0.0;
+  std::int64_t launch_delay_max_ns = 0;
+  std::int64_t runtime_outliers = 0, launch_delay_outliers = 0;
+  std::vector<HtaQueue> queues;
+};
+
+struct HtaOptions {
+  std::int64_t consecutive_kernel_delay_ns = 30;  // a gap under this between kernels is kernel wait
+  std::int64_t runtime_cutoff_ns = 50'000;        // a runtime call longer than this is an outlier
+  std::int64_t launch_delay_cutoff_ns = 100'000;  // a launch delay longer than this is an outlier
+};
+
+// One entry per rank that has device rows.
+std::vector<HtaRank> hta_analyses(const RunData& run, const HtaOptions& options = {});
+
+}  // namespace wb::analysis
