@@ -28,6 +28,7 @@ namespace {
 const fs::path kWb = fs::path(WB_BINARY_DIR) / "bin" / "wb";
 const fs::path kFixtures = fs::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "torch-traces";
 const fs::path kOracle = fs::path(WB_SOURCE_DIR) / "tests" / "oracles" / "tb_overview.py";
+const fs::path kHtaOracle = fs::path(WB_SOURCE_DIR) / "tests" / "oracles" / "hta.py";
 constexpr std::int64_t kUs = 1000;
 
 analysis::RunData import_one(const fs::path& trace, const fs::path& out) {
@@ -39,7 +40,7 @@ std::int64_t cls(const analysis::OverviewStep& s, analysis::StepClass c) { retur
 
 // `wb report RUN --json` for the traces imported together, checked by the oracle; its exit code and output.
 wb::test::ProcessResult check_with_oracle(const wb::test::TempDir& dir, const std::vector<fs::path>& traces,
-                                           const std::string& plant = "") {
+                                           const std::string& plant = "", const fs::path& oracle = kOracle) {
   const std::string run = dir.file("run-" + std::to_string(traces.size()) + traces.front().stem().string() + ".sqlite");
   std::string files;
   for (const auto& t : traces) files += " " + shell_quote(t.string());
@@ -48,7 +49,7 @@ wb::test::ProcessResult check_with_oracle(const wb::test::TempDir& dir, const st
   const std::string json = run + ".json";
   r = wb::test::run_command(kWb.string() + " report " + run + " --json > " + json);
   REQUIRE(r.exit_code == 0);
-  return wb::test::run_python(shell_quote(kOracle.string()) + (plant.empty() ? "" : " --plant " + plant) + " --check " +
+  return wb::test::run_python(shell_quote(oracle.string()) + (plant.empty() ? "" : " --plant " + plant) + " --check " +
                               json + files);
 }
 
@@ -175,6 +176,7 @@ TEST_CASE("wb report --json agrees with the independent oracle; each planted rul
       {kFixtures / "outlive.json"},
       {kFixtures / "nccl_two_streams.json"},
       {kFixtures / "no_steps.json"},
+      {kFixtures / "hta_streams.json"},
       {kFixtures / "two_ranks" / "rank1.json", kFixtures / "two_ranks" / "rank0.json"}};
   for (const auto& traces : cases) {
     CAPTURE(traces.front().string());
@@ -191,11 +193,37 @@ TEST_CASE("wb report --json agrees with the independent oracle; each planted rul
   }
 }
 
-TEST_CASE("the oracle's own tests pass", "[ingest]") {
-  const auto r = wb::test::run_python(
-      shell_quote((fs::path(WB_SOURCE_DIR) / "tests" / "oracles" / "test_tb_overview_oracle.py").string()));
-  INFO(r.output);
-  CHECK(r.exit_code == 0);
+TEST_CASE("HTA's analyses in wb report --json agree with the independent oracle; each planted error fails it",
+          "[ingest]") {
+  wb::test::TempDir dir;
+  const std::vector<std::vector<fs::path>> cases = {
+      {kFixtures / "hta_streams.json"},
+      {kFixtures / "overlap.json"},
+      {kFixtures / "outlive.json"},
+      {kFixtures / "nccl_two_streams.json"},
+      {kFixtures / "no_steps.json"},
+      {kFixtures / "two_ranks" / "rank0.json", kFixtures / "two_ranks" / "rank1.json"}};
+  for (const auto& traces : cases) {
+    CAPTURE(traces.front().string());
+    const auto r = check_with_oracle(dir, traces, "", kHtaOracle);
+    INFO(r.output);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("0 disagreement(s): OK"));
+  }
+  for (const std::string plant : {"overlap_over_compute", "idle_first_gap"}) {
+    CAPTURE(plant);
+    int failed = 0;
+    for (const auto& traces : cases) failed += check_with_oracle(dir, traces, plant, kHtaOracle).exit_code == 1;
+    CHECK(failed >= 1);
+  }
+}
+
+TEST_CASE("the oracles' own tests pass", "[ingest]") {
+  for (const char* test : {"test_tb_overview_oracle.py", "test_hta_oracle.py"}) {
+    const auto r = wb::test::run_python(shell_quote((fs::path(WB_SOURCE_DIR) / "tests" / "oracles" / test).string()));
+    INFO(test << "\n" << r.output);
+    CHECK(r.exit_code == 0);
+  }
 }
 
 TEST_CASE("a trace that is no ResNet-50 gets no layer ranges unless asked", "[ingest]") {

@@ -139,6 +139,10 @@ void analyze_run(RunModel& model, LoadProgress* progress, const std::filesystem:
   model.stragglers = analysis::find_stragglers(run);
   model.straggle = analysis::analyze_stragglers(run);
   model.memory = analysis::analyze_memory(run);
+  if (run.kernel_rows > 0) {
+    model.tb = analysis::tb_overview(run);
+    model.hta = analysis::hta_analyses(run);
+  }
   set_stage(progress, "split model", 0.97);
   try {
     model.split_model = analysis::build_split_model(run);

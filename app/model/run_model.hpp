@@ -18,11 +18,13 @@
 
 #include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/hta.hpp"
 #include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/op_stats.hpp"
 #include "profiler/analysis/pipeline.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/run_data.hpp"
+#include "profiler/analysis/tb_overview.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "profiler/analysis/steps.hpp"
 #include "profiler/analysis/stragglers.hpp"
@@ -55,6 +57,8 @@ struct RunModel {
   std::vector<analysis::Straggler> stragglers;
   analysis::StragglerAnalysis straggle;  // per step the last rank and every rank's wait for it
   analysis::MemoryAnalysis memory;       // per rank and step the peak and what holds it
+  std::optional<analysis::Overview> tb;  // the TensorBoard plugin's Overview: runs with device rows only
+  std::vector<analysis::HtaRank> hta;    // HTA's analyses per rank with device rows
   std::optional<analysis::SplitModel> split_model;
   std::string split_model_error;  // why there is none
   std::optional<analysis::PipelineAnalysis> pipeline;  // pipeline runs only

@@ -285,6 +285,111 @@ void breakdown_bars(const RunModel& m, float height) {
   }
 }
 
+// The TensorBoard plugin's Overview (tb_overview.hpp): one stacked bar per step and rank in its eight
+// classes, the GPU summary and the recommendations.
+void tb_overview_box(const analysis::Overview& o, float height) {
+  static const ImU32 cols[analysis::kStepClasses] = {
+      IM_COL32(84, 160, 238, 255),  IM_COL32(236, 151, 70, 255), IM_COL32(236, 200, 70, 255),
+      IM_COL32(210, 86, 86, 255),   IM_COL32(160, 110, 220, 255), IM_COL32(80, 190, 120, 255),
+      IM_COL32(150, 190, 210, 255), IM_COL32(110, 115, 130, 255)};
+  std::vector<std::pair<int, const analysis::OverviewStep*>> bars;  // (rank index, step)
+  double hi = 0;
+  for (std::size_t r = 0; r < o.ranks.size(); ++r)
+    for (const auto& s : o.ranks[r].steps) {
+      bars.emplace_back(static_cast<int>(r), &s);
+      hi = std::max(hi, static_cast<double>(s.end_ns - s.start_ns));
+    }
+  if (bars.empty()) {
+    ImGui::TextColored(to_vec4(color::kDim), "No steps with device work in this run.");
+    return;
+  }
+  const std::size_t per_rank = o.ranks.front().steps.size();
+  const int nr = std::max<int>(1, static_cast<int>(o.ranks.size()));
+  Axis ax = nice_axis(0.0, hi * 1.05 / 1e6);
+  const auto& first = o.ranks.front().steps;
+  Plot plot("##tb", ImVec2(-1, height), -0.5, static_cast<double>(std::max<std::size_t>(per_rank, 1)) - 0.5, 0.0, ax.hi,
+            "step (one bar per rank)", "step time (ms)", false,
+            [&first](double v) {
+              const double i = std::round(v);
+              return std::abs(v - i) < 1e-6 && i >= 0 && i < static_cast<double>(first.size())
+                         ? std::to_string(first[static_cast<std::size_t>(i)].step)
+                         : std::string();
+            },
+            [](double v) { return fmt_num(v, 6); });
+  ImDrawList* dl = plot.draw_list();
+  const double slot = 0.8 / nr;
+  std::optional<std::size_t> hover;
+  std::map<int, std::size_t> index_in_rank;
+  for (std::size_t i = 0; i < bars.size(); ++i) {
+    const auto& [ri, s] = bars[i];
+    const double x = static_cast<double>(index_in_rank[ri]++);
+    const double xl = x - 0.4 + ri * slot, xr = xl + slot * 0.9;
+    double acc = 0;
+    for (int c = 0; c < analysis::kStepClasses; ++c) {
+      const double part = static_cast<double>(s->class_ns[static_cast<std::size_t>(c)]);
+      dl->AddRectFilled(ImVec2(plot.x(xl), plot.y((acc + part) / 1e6)), ImVec2(plot.x(xr), plot.y(acc / 1e6)), cols[c]);
+      acc += part;
+    }
+    const ImVec2 mouse = plot.mouse();
+    if (plot.hovered() && mouse.x >= plot.x(xl) && mouse.x <= plot.x(xr)) hover = i;
+  }
+  std::vector<std::pair<std::string, ImU32>> legend;
+  for (int c = 0; c < analysis::kStepClasses; ++c)
+    legend.emplace_back(analysis::step_class_label(static_cast<analysis::StepClass>(c)), cols[c]);
+  plot.legend(legend);
+  if (hover) {
+    const auto& [ri, s] = bars[*hover];
+    const double t = std::max(1.0, static_cast<double>(s->end_ns - s->start_ns));
+    ImGui::BeginTooltip();
+    ImGui::Text("rank %d  step %d:  %s", o.ranks[static_cast<std::size_t>(ri)].rank, s->step, fmt_ns(t).c_str());
+    for (int c = 0; c < analysis::kStepClasses; ++c) {
+      const double v = static_cast<double>(s->class_ns[static_cast<std::size_t>(c)]);
+      ImGui::Text("%-14s %10s  (%s)", analysis::step_class_label(static_cast<analysis::StepClass>(c)), fmt_ns(v).c_str(),
+                  fmt_pct(v / t).c_str());
+    }
+    ImGui::EndTooltip();
+  }
+  for (const auto& r : o.ranks) {
+    if (!r.gpu) continue;
+    const auto& g = *r.gpu;
+    auto frac = [](const std::optional<double>& v) { return v ? fmt_pct(*v) : std::string("-"); };
+    ImGui::Text("rank %d, GPU %d: utilization %s, est. SM efficiency %s, est. achieved occupancy %s, Tensor Cores %s", r.rank,
+                g.device, fmt_pct(g.utilization).c_str(), frac(g.sm_efficiency).c_str(), frac(g.achieved_occupancy).c_str(),
+                frac(g.tensor_core_share).c_str());
+  }
+  for (const auto& rec : o.recommendations) ImGui::TextWrapped("%s", rec.text.c_str());
+}
+
+// HTA's analyses per rank (hta.hpp): idle, compute and non-compute time, communication overlapped,
+// the causes of idle time, launch delays and queue lengths.
+void hta_table(const std::vector<analysis::HtaRank>& ranks) {
+  if (!ImGui::BeginTable("##hta", 10, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit))
+    return;
+  for (const char* h : {"rank", "span", "idle", "compute", "non-compute", "comm overlapped", "idle: host wait", "kernel wait",
+                        "launch delay", "queue max"})
+    ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (const auto& h : ranks) {
+    const double span = std::max(1.0, static_cast<double>(h.span_ns));
+    const double idle = std::max(1.0, static_cast<double>(h.host_wait_ns + h.kernel_wait_ns + h.other_wait_ns));
+    std::int64_t queue = 0;
+    for (const auto& q : h.queues) queue = std::max(queue, q.max);
+    ImGui::TableNextRow();
+    const std::string cells[] = {std::to_string(h.rank), fmt_ns(static_cast<double>(h.span_ns)),
+                                 fmt_pct(static_cast<double>(h.idle_ns) / span), fmt_pct(static_cast<double>(h.compute_ns) / span),
+                                 fmt_pct(static_cast<double>(h.non_compute_ns) / span),
+                                 h.overlap_ratio ? fmt_pct(*h.overlap_ratio) : "-",
+                                 fmt_pct(static_cast<double>(h.host_wait_ns) / idle), fmt_pct(static_cast<double>(h.kernel_wait_ns) / idle),
+                                 h.launch_delay_mean_ns ? fmt_ns(*h.launch_delay_mean_ns) : "-",
+                                 h.queues.empty() ? "-" : std::to_string(queue)};
+    for (const auto& c : cells) {
+      ImGui::TableNextColumn();
+      ImGui::TextUnformatted(c.c_str());
+    }
+  }
+  ImGui::EndTable();
+}
+
 // Per step (columns) and rank (rows): how long the rank waited at the allreduce for the step's last
 // rank, from dark (no wait) to red (the longest wait of the run); the step's last rank is outlined.
 // Steps are binned when there are more than pixels (a bin shows its largest wait).
@@ -423,8 +528,21 @@ void draw_overview(App& app) {
   ImGui::EndChild();
   ImGui::SameLine();
   ImGui::BeginChild("##right", ImVec2(0, 0), false);
-  section("Step time per rank: compute / data wait / exposed communication / other");
-  breakdown_bars(m, std::max(220.0f, h * 0.42f));
+  if (m.tb && !m.tb->ranks.empty()) {
+    section("Step time per rank, TensorBoard's classes (a moment goes to the first class active; steps end with their last kernel)");
+    tb_overview_box(*m.tb, std::max(220.0f, h * 0.42f));
+  } else {
+    section("Step time per rank: compute / data wait / exposed communication / other");
+    breakdown_bars(m, std::max(220.0f, h * 0.42f));
+  }
+  if (!m.hta.empty()) {
+    section("GPU time, HTA's rules (per rank, from its first device row to its last)");
+    hta_table(m.hta);
+  }
+  if (auto f = m.run.meta.find("framework"); f != m.run.meta.end() && f->second == "pytorch") {
+    ImGui::EndChild();  // an imported trace has no loss, learning rate or image counts
+    return;
+  }
   // Loss and learning rate per rank, images per second over all ranks.
   std::map<int, PlotSeries> loss, lr;
   std::map<int, std::pair<double, double>> thr;  // step -> (images, max step seconds)

@@ -4,6 +4,10 @@
 #include "profiler/analysis/hta.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <unordered_map>
 
 #include "profiler/analysis/intervals.hpp"
 
@@ -21,19 +25,50 @@ struct RankRows {
   std::vector<Row> all;
 };
 
-RankRows rows_of(const RunData& run, int rank) {
+// When a row was launched: its runtime call's start; for a run without them (wb-train's CUDA runs), the
+// start of the host range that launched it; -1 when neither is known.
+std::int64_t launched_at(const store::KernelRow& k, const std::unordered_map<std::uint64_t, std::int64_t>& range_start) {
+  if (k.launch_ns >= 0) return k.launch_ns;
+  auto it = k.corr_id != 0 ? range_start.find(k.corr_id) : range_start.end();
+  return it != range_start.end() ? it->second : -1;
+}
+
+RankRows rows_of(const RunData& run, int rank, HtaRank& h) {
+  // Trace._filter_irrelevant_gpu_kernels: with two steps or more, the rows launched before the last
+  // step started.
+  std::vector<std::int64_t> step_starts;
+  std::set<std::int32_t> step_ids;
+  for (const store::StepRow& s : run.steps)
+    if (s.rank == rank) {
+      step_starts.push_back(s.start_ns);
+      step_ids.insert(s.step);
+    }
+  if (step_ids.size() >= 2) h.trim_ns = *std::max_element(step_starts.begin(), step_starts.end());
+  std::unordered_map<std::uint64_t, std::int64_t> range_start;
+  if (h.trim_ns >= 0)
+    for (const auto& [track_id, rows] : run.ranges)
+      if (const store::TrackRow* t = run.track(track_id); t && t->rank == rank)
+        for (const store::RangeRow& r : rows)
+          if (r.corr_id != 0) range_start.emplace(r.corr_id, r.start_ns);
   RankRows out;
   for (const auto& [track_id, rows] : run.kernels) {
     const store::TrackRow* t = run.track(track_id);
     if (!t || t->rank != rank) continue;
     auto& stream = out.by_stream[track_id];
     for (const store::KernelRow& k : rows) {
+      ++h.device_rows_before_trim;
+      if (h.trim_ns >= 0) {
+        const std::int64_t at = launched_at(k, range_start);
+        if (at < 0 || at >= h.trim_ns) continue;
+      }
       const Row r{&k, hta_kernel_type(run.name(k.name), static_cast<store::KernelKind>(k.kind))};
       stream.push_back(r);
       out.all.push_back(r);
     }
     std::stable_sort(stream.begin(), stream.end(), [](const Row& a, const Row& b) { return a.k->start_ns < b.k->start_ns; });
+    if (stream.empty()) out.by_stream.erase(track_id);
   }
+  h.device_rows = static_cast<std::int64_t>(out.all.size());
   return out;
 }
 
@@ -76,62 +111,94 @@ std::map<std::string, std::int64_t> kernel_breakdown(const std::vector<Row>& row
 }
 
 // breakdown_analysis._analyze_idle_time_for_stream: each gap before a row on its stream is host wait when
-// the row's runtime call started after the previous row ended (the host was late), kernel wait when the
-// gap is under consecutive_kernel_delay, else other.
+// the row's runtime call started after the stream went idle (the host was late), kernel wait when the
+// gap is under consecutive_kernel_delay, else other. The stream goes idle at the latest end so far (HTA
+// takes the previous row's end, so rows overlapping on one stream would count negative idle time).
 void idle_breakdown(HtaRank& h, const RankRows& rows, const HtaOptions& o) {
-  for (const auto& [track, stream] : rows.by_stream)
+  for (const auto& [track, stream] : rows.by_stream) {
+    std::int64_t idle_from = stream.front().k->end_ns;
     for (std::size_t i = 1; i < stream.size(); ++i) {
-      const std::int64_t prev_end = stream[i - 1].k->end_ns;
-      const std::int64_t gap = stream[i].k->start_ns - prev_end;
-      if (stream[i].k->launch_ns >= 0 && stream[i].k->launch_ns > prev_end) h.host_wait_ns += gap;
-      else if (gap < o.consecutive_kernel_delay_ns) h.kernel_wait_ns += gap;
-      else h.other_wait_ns += gap;
+      const store::KernelRow& k = *stream[i].k;
+      if (k.start_ns > idle_from) {
+        const std::int64_t gap = k.start_ns - idle_from;
+        if (k.launch_ns >= 0 && k.launch_ns > idle_from) h.host_wait_ns += gap;
+        else if (gap < o.consecutive_kernel_delay_ns) h.kernel_wait_ns += gap;
+        else h.other_wait_ns += gap;
+      }
+      idle_from = std::max(idle_from, k.end_ns);
     }
+  }
 }
 
-// cuda_kernel_analysis: launch delay = kernel start - its runtime call's start; outliers over the cutoffs.
+// cuda_kernel_analysis.cuda_kernel_launch_stats (include_memory_events): per device row with its runtime
+// call on record, the delay from the call's end to the row's start, clipped at 0; outliers over the
+// cutoffs, for the call's duration and for the delay.
 void launch_stats(HtaRank& h, const RankRows& rows, const HtaOptions& o) {
   double sum = 0.0;
+  std::int64_t max = 0;
   for (const Row& r : rows.all) {
     const store::KernelRow& k = *r.k;
-    if (k.kind != static_cast<std::uint8_t>(store::KernelKind::kernel) || k.launch_ns < 0) continue;
-    const std::int64_t delay = k.start_ns - k.launch_ns;
+    if (k.launch_ns < 0) continue;
+    const std::int64_t delay = std::max<std::int64_t>(0, k.start_ns - k.launch_end_ns);
     ++h.launched;
     sum += static_cast<double>(delay);
-    h.launch_delay_max_ns = std::max(h.launch_delay_max_ns, delay);
+    max = std::max(max, delay);
     h.runtime_outliers += k.launch_end_ns - k.launch_ns > o.runtime_cutoff_ns;
     h.launch_delay_outliers += delay > o.launch_delay_cutoff_ns;
   }
-  if (h.launched > 0) h.launch_delay_mean_ns = sum / static_cast<double>(h.launched);
+  if (h.launched > 0) {
+    h.launch_delay_mean_ns = sum / static_cast<double>(h.launched);
+    h.launch_delay_max_ns = max;
+  }
 }
 
-// trace_counters.get_queue_length_time_series: a stream's queue grows when a runtime call launches work on
-// it and shrinks when that work ends.
-void queue_lengths(HtaRank& h, const RunData& run, const RankRows& rows, std::int64_t lo, std::int64_t hi) {
+// pandas' describe() of the queue values: mean, sample standard deviation, linear percentiles.
+void describe(HtaQueue& q, std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  q.count = static_cast<std::int64_t>(n);
+  q.min = v.front();
+  q.max = v.back();
+  double sum = 0.0;
+  for (std::int64_t x : v) sum += static_cast<double>(x);
+  q.mean = sum / static_cast<double>(n);
+  if (n > 1) {
+    double ss = 0.0;
+    for (std::int64_t x : v) ss += (static_cast<double>(x) - q.mean) * (static_cast<double>(x) - q.mean);
+    q.std = std::sqrt(ss / static_cast<double>(n - 1));
+  }
+  auto quantile = [&](double p) {
+    const double pos = p * static_cast<double>(n - 1);
+    const std::size_t lo = static_cast<std::size_t>(pos), hi = std::min(lo + 1, n - 1);
+    return static_cast<double>(v[lo]) + static_cast<double>(v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+  };
+  q.p25 = quantile(0.25);
+  q.p50 = quantile(0.5);
+  q.p75 = quantile(0.75);
+}
+
+// trace_counters: +1 at the start of each runtime call that launched a row on the stream, -1 at the row's
+// start; calls first at equal times.
+void queue_lengths(HtaRank& h, const RunData& run, const RankRows& rows) {
   for (const auto& [track, stream] : rows.by_stream) {
-    std::vector<std::pair<std::int64_t, int>> edges;
+    std::vector<std::pair<std::int64_t, int>> edges;  // (time, 0 launch / 1 start)
     for (const Row& r : stream)
       if (r.k->launch_ns >= 0) {
-        edges.emplace_back(r.k->launch_ns, +1);
-        edges.emplace_back(r.k->end_ns, -1);
+        edges.emplace_back(r.k->launch_ns, 0);
+        edges.emplace_back(r.k->start_ns, 1);
       }
     if (edges.empty()) continue;
     std::sort(edges.begin(), edges.end());
     HtaQueue q;
-    q.stream = run.name(run.track(track)->name);
+    q.track = run.name(run.track(track)->name);
+    if (std::sscanf(q.track.c_str(), "cuda:%*d stream %d", &q.stream) != 1) q.stream = static_cast<int>(track);
+    std::vector<std::int64_t> values;
     std::int64_t depth = 0;
-    double weighted = 0.0;
-    for (std::size_t i = 0; i < edges.size(); ++i) {
-      depth += edges[i].second;
-      q.max = std::max(q.max, depth);
-      if (i + 1 < edges.size()) {
-        const std::int64_t a = std::max(edges[i].first, lo), b = std::min(edges[i + 1].first, hi);
-        if (a < b) weighted += static_cast<double>(depth) * static_cast<double>(b - a);
-      }
-    }
-    if (hi > lo) q.mean = weighted / static_cast<double>(hi - lo);
+    for (const auto& [t, kind] : edges) values.push_back(depth += kind == 0 ? 1 : -1);
+    describe(q, std::move(values));
     h.queues.push_back(q);
   }
+  std::sort(h.queues.begin(), h.queues.end(), [](const HtaQueue& a, const HtaQueue& b) { return a.stream < b.stream; });
 }
 
 }  // namespace
@@ -158,10 +225,10 @@ HtaKernelType hta_kernel_type(std::string_view name, store::KernelKind kind) {
 std::vector<HtaRank> hta_analyses(const RunData& run, const HtaOptions& options) {
   std::vector<HtaRank> out;
   for (int rank : run.rank_ids()) {
-    const RankRows rows = rows_of(run, rank);
-    if (rows.all.empty()) continue;
     HtaRank h;
     h.rank = rank;
+    const RankRows rows = rows_of(run, rank, h);
+    if (rows.all.empty()) continue;
     // breakdown_analysis.get_temporal_breakdown
     const Intervals busy = union_of(rows.all, kAll);
     const std::int64_t lo = busy.front().first, hi = busy.back().second;
@@ -178,7 +245,7 @@ std::vector<HtaRank> hta_analyses(const RunData& run, const HtaOptions& options)
     if (h.comm_ns > 0) h.overlap_ratio = static_cast<double>(h.overlapped_ns) / static_cast<double>(h.comm_ns);
     idle_breakdown(h, rows, options);
     launch_stats(h, rows, options);
-    queue_lengths(h, run, rows, lo, hi);
+    queue_lengths(h, run, rows);
     out.push_back(std::move(h));
   }
   return out;

@@ -353,7 +353,8 @@ void write_tb_overview(const RunData& run, std::ostream& out) {
 void write_hta_section(const RunData& run, std::ostream& out) {
   const auto ranks = hta_analyses(run);
   if (ranks.empty()) return;
-  out << "\nGPU time, HTA's rules (over each rank's span from its first device row to its last)\n";
+  out << "\nGPU time, HTA's rules (over each rank's span from its first device row to its last; with two steps or "
+         "more, the rows launched before the last step)\n";
   Table t({"rank", "span", "idle", "compute", "non-compute", "comm overlapped", "idle: host wait", "kernel wait",
            "other", "launch delay mean", "max", "queue max"});
   for (const HtaRank& h : ranks) {
@@ -365,14 +366,15 @@ void write_hta_section(const RunData& run, std::ostream& out) {
            pct(static_cast<double>(h.compute_ns), span), pct(static_cast<double>(h.non_compute_ns), span),
            h.overlap_ratio ? fmt("%.1f%%", 100.0 * *h.overlap_ratio) : "-", pct(static_cast<double>(h.host_wait_ns), idle),
            pct(static_cast<double>(h.kernel_wait_ns), idle), pct(static_cast<double>(h.other_wait_ns), idle),
-           h.launched ? format_ns(h.launch_delay_mean_ns) : "-", h.launched ? format_ns(static_cast<double>(h.launch_delay_max_ns)) : "-",
+           h.launch_delay_mean_ns ? format_ns(*h.launch_delay_mean_ns) : "-",
+           h.launch_delay_max_ns ? format_ns(static_cast<double>(*h.launch_delay_max_ns)) : "-",
            h.queues.empty() ? "-" : std::to_string(queue)});
   }
   t.print(out);
   for (const HtaRank& h : ranks)
     if (h.runtime_outliers + h.launch_delay_outliers > 0)
       out << "  rank " << h.rank << ": " << h.runtime_outliers << " runtime calls over 50 us, " << h.launch_delay_outliers
-          << " launches that waited over 100 us for the GPU\n";
+          << " launches that waited over 100 us for the GPU after the call returned\n";
 }
 
 // Host and device time per op, as TensorBoard's Operator view.

@@ -59,13 +59,17 @@ void add_hta(json& rank, const HtaRank& h) {
   rank["overlap"] = {{"comm_ns", h.comm_ns}, {"overlapped_ns", h.overlapped_ns}, {"ratio", optional_number(h.overlap_ratio)}};
   rank["idle_breakdown_ns"] = {{"host_wait", h.host_wait_ns}, {"kernel_wait", h.kernel_wait_ns}, {"other", h.other_wait_ns}};
   rank["launch"] = {{"kernels", h.launched},
-                    {"launch_delay_mean_ns", h.launch_delay_mean_ns},
-                    {"launch_delay_max_ns", h.launch_delay_max_ns},
+                    {"launch_delay_mean_ns", optional_number(h.launch_delay_mean_ns)},
+                    {"launch_delay_max_ns", h.launch_delay_max_ns ? json(*h.launch_delay_max_ns) : json(nullptr)},
                     {"runtime_outliers", h.runtime_outliers},
                     {"launch_delay_outliers", h.launch_delay_outliers}};
   json queues = json::array();
-  for (const HtaQueue& q : h.queues) queues.push_back({{"stream", q.stream}, {"max", q.max}, {"mean_time_weighted", q.mean}});
+  for (const HtaQueue& q : h.queues)
+    queues.push_back({{"stream", q.stream}, {"track", q.track}, {"count", q.count}, {"mean", q.mean}, {"std", optional_number(q.std)},
+                      {"min", q.min}, {"p25", q.p25}, {"p50", q.p50}, {"p75", q.p75}, {"max", q.max}});
   rank["queue_length"] = queues;
+  rank["hta_trim_ns"] = h.trim_ns >= 0 ? json(h.trim_ns) : json(nullptr);
+  rank["hta_device_rows"] = {{"kept", h.device_rows}, {"before_trim", h.device_rows_before_trim}};
 }
 
 }  // namespace
