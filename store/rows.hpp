@@ -16,6 +16,9 @@ enum class TrackKind : std::uint8_t { thread, stream, queue, comm };
 // The name suffix of a thread track that holds a thread's Python functions (imported with_stack traces):
 // the op analyses leave such tracks out.
 inline constexpr std::string_view kPythonTrackSuffix = " (python)";
+// The name suffix of a queue track that counts a GPU stream's launched, not yet started work (imported
+// traces: HTA's queue length), as opposed to a batch queue of the input pipeline.
+inline constexpr std::string_view kLaunchQueueSuffix = " launch queue";
 
 // Range categories, stored as their small integer code in range.category (schema.sql lists the codes).
 enum class Category : std::uint8_t { forward = 0, backward = 1, optimizer = 2, loss = 3, data = 4, h2d = 5, comm = 6, step = 7 };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <set>
 
 #include <imgui.h>
 
@@ -29,8 +30,13 @@ std::string config_value(const nlohmann::json& config, const char* key) {
 
 void run_table(const RunModel& m) {
   const auto& run = m.run;
-  int steps = 0;
-  for (const auto& s : run.steps) steps = std::max(steps, s.step + 1);
+  // Steps recorded: their count, and their numbers when they do not start at 0 (an imported trace's
+  // ProfilerStep#551..552).
+  std::set<int> numbers;
+  for (const auto& s : run.steps) numbers.insert(s.step);
+  std::string steps = std::to_string(numbers.size());
+  if (!numbers.empty() && *numbers.begin() != 0)
+    steps += " (" + std::to_string(*numbers.begin()) + ".." + std::to_string(*numbers.rbegin()) + ")";
   if (ImGui::BeginTable("##run", 2, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV)) {
     ImGui::TableSetupColumn("key", ImGuiTableColumnFlags_WidthFixed, 150);
     ImGui::TableSetupColumn("value", ImGuiTableColumnFlags_WidthStretch);
@@ -50,7 +56,7 @@ void run_table(const RunModel& m) {
     row("complete", run.complete() ? "yes" : "no (the recorder stopped early)");
     row("device", m.device);
     row("world size", std::to_string(run.rank_ids().size()));
-    row("steps", std::to_string(steps));
+    row("steps", steps);
     const char* keys[] = {"data", "batch_size", "image_size", "data_workers", "prefetch", "lr", "lr_schedule",
                           "momentum", "weight_decay", "precision", "threads", "allreduce_split", "bucket_mb", "seed"};
     for (const char* k : keys) row(k, config_value(run.config, k));

@@ -167,6 +167,7 @@ Starvation starvation(const RunData& run, std::size_t top_spells) {
   for (const auto& [id, samples] : run.counters) {
     const store::TrackRow* t = run.track(id);
     if (t == nullptr || samples.empty()) continue;
+    if (std::string_view(run.name(t->name)).ends_with(store::kLaunchQueueSuffix)) continue;  // a GPU stream's
     QueueStats q;
     q.track = id;
     q.rank = t->rank;
