@@ -346,6 +346,11 @@ void write_tb_overview(const RunData& run, std::ostream& out) {
     }
   }
   for (const Recommendation& rec : o.recommendations) out << "  recommendation (" << rec.id << "): " << rec.text << "\n";
+  if (!o.late.empty()) {
+    out << "  last rank to finish each step (device-side end; the others wait for it at the next collective):";
+    for (const LateRank& l : o.late) out << " step " << l.step << ": rank " << l.rank << " +" << format_ns(static_cast<double>(l.lag_ns)) << ";";
+    out << "\n";
+  }
 }
 
 // HTA's analyses per rank (hta.hpp): where the GPU is idle and why, communication against computation,

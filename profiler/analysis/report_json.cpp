@@ -99,6 +99,9 @@ void write_report_json(const RunData& run, std::ostream& out, const ReportOption
   json recs = json::array();
   for (const Recommendation& r : o.recommendations) recs.push_back({{"id", r.id}, {"text", r.text}});
   doc["recommendations"] = recs;
+  json late = json::array();
+  for (const LateRank& l : o.late) late.push_back({{"step", l.step}, {"rank", l.rank}, {"lag_ns", l.lag_ns}});
+  doc["late_ranks"] = late;
 
   json ops = json::array();
   for (const OpDeviceStat& s : op_device_stats(run))

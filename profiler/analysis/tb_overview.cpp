@@ -398,6 +398,16 @@ Overview tb_overview(const RunData& run) {
   Overview o;
   for (int rank : run.rank_ids()) o.ranks.push_back(rank_overview(run, rank));
   o.recommendations = recommendations(run, o.ranks);
+  if (o.ranks.size() > 1) {
+    std::map<int, std::vector<std::pair<std::int64_t, int>>> ends;  // step -> (end, rank)
+    for (const RankOverview& r : o.ranks)
+      for (const OverviewStep& s : r.steps) ends[s.step].emplace_back(s.end_ns, r.rank);
+    for (auto& [step, v] : ends) {
+      if (v.size() != o.ranks.size()) continue;
+      std::sort(v.begin(), v.end());
+      o.late.push_back({step, v.back().second, v.back().first - v.front().first});
+    }
+  }
   return o;
 }
 

@@ -65,9 +65,18 @@ struct Recommendation {
   std::string text;  // the plugin's advice, with the figure
 };
 
+// On several ranks, per step number all ranks share: the rank whose step (device-side bounds) ended last,
+// and how much later than the first rank's.
+struct LateRank {
+  int step = 0;
+  int rank = 0;
+  std::int64_t lag_ns = 0;
+};
+
 struct Overview {
   std::vector<RankOverview> ranks;
   std::vector<Recommendation> recommendations;
+  std::vector<LateRank> late;
 };
 
 // The plugin's Tensor Core kernel-name patterns (tensor_core.py's TC_Allowlist).
