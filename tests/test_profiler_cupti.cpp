@@ -137,6 +137,38 @@ TEST_CASE("CUPTI records become kernel rows linked to their launching range", "[
   CHECK(rows[0].corr_id == 0);
 }
 
+TEST_CASE("a kernel row carries the span of the runtime call that launched it", "[profiler][cupti]") {
+  Names n;
+  CUpti_ActivityAPI call{};
+  call.kind = CUPTI_ACTIVITY_KIND_RUNTIME;
+  call.start = 900;
+  call.end = 950;
+  call.correlationId = 42;
+  n.converter.add(&call);
+  auto e = external(42, 9);
+  n.converter.add(&e);
+  KernelRecord k{};
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.start = 1000;
+  k.end = 1500;
+  k.streamId = 7;
+  k.correlationId = 42;
+  k.name = "gemm";
+  n.converter.add(&k);
+  // a kernel whose call record never came: unknown
+  KernelRecord k2 = k;
+  k2.correlationId = 43;
+  auto e2 = external(43, 10);
+  n.converter.add(&e2);
+  n.converter.add(&k2);
+  const auto rows = n.converter.take_rows(true);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].launch_ns == 900);
+  CHECK(rows[0].launch_end_ns == 950);
+  CHECK(rows[1].launch_ns == -1);
+  CHECK(rows[1].launch_end_ns == -1);
+}
+
 TEST_CASE("CUPTI records without timestamps are dropped and counted, never written at time 0", "[profiler][cupti]") {
   Names n;
   auto e = external(50, 11);

@@ -60,6 +60,13 @@ bool device_present() { return ::wb::cuda::device_count() > 0; }
 ActivityConverter::ActivityConverter(InternFn intern, StreamTrackFn stream_track)
     : intern_(std::move(intern)), stream_track_(std::move(stream_track)) {}
 
+void ActivityConverter::fill_launch(std::uint32_t correlation, store::KernelRow& row) const {
+  auto it = calls_.find(correlation);
+  if (it == calls_.end() || row.launch_ns >= 0) return;
+  row.launch_ns = it->second.first;
+  row.launch_end_ns = it->second.second;
+}
+
 void ActivityConverter::emit(std::uint32_t correlation, store::KernelRow row) {
   // start == end == 0: CUPTI collected no timestamp (cupti_activity.h), as in a record a forced flush
   // handed over before its work ran. A row at time 0 would be a lie on the timeline: drop and count it.
@@ -67,6 +74,7 @@ void ActivityConverter::emit(std::uint32_t correlation, store::KernelRow row) {
     ++untimed_;
     return;
   }
+  fill_launch(correlation, row);
   auto it = external_.find(correlation);
   if (it != external_.end()) {
     row.corr_id = it->second;
@@ -121,6 +129,16 @@ void ActivityConverter::add(const void* raw) {
       emit(m->correlationId, row);
       break;
     }
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER: {
+      // The API call that launched work (HTA's launch delay and queue length read its span).
+      const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+      if (a->start == 0 || a->end == 0) break;
+      calls_[a->correlationId] = {static_cast<std::int64_t>(a->start), static_cast<std::int64_t>(a->end)};
+      if (a->correlationId > kKeepDistance && calls_.begin()->first < a->correlationId - kKeepDistance)
+        calls_.erase(calls_.begin(), calls_.lower_bound(a->correlationId - kKeepDistance));
+      break;
+    }
     case CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION: {
       const auto* e = reinterpret_cast<const CUpti_ActivityExternalCorrelation*>(record);
       if (e->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0) break;
@@ -130,6 +148,7 @@ void ActivityConverter::add(const void* raw) {
       std::vector<Waiting> still;
       for (Waiting& w : waiting_) {
         auto it = external_.find(w.correlation);
+        fill_launch(w.correlation, w.row);
         if (it != external_.end()) {
           w.row.corr_id = it->second;
           ready_.push_back(w.row);

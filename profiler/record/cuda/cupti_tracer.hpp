@@ -50,10 +50,14 @@ class ActivityConverter {
     store::KernelRow row;
   };
   void emit(std::uint32_t correlation, store::KernelRow row);
+  // The runtime or driver call with this correlation, when its record came first: the row's launch_ns
+  // and launch_end_ns.
+  void fill_launch(std::uint32_t correlation, store::KernelRow& row) const;
 
   InternFn intern_;
   StreamTrackFn stream_track_;
   std::map<std::uint32_t, std::uint64_t> external_;  // CUPTI correlation id -> our range's id
+  std::map<std::uint32_t, std::pair<std::int64_t, std::int64_t>> calls_;  // correlation id -> API call's span
   std::vector<Waiting> waiting_;
   std::vector<store::KernelRow> ready_;
   std::uint32_t max_correlation_ = 0;
