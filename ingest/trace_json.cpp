@@ -3,17 +3,21 @@
 #include "ingest/trace_json.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 namespace wb::ingest {
@@ -53,18 +57,52 @@ struct StringHash {
   std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
 };
 
+// Where a Scanner's bytes come from when they are not all in memory: a file read in chunks, or the
+// text inflated from a .json.gz as it is read.
+class Source {
+ public:
+  virtual ~Source() = default;
+  // Up to `n` bytes into `dst`; 0 only at the end. Throws TraceError (a read error, corrupt gzip data).
+  virtual std::size_t read(char* dst, std::size_t n) = 0;
+  // The same bytes again from the start, for an error message's line number; null when they cannot be.
+  virtual std::unique_ptr<Source> reopen() const = 0;
+  // About how many bytes there are (to reserve the events), 0 when unknown.
+  virtual std::size_t size_hint() const = 0;
+};
+
+// A cursor over the text, held either whole (parse_trace) or as a window that slides over a Source
+// (read_trace): when the cursor reaches the window's end, more() moves the bytes still needed to the
+// buffer's front and appends the next chunk. The bytes still needed are those from the cursor (which
+// stays on a string's or number's first byte until it is read whole) and from the pin (raw_value's
+// start). The window grows only when those bytes fill half of it (a string or a raw value longer than
+// that), so that each slide reads at least half a window: linear time. A view the scanner returns stays
+// valid until its next call (the window may move then): a reader names a key (an enum) before it reads on.
 class Scanner {
  public:
-  Scanner(std::string_view text, const std::string& file) : b_(text.data()), p_(text.data()), e_(text.data() + text.size()), file_(file) {}
+  static constexpr std::size_t kNone = static_cast<std::size_t>(-1);
+  static constexpr std::size_t kChunk = std::size_t{8} << 20;
+
+  Scanner(std::string_view text, const std::string& file)
+      : buf_(text.data()), p_(text.data()), e_(text.data() + text.size()), file_(file) {}
+  Scanner(Source& src, const std::string& file) : src_(&src), file_(file) {
+    cap_ = kChunk;
+    owned_.reset(new char[cap_]);
+    buf_ = p_ = e_ = owned_.get();
+    more();
+  }
+
+  // Whether the text holds no byte at all (checked before anything is read).
+  bool empty() const { return base_ == 0 && e_ == buf_; }
+  std::size_t size_hint() const { return src_ ? src_->size_hint() : static_cast<std::size_t>(e_ - buf_); }
 
   [[noreturn]] void fail(std::string_view what) const {
-    const auto off = static_cast<std::size_t>(p_ - b_);
+    const auto off = offset();
     if (p_ >= e_)
       throw TraceError(file_ + ": truncated JSON: the file ends at byte " + std::to_string(off) + " inside " +
                        std::string(what) + " (an interrupted export? expected a complete torch.profiler trace)");
-    const auto line = static_cast<std::size_t>(std::count(b_, p_, '\n')) + 1;
+    const std::string line = line_at();
     std::string found = printable(*p_);
-    throw TraceError(file_ + ": not valid JSON at byte " + std::to_string(off) + " (line " + std::to_string(line) +
+    throw TraceError(file_ + ": not valid JSON at byte " + std::to_string(off) + " (line " + line +
                      "): expected " + std::string(what) + ", found " + found);
   }
 
@@ -76,7 +114,8 @@ class Scanner {
   }
 
   void ws() {
-    while (p_ < e_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+    while (p_ < e_ && space(*p_)) ++p_;
+    if (p_ >= e_) [[unlikely]] ws_on();
   }
   bool at_end() {
     ws();
@@ -114,24 +153,44 @@ class Scanner {
     return false;
   }
 
-  // A string's content: a view into the text when it has no escapes, else decoded into scratch_.
+  // Keeps the text from the cursor on in the window (see the class comment); returns the pin it replaces,
+  // for unpin.
+  std::size_t pin() {
+    const std::size_t old = pin_;
+    pin_ = offset();
+    return old;
+  }
+  void unpin(std::size_t old) { pin_ = old; }
+
+  // A string's content: a view into the text when it has no escapes, else decoded into scratch_; valid
+  // until the next call of the scanner.
   std::string_view string() {
     expect('"', "a string");
-    const char* start = p_;
-    const char* q = static_cast<const char*>(std::memchr(p_, '"', static_cast<std::size_t>(e_ - p_)));
-    // Fast path: no backslash before the closing quote.
-    if (q != nullptr && std::memchr(start, '\\', static_cast<std::size_t>(q - start)) == nullptr) {
-      for (const char* c = start; c < q; ++c)
-        if (static_cast<unsigned char>(*c) < 0x20) {
-          p_ = c;
-          fail("a character allowed in a JSON string");
-        }
+    // Fast path: the closing quote with no backslash before it. The cursor stays on the string's first
+    // byte while the window slides, so that the bytes searched are kept.
+    const char* q = nullptr;
+    std::size_t searched = 0;
+    while ((q = string_stop(p_ + searched)) == e_) {
+      searched = static_cast<std::size_t>(e_ - p_);
+      if (!more()) {
+        p_ = e_;
+        fail("a string");
+      }
+    }
+    if (*q == '"') {
+      const char* start = p_;
       p_ = q + 1;
       return {start, static_cast<std::size_t>(q - start)};
     }
-    scratch_.clear();
+    if (*q != '\\') {
+      p_ = q;
+      fail("a character allowed in a JSON string");
+    }
+    // An escape: decoded from there on.
+    scratch_.assign(p_, q);
+    p_ = q;
     while (true) {
-      if (p_ >= e_) fail("a string");
+      if (!has()) fail("a string");
       char c = *p_++;
       if (c == '"') break;
       if (static_cast<unsigned char>(c) < 0x20) {
@@ -142,7 +201,7 @@ class Scanner {
         scratch_.push_back(c);
         continue;
       }
-      if (p_ >= e_) fail("a string escape");
+      if (!has()) fail("a string escape");
       char x = *p_++;
       switch (x) {
         case '"': scratch_.push_back('"'); break;
@@ -160,36 +219,26 @@ class Scanner {
     return scratch_;
   }
 
-  // A number's text, checked against JSON's grammar.
+  // A number's text, checked against JSON's grammar; valid until the next call of the scanner.
   std::string_view number() {
     ws();
+    const char* what = nullptr;
+    const char* end = nullptr;
+    // A number that runs to the window's end is read again from its start once the window has slid (the
+    // cursor stays on its first byte, so that it is kept).
+    while ((end = number_end(p_, what)) == nullptr) {
+      if (!more()) {
+        p_ = e_;
+        fail(what);
+      }
+    }
     const char* s = p_;
-    if (p_ < e_ && *p_ == '-') ++p_;
-    if (p_ >= e_ || !digit(*p_)) fail("a number");
-    if (*p_ == '0') {
-      ++p_;
-    } else {
-      while (p_ < e_ && digit(*p_)) ++p_;
-    }
-    if (p_ < e_ && *p_ == '.') {
-      ++p_;
-      if (p_ >= e_ || !digit(*p_)) fail("a digit after the decimal point");
-      while (p_ < e_ && digit(*p_)) ++p_;
-    }
-    if (p_ < e_ && (*p_ == 'e' || *p_ == 'E')) {
-      ++p_;
-      if (p_ < e_ && (*p_ == '+' || *p_ == '-')) ++p_;
-      if (p_ >= e_ || !digit(*p_)) fail("an exponent");
-      while (p_ < e_ && digit(*p_)) ++p_;
-    }
-    if (p_ >= e_) fail("the end of a number");
-    return {s, static_cast<std::size_t>(p_ - s)};
+    p_ = end;
+    return {s, static_cast<std::size_t>(end - s)};
   }
 
-  // Skips any value (checking its syntax) and returns the text it spanned.
-  std::string_view skip_value() {
-    ws();
-    const char* s = p_;
+  // Skips any value, checking its syntax.
+  void skip_value() {
     char c = peek();
     if (c == '{') {
       ++p_;
@@ -217,23 +266,163 @@ class Scanner {
     } else {
       number();
     }
+  }
+
+  // Skips any value and returns the text it spanned (valid until the next call of the scanner).
+  std::string_view raw_value() {
+    ws();
+    const std::size_t old = pin();
+    const std::size_t start = pin_;
+    skip_value();
+    unpin(old);
+    const char* s = buf_ + (start - base_);
     return {s, static_cast<std::size_t>(p_ - s)};
   }
 
-  std::size_t offset() const { return static_cast<std::size_t>(p_ - b_); }
+  std::size_t offset() const { return base_ + static_cast<std::size_t>(p_ - buf_); }
 
  private:
   static bool digit(char c) { return c >= '0' && c <= '9'; }
+  static bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+  // The first byte from q on that ends a string's plain run: '"', '\\' or a control character (not
+  // allowed in a JSON string); e_ when there is none. Sixteen bytes at a time where SSE2 is.
+  const char* string_stop(const char* q) const {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), control = _mm_set1_epi8(0x1f);
+    while (e_ - q >= 16) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q));
+      const __m128i stop = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(v, quote), _mm_cmpeq_epi8(v, backslash)),
+                                        _mm_cmpeq_epi8(_mm_max_epu8(v, control), control));  // v <= 0x1f unsigned
+      if (const int bits = _mm_movemask_epi8(stop)) return q + __builtin_ctz(static_cast<unsigned>(bits));
+      q += 16;
+    }
+#endif
+    while (q < e_ && *q != '"' && *q != '\\' && static_cast<unsigned char>(*q) >= 0x20) ++q;
+    return q;
+  }
+
+  // The rest of ws() when it reaches the window's end.
+  [[gnu::noinline]] void ws_on() {
+    while (more()) {
+      while (p_ < e_ && space(*p_)) ++p_;
+      if (p_ < e_) return;
+    }
+  }
+
+  // The end of the number at q, checked against JSON's grammar, when it ends before the window does;
+  // null when it runs to the window's end, with `what` it expects there (the error at the text's end).
+  const char* number_end(const char* q, const char*& what) {
+    if (q < e_ && *q == '-') ++q;
+    what = "a number";
+    if (q >= e_) return nullptr;
+    if (!digit(*q)) {
+      p_ = q;
+      fail(what);
+    }
+    if (*q == '0') {
+      ++q;
+    } else {
+      while (q < e_ && digit(*q)) ++q;
+    }
+    what = "the end of a number";
+    if (q >= e_) return nullptr;
+    if (*q == '.') {
+      ++q;
+      what = "a digit after the decimal point";
+      if (q >= e_) return nullptr;
+      if (!digit(*q)) {
+        p_ = q;
+        fail(what);
+      }
+      while (q < e_ && digit(*q)) ++q;
+      what = "the end of a number";
+      if (q >= e_) return nullptr;
+    }
+    if (*q == 'e' || *q == 'E') {
+      ++q;
+      if (q < e_ && (*q == '+' || *q == '-')) ++q;
+      what = "an exponent";
+      if (q >= e_) return nullptr;
+      if (!digit(*q)) {
+        p_ = q;
+        fail(what);
+      }
+      while (q < e_ && digit(*q)) ++q;
+      what = "the end of a number";
+      if (q >= e_) return nullptr;
+    }
+    return q;
+  }
+
+  // Whether a byte is at the cursor, reading the next chunk when the window is used up.
+  bool has() { return p_ < e_ || more(); }
+  // Whether `n` bytes are at the cursor, reading on as needed.
+  bool ensure(std::size_t n) {
+    while (static_cast<std::size_t>(e_ - p_) < n)
+      if (!more()) return false;
+    return true;
+  }
+
+  // Slides the window: keeps the bytes from the cursor and the pin, and appends the next chunk.
+  // False at the end of the text (nothing was appended).
+  [[gnu::noinline]] bool more() {
+    if (src_ == nullptr || eof_) return false;
+    std::size_t keep = offset();
+    if (pin_ < keep) keep = pin_;
+    const char* from = buf_ + (keep - base_);
+    const auto kept = static_cast<std::size_t>(e_ - from);
+    const auto at = static_cast<std::size_t>(p_ - from);
+    char* dst = owned_.get();
+    if (kept > cap_ / 2) {
+      cap_ = std::max(cap_ * 2, kept + kChunk);
+      std::unique_ptr<char[]> bigger(new char[cap_]);
+      std::memcpy(bigger.get(), from, kept);
+      owned_ = std::move(bigger);
+      dst = owned_.get();
+    } else if (from != dst) {
+      std::memmove(dst, from, kept);
+    }
+    buf_ = dst;
+    base_ = keep;
+    p_ = dst + at;
+    const std::size_t got = src_->read(dst + kept, cap_ - kept);
+    e_ = dst + kept + got;
+    if (got == 0) eof_ = true;
+    return got > 0;
+  }
+
+  // The line of the cursor, counting the newlines the window has slid past by reading the text again.
+  std::string line_at() const {
+    std::size_t lines = static_cast<std::size_t>(std::count(buf_, p_, '\n')) + 1;
+    if (base_ > 0) {
+      try {
+        std::unique_ptr<Source> again = src_ ? src_->reopen() : nullptr;
+        if (!again) return "?";
+        std::unique_ptr<char[]> chunk(new char[kChunk]);
+        for (std::size_t left = base_; left > 0;) {
+          const std::size_t n = again->read(chunk.get(), std::min(left, kChunk));
+          if (n == 0) return "?";
+          lines += static_cast<std::size_t>(std::count(chunk.get(), chunk.get() + n, '\n'));
+          left -= n;
+        }
+      } catch (const std::exception&) {
+        return "?";
+      }
+    }
+    return std::to_string(lines);
+  }
+
   void word(std::string_view w) {
     for (char c : w) {
-      if (p_ >= e_ || *p_ != c) fail("a JSON value");
+      if (!has() || *p_ != c) fail("a JSON value");
       ++p_;
     }
   }
   unsigned hex4() {
     unsigned v = 0;
     for (int i = 0; i < 4; ++i) {
-      if (p_ >= e_) fail("four hex digits after \\u");
+      if (!has()) fail("four hex digits after \\u");
       char c = *p_++;
       v <<= 4;
       if (c >= '0' && c <= '9') v |= static_cast<unsigned>(c - '0');
@@ -247,7 +436,7 @@ class Scanner {
     return v;
   }
   void append_utf8(unsigned cp) {
-    if (cp >= 0xD800 && cp <= 0xDBFF && p_ + 1 < e_ && p_[0] == '\\' && p_[1] == 'u') {
+    if (cp >= 0xD800 && cp <= 0xDBFF && ensure(2) && p_[0] == '\\' && p_[1] == 'u') {
       p_ += 2;
       unsigned lo = hex4();
       cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
@@ -259,9 +448,15 @@ class Scanner {
     else { put(0xF0 | (cp >> 18)); put(0x80 | ((cp >> 12) & 0x3F)); put(0x80 | ((cp >> 6) & 0x3F)); put(0x80 | (cp & 0x3F)); }
   }
 
-  const char* b_;
+  Source* src_ = nullptr;           // null: the whole text is in [buf_, e_)
+  std::unique_ptr<char[]> owned_;   // the window's buffer, when reading a Source
+  std::size_t cap_ = 0;
+  bool eof_ = false;
+  const char* buf_;                 // the window's first byte ...
+  std::size_t base_ = 0;            // ... is the text's byte base_
   const char* p_;
   const char* e_;
+  std::size_t pin_ = kNone;         // the text from here on is kept when the window slides
   const std::string& file_;
   std::string scratch_;
 };
@@ -274,7 +469,7 @@ std::optional<std::int64_t> us_to_ns(std::string_view t) {
   constexpr double kLimitNs = static_cast<double>(kTimeLimitNs);
   bool neg = !t.empty() && t[0] == '-';
   std::size_t i = neg ? 1 : 0;
-  if (t.find_first_of("eE") != std::string_view::npos) {
+  if (std::any_of(t.begin(), t.end(), [](char c) { return c == 'e' || c == 'E'; })) {
     const double ns = std::strtod(std::string(t).c_str(), nullptr) * 1000.0;
     if (!(std::fabs(ns) < kLimitNs)) return std::nullopt;
     return static_cast<std::int64_t>(std::llround(ns));
@@ -316,10 +511,11 @@ double to_double(std::string_view t) {
 
 class TraceReader {
  public:
-  TraceReader(std::string_view text, const std::string& file) : s_(text, file), file_(file) {
+  TraceReader(Scanner& s, const std::string& file) : s_(s), file_(file) {
     out_.strings.emplace_back();
     ids_.emplace(std::string(), 0);
-    out_.events.reserve(text.size() / 200);  // Kineto's events take 150-300 bytes each
+    // Kineto's events take 150-300 bytes each (flows included); capacity never touched costs no memory.
+    out_.events.reserve(s.size_hint() / 200);
   }
 
   ParsedTrace run() {
@@ -378,7 +574,7 @@ class TraceReader {
           events();
           have_events = true;
         } else if (key == "deviceProperties" || key == "distributedInfo") {
-          std::string_view raw = s_.skip_value();
+          std::string_view raw = s_.raw_value();
           auto j = nlohmann::json::parse(raw, nullptr, false);
           if (!j.is_discarded()) (key == "deviceProperties" ? out_.device_properties : out_.distributed_info) = std::move(j);
         } else {
@@ -405,6 +601,21 @@ class TraceReader {
     } while (s_.next(']', "',' or ']' after an event"));
   }
 
+  // An event's members this reader reads, named before the window may slide (their key's view ends then).
+  enum class Member : std::uint8_t { other, name, ph, pid, ts, tid, dur, cat, args };
+  static Member member(std::string_view key) {
+    if (key.size() < 2) return Member::other;
+    switch (key[0]) {
+      case 'n': return key == "name" ? Member::name : Member::other;
+      case 'p': return key == "ph" ? Member::ph : key == "pid" ? Member::pid : Member::other;
+      case 't': return key == "ts" ? Member::ts : key == "tid" ? Member::tid : Member::other;
+      case 'd': return key == "dur" ? Member::dur : Member::other;
+      case 'c': return key == "cat" ? Member::cat : Member::other;
+      case 'a': return key == "args" ? Member::args : Member::other;
+      default: return Member::other;
+    }
+  }
+
   void event() {
     TraceEvent ev;
     bool have_name = false, have_ph = false, have_ts = false;
@@ -412,66 +623,39 @@ class TraceReader {
     s_.expect('{', "'{'");
     if (!s_.empty_container('}')) {
       do {
-        std::string_view key = s_.string();
+        const Member m = member(s_.string());
         s_.expect(':', "':' after an object key");
-        if (key.size() < 2) {
-          s_.skip_value();
-          continue;
-        }
-        switch (key[0]) {
-          case 'n':
-            if (key == "name") {
-              ev.name = intern(s_.string());
-              have_name = true;
+        switch (m) {
+          case Member::name:
+            ev.name = intern(s_.string());
+            have_name = true;
+            continue;
+          case Member::ph: {
+            std::string_view ph = s_.string();
+            ev.ph = ph.empty() ? '?' : ph[0];
+            have_ph = true;
+            continue;
+          }
+          case Member::pid: ev.pid = id_value(); continue;
+          case Member::ts:
+            ev.ts_ns = time_ns("ts");
+            have_ts = true;
+            continue;
+          case Member::tid: ev.tid = id_value(); continue;
+          case Member::dur: ev.dur_ns = time_ns("dur"); continue;
+          case Member::cat: {
+            const std::string_view cat = s_.string();
+            ev.cat = cat_from(cat);
+            if (ev.cat == EventCat::other && out_.other_categories.size() < 64) ++out_.other_categories[std::string(cat)];
+            continue;
+          }
+          case Member::args:
+            if (s_.peek() == '{') {
+              args(ev, arg_name);
               continue;
             }
             break;
-          case 'p':
-            if (key == "ph") {
-              std::string_view ph = s_.string();
-              ev.ph = ph.empty() ? '?' : ph[0];
-              have_ph = true;
-              continue;
-            }
-            if (key == "pid") {
-              ev.pid = id_value();
-              continue;
-            }
-            break;
-          case 't':
-            if (key == "ts") {
-              ev.ts_ns = time_ns("ts");
-              have_ts = true;
-              continue;
-            }
-            if (key == "tid") {
-              ev.tid = id_value();
-              continue;
-            }
-            break;
-          case 'd':
-            if (key == "dur") {
-              ev.dur_ns = time_ns("dur");
-              continue;
-            }
-            break;
-          case 'c':
-            if (key == "cat") {
-              const std::string_view cat = s_.string();
-              ev.cat = cat_from(cat);
-              if (ev.cat == EventCat::other && out_.other_categories.size() < 64) ++out_.other_categories[std::string(cat)];
-              continue;
-            }
-            break;
-          case 'a':
-            if (key == "args") {
-              if (s_.peek() == '{') {
-                args(ev, arg_name);
-                continue;
-              }
-            }
-            break;
-          default: break;
+          case Member::other: break;
         }
         s_.skip_value();
       } while (s_.next('}', "',' or '}' in an event"));
@@ -501,33 +685,57 @@ class TraceReader {
     out_.events.push_back(ev);
   }
 
+  // The args this reader reads, named as the event's members are.
+  enum class Arg : std::uint8_t {
+    other, external_id, correlation, sequence, fwd_tid, bytes, mem_bytes, mem_total, device, stream, device_type,
+    blocks_per_sm, occupancy, grid, block, name
+  };
+  static Arg arg(std::string_view key) {
+    switch (key.size()) {
+      case 4: return key == "grid" ? Arg::grid : key == "name" ? Arg::name : Arg::other;
+      case 5: return key == "bytes" ? Arg::bytes : key == "Bytes" ? Arg::mem_bytes : key == "block" ? Arg::block : Arg::other;
+      case 6: return key == "device" ? Arg::device : key == "stream" ? Arg::stream : Arg::other;
+      case 11:
+        return key == "External id" || key == "external id" ? Arg::external_id
+               : key == "correlation"                     ? Arg::correlation
+               : key == "Device Type"                     ? Arg::device_type
+                                                          : Arg::other;
+      case 13: return key == "Fwd thread id" ? Arg::fwd_tid : key == "blocks per SM" ? Arg::blocks_per_sm : Arg::other;
+      case 15: return key == "Sequence number" ? Arg::sequence : key == "Total Allocated" ? Arg::mem_total : Arg::other;
+      case 20: return key == "max_memory_allocated" ? Arg::mem_total : Arg::other;
+      case 25: return key == "est. achieved occupancy %" ? Arg::occupancy : Arg::other;
+      default: return Arg::other;
+    }
+  }
+
   void args(TraceEvent& ev, std::string& arg_name) {
     s_.expect('{', "'{'");
     if (s_.empty_container('}')) return;
     do {
-      std::string_view key = s_.string();
+      const Arg a = arg(s_.string());
       s_.expect(':', "':' after an object key");
       char c = s_.peek();
       if (c == '-' || (c >= '0' && c <= '9')) {
-        std::int64_t* slot = nullptr;
-        if (key == "External id" || key == "external id") slot = &ev.external_id;
-        else if (key == "correlation") slot = &ev.correlation;
-        else if (key == "Sequence number") slot = &ev.sequence;
-        else if (key == "Fwd thread id") slot = &ev.fwd_tid;
-        else if (key == "bytes") slot = &ev.bytes;
-        else if (key == "Bytes") slot = &ev.mem_bytes;
-        else if (key == "Total Allocated" || key == "max_memory_allocated") slot = &ev.mem_total;
         std::string_view num = s_.number();
-        if (slot) *slot = to_int(num);
-        else if (key == "device") ev.device = static_cast<std::int32_t>(to_int(num));
-        else if (key == "stream") ev.stream = static_cast<std::int32_t>(to_int(num));
-        else if (key == "Device Type") ev.device_type = static_cast<std::int32_t>(to_int(num));
-        else if (key == "blocks per SM") ev.blocks_per_sm = static_cast<float>(to_double(num));
-        else if (key == "est. achieved occupancy %") ev.occupancy = static_cast<float>(to_double(num));
+        switch (a) {
+          case Arg::external_id: ev.external_id = to_int(num); break;
+          case Arg::correlation: ev.correlation = to_int(num); break;
+          case Arg::sequence: ev.sequence = to_int(num); break;
+          case Arg::fwd_tid: ev.fwd_tid = to_int(num); break;
+          case Arg::bytes: ev.bytes = to_int(num); break;
+          case Arg::mem_bytes: ev.mem_bytes = to_int(num); break;
+          case Arg::mem_total: ev.mem_total = to_int(num); break;
+          case Arg::device: ev.device = static_cast<std::int32_t>(to_int(num)); break;
+          case Arg::stream: ev.stream = static_cast<std::int32_t>(to_int(num)); break;
+          case Arg::device_type: ev.device_type = static_cast<std::int32_t>(to_int(num)); break;
+          case Arg::blocks_per_sm: ev.blocks_per_sm = static_cast<float>(to_double(num)); break;
+          case Arg::occupancy: ev.occupancy = static_cast<float>(to_double(num)); break;
+          default: break;
+        }
         continue;
       }
-      if (c == '[' && (key == "grid" || key == "block")) {
-        std::int32_t* dst = key == "grid" ? ev.grid : ev.block;
+      if (c == '[' && (a == Arg::grid || a == Arg::block)) {
+        std::int32_t* dst = a == Arg::grid ? ev.grid : ev.block;
         s_.expect('[', "'['");
         int i = 0;
         if (!s_.empty_container(']')) {
@@ -543,7 +751,7 @@ class TraceReader {
         }
         continue;
       }
-      if (c == '"' && key == "name") {
+      if (c == '"' && a == Arg::name) {
         arg_name = std::string(s_.string());
         continue;
       }
@@ -551,7 +759,7 @@ class TraceReader {
     } while (s_.next('}', "',' or '}' in args"));
   }
 
-  Scanner s_;
+  Scanner& s_;
   const std::string& file_;
   ParsedTrace out_;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> ids_;
@@ -562,71 +770,163 @@ class TraceReader {
 
 ParsedTrace parse_trace(std::string_view text, const std::string& file) {
   if (text.empty()) throw TraceError(file + ": empty file (expected a torch.profiler trace, JSON)");
-  return TraceReader(text, file).run();
+  Scanner s(text, file);
+  return TraceReader(s, file).run();
 }
 
 namespace {
 
-std::string gunzip(std::string_view data, const std::string& file) {
-  z_stream z{};
-  if (inflateInit2(&z, 16 + MAX_WBITS) != Z_OK) throw TraceError(file + ": cannot start gzip decompression");
-  std::string out;
-  out.resize(std::max<std::size_t>(data.size() * 4, 1 << 16));
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-  z.avail_in = static_cast<uInt>(data.size());
-  int rc = Z_OK;
-  while (true) {
-    if (z.total_out >= out.size()) out.resize(out.size() * 2);
-    z.next_out = reinterpret_cast<Bytef*>(out.data() + z.total_out);
-    z.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - z.total_out, 1u << 30));
-    rc = inflate(&z, Z_NO_FLUSH);
-    if (rc == Z_STREAM_END) break;
-    if (rc == Z_BUF_ERROR && z.avail_in == 0) {
-      inflateEnd(&z);
-      throw TraceError(file + ": truncated gzip data (expected a complete .json.gz trace)");
-    }
-    if (rc != Z_OK && rc != Z_BUF_ERROR) {
-      inflateEnd(&z);
-      throw TraceError(file + ": corrupt gzip data (" + std::string(z.msg ? z.msg : "inflate failed") + ")");
+constexpr std::size_t kReadChunk = std::size_t{1} << 20;  // compressed bytes per read of a .json.gz
+
+// An open file descriptor, closed on destruction.
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(o.fd) { o.fd = -1; }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Opens a trace for reading; the size of the regular file it must be.
+Fd open_trace(const std::string& file, std::size_t& size) {
+  Fd fd(::open(file.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.fd < 0) throw TraceError(file + ": cannot open (expected a torch.profiler trace, .json or .json.gz)");
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw TraceError(file + ": not a regular file (expected a torch.profiler trace, .json or .json.gz)");
+  size = static_cast<std::size_t>(st.st_size);
+  ::posix_fadvise(fd.fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return fd;
+}
+
+// Up to `n` bytes of the file; fewer only at its end.
+std::size_t read_full(int fd, char* dst, std::size_t n, const std::string& file) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, dst + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) throw TraceError(file + ": cannot read (" + std::strerror(errno) + ")");
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+// A plain .json file, read in the chunks the scanner asks for.
+class FileSource final : public Source {
+ public:
+  explicit FileSource(const std::string& file) : file_(file), fd_(open_trace(file, size_)) {}
+  std::size_t read(char* dst, std::size_t n) override { return read_full(fd_.fd, dst, n, file_); }
+  std::unique_ptr<Source> reopen() const override { return std::make_unique<FileSource>(file_); }
+  std::size_t size_hint() const override { return size_; }
+
+ private:
+  std::string file_;
+  std::size_t size_ = 0;
+  Fd fd_;
+};
+
+// A .json.gz (one gzip member, as tensorboard_trace_handler writes), inflated as the scanner reads it.
+class GzipSource final : public Source {
+ public:
+  explicit GzipSource(const std::string& file) : file_(file), fd_(open_trace(file, size_)), in_(new char[kReadChunk]) {
+    if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) throw TraceError(file + ": cannot start gzip decompression");
+    // gzip's trailer holds the inflated size modulo 2^32: a hint for the events to reserve, trusted up to
+    // 32 times the compressed size (traces compress 10-20 times; a damaged trailer could say anything).
+    unsigned char tail[4] = {};
+    if (size_ >= 18 && ::pread(fd_.fd, tail, 4, static_cast<off_t>(size_ - 4)) == 4) {
+      hint_ = std::size_t{tail[0]} | std::size_t{tail[1]} << 8 | std::size_t{tail[2]} << 16 | std::size_t{tail[3]} << 24;
+      while (hint_ < size_) hint_ += std::size_t{1} << 32;
+      hint_ = std::min(hint_, size_ * 32);
     }
   }
-  out.resize(z.total_out);
-  inflateEnd(&z);
-  return out;
+  GzipSource(const GzipSource&) = delete;
+  GzipSource& operator=(const GzipSource&) = delete;
+  ~GzipSource() override { inflateEnd(&z_); }
+
+  std::size_t read(char* dst, std::size_t n) override {
+    if (done_ || failed_) return 0;
+    z_.next_out = reinterpret_cast<Bytef*>(dst);
+    z_.avail_out = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
+    const uInt want = z_.avail_out;
+    while (z_.avail_out > 0) {
+      if (z_.avail_in == 0 && !in_eof_) {
+        const std::size_t got = read_full(fd_.fd, in_.get(), kReadChunk, file_);
+        if (got == 0) in_eof_ = true;
+        z_.next_in = reinterpret_cast<Bytef*>(in_.get());
+        z_.avail_in = static_cast<uInt>(got);
+      }
+      const int rc = inflate(&z_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        done_ = true;
+        break;
+      }
+      if (rc == Z_BUF_ERROR && z_.avail_in == 0 && in_eof_) {
+        failed_ = true;
+        throw TraceError(file_ + ": truncated gzip data (expected a complete .json.gz trace)");
+      }
+      if (rc != Z_OK && rc != Z_BUF_ERROR) {
+        failed_ = true;
+        throw TraceError(file_ + ": corrupt gzip data (" + std::string(z_.msg ? z_.msg : "inflate failed") + ")");
+      }
+    }
+    return want - z_.avail_out;
+  }
+  std::unique_ptr<Source> reopen() const override { return std::make_unique<GzipSource>(file_); }
+  std::size_t size_hint() const override { return hint_; }
+
+  // Inflates the rest, throwing the truncated or corrupt data's error if there is one: a damaged .json.gz
+  // is reported as such, as when it was inflated whole before the scan, not by the JSON it inflated to
+  // before the damage was found (a flipped bit shows at the end, in the checksum).
+  void check_rest() {
+    std::unique_ptr<char[]> sink(new char[kReadChunk]);
+    while (read(sink.get(), kReadChunk) > 0) {
+    }
+  }
+
+ private:
+  std::string file_;
+  std::size_t size_ = 0;
+  std::size_t hint_ = 0;
+  Fd fd_;
+  std::unique_ptr<char[]> in_;
+  z_stream z_{};
+  bool in_eof_ = false;
+  bool done_ = false;
+  bool failed_ = false;
+};
+
+// Whether the file starts with gzip's magic bytes (the name's suffix is not trusted).
+bool is_gzip(const std::string& file) {
+  std::size_t size = 0;
+  Fd fd = open_trace(file, size);
+  unsigned char magic[2] = {};
+  return size >= 2 && ::pread(fd.fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
 }
 
 }  // namespace
 
 ParsedTrace read_trace(const std::filesystem::path& path) {
   const std::string file = path.string();
-  // Mapped, not read: a trace of a few hundred MB is scanned once, front to back.
-  int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw TraceError(file + ": cannot open (expected a torch.profiler trace, .json or .json.gz)");
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw TraceError(file + ": not a regular file (expected a torch.profiler trace, .json or .json.gz)");
+  // Streamed: the scanner holds a window of a few MB of the text, never the whole (plain or inflated).
+  if (!is_gzip(file)) {
+    FileSource src(file);
+    Scanner s(src, file);
+    if (s.empty()) throw TraceError(file + ": empty file (expected a torch.profiler trace, JSON)");
+    return TraceReader(s, file).run();
   }
-  const auto size = static_cast<std::size_t>(st.st_size);
-  if (size == 0) {
-    ::close(fd);
-    return parse_trace({}, file);
+  GzipSource src(file);
+  try {
+    Scanner s(src, file);
+    if (s.empty()) throw TraceError(file + ": empty file (expected a torch.profiler trace, JSON)");
+    return TraceReader(s, file).run();
+  } catch (const TraceError&) {
+    src.check_rest();
+    throw;
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map == MAP_FAILED) throw TraceError(file + ": cannot map the file into memory");
-  ::madvise(map, size, MADV_SEQUENTIAL);
-  struct Unmap {
-    void* p;
-    std::size_t n;
-    ~Unmap() { ::munmap(p, n); }
-  } unmap{map, size};
-  std::string_view text(static_cast<const char*>(map), size);
-  if (size >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b) {
-    std::string inflated = gunzip(text, file);
-    return parse_trace(inflated, file);
-  }
-  return parse_trace(text, file);
 }
 
 }  // namespace wb::ingest

@@ -107,7 +107,10 @@ struct ParsedTrace {
 // Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that
 // is no trace (with what was found), a truncated file (with the byte offset where it ends).
 ParsedTrace parse_trace(std::string_view text, const std::string& file);
-// Reads and parses a file (.json, or gzip-compressed .json.gz as tensorboard_trace_handler writes).
+// Reads and parses a file (.json, or gzip-compressed .json.gz as tensorboard_trace_handler writes) as
+// it is read: in chunks of a few MB (inflated chunk by chunk), so that the memory it takes is that of the
+// events, not of the text (a window of the text grows only for an event longer than half of it). Throws
+// as parse_trace does, and for a truncated or corrupt .json.gz.
 ParsedTrace read_trace(const std::filesystem::path& path);
 
 }  // namespace wb::ingest
