@@ -554,6 +554,9 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   Launches launches = index_launches(threads);
   store::Writer w(import_writer_options(path, rt.rank, build_indexes));
   auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, threads, info);
+  // Every event is a node or a kernel row by now: the parsed events go before the rows are written.
+  events.streams.clear();
+  std::vector<TraceEvent>().swap(tr.events);
 
   // Trace string ids -> the run file's, interned once each.
   std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
