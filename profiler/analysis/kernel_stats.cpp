@@ -72,8 +72,9 @@ std::vector<OpDeviceStat> op_device_stats(const RunData& run) {
     for (const auto& k : rows)
       if (k.corr_id != 0) device_by_corr[k.corr_id] += std::max<std::int64_t>(0, k.end_ns - k.start_ns);
   std::map<std::uint32_t, OpDeviceStat> by_name;
-  for (const auto& [track_id, rows] : run.ranges) {
-    const store::TrackRow* t = run.track(track_id);
+  for (const auto& track_rows : run.ranges) {
+    const std::vector<store::RangeRow>& rows = track_rows.second;  // a plain reference: lambdas capture it
+    const store::TrackRow* t = run.track(track_rows.first);
     if (t && std::string_view(run.name(t->name)).ends_with(store::kPythonTrackSuffix)) continue;
     // Enclosing ranges first: by start, then the longer one.
     std::vector<std::size_t> order(rows.size());
