@@ -327,30 +327,27 @@ class Scanner {
     }
     what = "the end of a number";
     if (q >= e_) return nullptr;
-    if (*q == '.') {
-      ++q;
-      what = "a digit after the decimal point";
-      if (q >= e_) return nullptr;
+    // One or more digits (a fraction's, an exponent's), `expected` naming them; false when the window
+    // ends before the number does.
+    auto digits = [&](const char* expected) {
+      what = expected;
+      if (q >= e_) return false;
       if (!digit(*q)) {
         p_ = q;
         fail(what);
       }
       while (q < e_ && digit(*q)) ++q;
       what = "the end of a number";
-      if (q >= e_) return nullptr;
+      return q < e_;
+    };
+    if (*q == '.') {
+      ++q;
+      if (!digits("a digit after the decimal point")) return nullptr;
     }
     if (*q == 'e' || *q == 'E') {
       ++q;
       if (q < e_ && (*q == '+' || *q == '-')) ++q;
-      what = "an exponent";
-      if (q >= e_) return nullptr;
-      if (!digit(*q)) {
-        p_ = q;
-        fail(what);
-      }
-      while (q < e_ && digit(*q)) ++q;
-      what = "the end of a number";
-      if (q >= e_) return nullptr;
+      if (!digits("an exponent")) return nullptr;
     }
     return q;
   }
