@@ -43,7 +43,10 @@ wb::test::ProcessResult check_with_oracle(const wb::test::TempDir& dir, const st
                                            const std::string& plant = "", const fs::path& oracle = kOracle) {
   const std::string run = dir.file("run-" + std::to_string(traces.size()) + traces.front().stem().string() + ".sqlite");
   std::string files;
-  for (const auto& t : traces) files += " " + shell_quote(t.string());
+  for (const auto& t : traces) {
+    files += ' ';
+    files += shell_quote(t.string());
+  }
   auto r = wb::test::run_command(kWb.string() + " import torch-trace" + files + " --out " + run + " --overwrite --quiet");
   REQUIRE(r.exit_code == 0);
   const std::string json = run + ".json";
