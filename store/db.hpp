@@ -28,7 +28,7 @@ class StoreError : public std::runtime_error {
 };
 
 // The schema version this build writes; PRAGMA user_version and meta.schema_version both hold it.
-inline constexpr int kSchemaVersion = 3;  // store/migrate.hpp: what each version holds
+inline constexpr int kSchemaVersion = 4;  // store/migrate.hpp: what each version holds
 
 // Turns a non-OK SQLite result into a StoreError naming the file, the statement, SQLite's message and
 // the caller's file:line. SQLITE_ROW and SQLITE_DONE count as success.

@@ -219,6 +219,8 @@ void copy_rank(Db& db, const RankFile& f) {
   // Every rank's captured windows (each rank file holds its own rows).
   if (has("capture_window"))
     db.exec("INSERT INTO main.capture_window SELECT * FROM src.capture_window ORDER BY rowid;");
+  if (has("comm_calibration"))
+    db.exec("INSERT INTO main.comm_calibration SELECT * FROM src.comm_calibration ORDER BY rowid;");
   if (has("memory"))
     db.exec("INSERT INTO main.memory(rank, t_ns, step, bytes, live_bytes, role, name_id) SELECT x.rank, " +
             t("t_ns") + ", x.step, x.bytes, x.live_bytes, x.role, smap.new FROM src.memory x CROSS JOIN smap "
@@ -234,6 +236,7 @@ void copy_rank(Db& db, const RankFile& f) {
             "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
             "WHERE key NOT IN ('rank', 'schema_version');");
     if (has("evaluation")) db.exec("INSERT INTO main.evaluation SELECT * FROM src.evaluation;");
+    if (has("split_trial")) db.exec("INSERT INTO main.split_trial SELECT * FROM src.split_trial;");
   } else {
     // Facts of one rank are keyed '<name>.rank<R>' (an image folder's dumped batch, its bad images).
     db.exec("INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta WHERE key GLOB '*.rank[0-9]*';");

@@ -47,6 +47,13 @@ const Step kSteps[] = {
      {},
      {{"kernel", "blocks_per_sm", "REAL", "-1"}, {"kernel", "occupancy", "REAL", "-1"},
       {"kernel", "launch_ns", "INTEGER", "-1"}, {"kernel", "launch_end_ns", "INTEGER", "-1"}}},
+    {4,
+     {{"comm_calibration", "rank INTEGER NOT NULL, kind TEXT NOT NULL, bytes INTEGER NOT NULL, reps INTEGER NOT NULL, "
+                           "median_ns INTEGER NOT NULL, min_ns INTEGER NOT NULL"},
+      {"split_trial", "round INTEGER NOT NULL, candidate TEXT NOT NULL, split TEXT NOT NULL, steps INTEGER NOT NULL, "
+                      "median_step_ns INTEGER NOT NULL, predicted_step_ns INTEGER NOT NULL, exit_code INTEGER NOT NULL, "
+                      "run TEXT NOT NULL, utc TEXT NOT NULL"}},
+     {}},
 };
 
 // The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").

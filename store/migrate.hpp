@@ -7,6 +7,7 @@
 //              migrated file: a version-1 build recorded none of them)
 //   version 3  adds kernel.blocks_per_sm, occupancy, launch_ns and launch_end_ns (-1 in a migrated file:
 //              unknown)
+//   version 4  adds comm_calibration and split_trial (empty in a migrated file)
 // Each step's SQL is frozen here as it was at its version; schema.sql is always the newest schema. Builds
 // of one version did not all write the same tables (version-1 files of later builds already have some
 // of version 2's): a table a file has is kept, rows and all, when its columns are the step's, and is an

@@ -372,6 +372,34 @@ std::vector<CaptureWindowRow> Reader::capture_windows() {
   });
 }
 
+namespace {
+
+std::string column_string(sqlite3_stmt* h, int i) {
+  const unsigned char* t = sqlite3_column_text(h, i);
+  return t != nullptr ? std::string(reinterpret_cast<const char*>(t)) : std::string();
+}
+
+}  // namespace
+
+std::vector<CommCalibrationRow> Reader::comm_calibrations() {
+  auto& st = db_->prepare("SELECT rank, kind, bytes, reps, median_ns, min_ns FROM comm_calibration ORDER BY rank, kind, bytes");
+  return collect<CommCalibrationRow>(st, [](sqlite3_stmt* h) {
+    return CommCalibrationRow{sqlite3_column_int(h, 0), column_string(h, 1), sqlite3_column_int64(h, 2),
+                              sqlite3_column_int(h, 3), sqlite3_column_int64(h, 4), sqlite3_column_int64(h, 5)};
+  });
+}
+
+std::vector<SplitTrialRow> Reader::split_trials() {
+  auto& st = db_->prepare(
+      "SELECT round, candidate, split, steps, median_step_ns, predicted_step_ns, exit_code, run, utc FROM split_trial "
+      "ORDER BY rowid");
+  return collect<SplitTrialRow>(st, [](sqlite3_stmt* h) {
+    return SplitTrialRow{sqlite3_column_int(h, 0),   column_string(h, 1),       column_string(h, 2),
+                         sqlite3_column_int(h, 3),   sqlite3_column_int64(h, 4), sqlite3_column_int64(h, 5),
+                         sqlite3_column_int(h, 6),   column_string(h, 7),       column_string(h, 8)};
+  });
+}
+
 std::vector<PipelineSpanRow> Reader::pipeline_spans() {
   auto& st = db_->prepare(
       "SELECT rank, step, stage, micro, kind, peer, bytes, post_ns, start_ns, end_ns FROM pipeline_span "

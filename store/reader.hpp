@@ -78,6 +78,10 @@ class Reader {
   std::vector<EvaluationRow> evaluations();
   // Triggered capture's windows by rank and first step; none for a full recording or an older file.
   std::vector<CaptureWindowRow> capture_windows();
+  // The communicator's calibration by rank, kind and size; none for a run without one.
+  std::vector<CommCalibrationRow> comm_calibrations();
+  // wb tune-split's trials in the order they ran.
+  std::vector<SplitTrialRow> split_trials();
   std::vector<ComparisonEntryRow> comparison_rows(std::int64_t comparison_id);
 
   // The connection, for queries this class does not offer.

@@ -111,6 +111,31 @@ struct StepRow {
   bool operator==(const StepRow&) const = default;
 };
 
+// One measurement of the communicator's calibration (schema.sql, comm_calibration).
+struct CommCalibrationRow {
+  std::int32_t rank = 0;
+  std::string kind;        // allreduce, compute, compute_during_allreduce, allreduce_during_compute
+  std::int64_t bytes = 0;  // message size (0 for compute)
+  std::int32_t reps = 0;
+  std::int64_t median_ns = 0;
+  std::int64_t min_ns = 0;
+  bool operator==(const CommCalibrationRow&) const = default;
+};
+
+// One trial of an allreduce split (wb tune-split; schema.sql, split_trial).
+struct SplitTrialRow {
+  std::int32_t round = 0;
+  std::string candidate;
+  std::string split;
+  std::int32_t steps = 0;
+  std::int64_t median_step_ns = -1;
+  std::int64_t predicted_step_ns = -1;
+  std::int32_t exit_code = 0;
+  std::string run;
+  std::string utc;
+  bool operator==(const SplitTrialRow&) const = default;
+};
+
 // One evaluation of the model (wb-train --eval): accuracy over `images` held-out images, summed over
 // every rank (rank 0 records it).
 struct EvaluationRow {

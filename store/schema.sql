@@ -1,4 +1,4 @@
--- wb run file, schema version 3 (store/migrate.hpp: what each version added, and the migration steps).
+-- wb run file, schema version 4 (store/migrate.hpp: what each version added, and the migration steps).
 -- One file per run (or per rank before `wb merge`). Python's sqlite3 reads it with no extra package.
 -- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
 -- offset before writing, and keeps the offsets in `rank` so drift can be checked.
@@ -7,7 +7,7 @@
 -- through the migration steps in store/migrate.cpp; a newer one is an error naming both versions.
 
 -- Key/value metadata of the run.
---   schema_version  this schema's version ("3")
+--   schema_version  this schema's version ("4")
 --   created_utc     ISO-8601 UTC time the file was created
 --   config_json     the trainer's resolved configuration, JSON
 --   world_size      number of ranks in the job
@@ -235,4 +235,34 @@ CREATE TABLE memory (
   role       INTEGER NOT NULL,  -- 0 activation, 1 gradient, 2 parameter, 3 momentum, 4 workspace, 5 data, 6 other
   name_id    INTEGER NOT NULL   -- string.id: the module whose op allocated it ("layer1.0.conv1", "loss"), or the
                                 --   buffer ("parameters", "gradients", "momentum", "batch") or op of another tool
+);
+
+-- The communicator's calibration (wb-train --calibrate-comm, on by default in data-parallel runs), per
+-- rank, each measurement after a barrier so no rank's lateness is in it: kind allreduce (bytes = message
+-- size, the collective alone), compute (bytes 0: a 3x3 64-channel convolution's forward and backwards,
+-- alone), compute_during_allreduce (that convolution while a second thread runs back-to-back allreduces
+-- of `bytes`) and allreduce_during_compute (those allreduces). The split model predicts from these
+-- rows. Absent from files written before the calibration (schema version 4).
+CREATE TABLE comm_calibration (
+  rank      INTEGER NOT NULL,
+  kind      TEXT NOT NULL,
+  bytes     INTEGER NOT NULL,
+  reps      INTEGER NOT NULL,  -- measurements taken
+  median_ns INTEGER NOT NULL,
+  min_ns    INTEGER NOT NULL
+);
+
+-- Trial runs of allreduce splits (wb tune-split RUN writes them into RUN): each candidate trained for a
+-- few steps with the run's own configuration, candidates alternated round by round. Absent from files
+-- written before schema version 4.
+CREATE TABLE split_trial (
+  round             INTEGER NOT NULL,  -- 0-based; every candidate runs once per round
+  candidate         TEXT NOT NULL,     -- "current", "model best", "single bucket", ...
+  split             TEXT NOT NULL,     -- as --allreduce-split takes it ("none": one bucket)
+  steps             INTEGER NOT NULL,  -- steps measured (after the warmup steps)
+  median_step_ns    INTEGER NOT NULL,  -- median over the measured steps and ranks; -1 when the trial failed
+  predicted_step_ns INTEGER NOT NULL,  -- the model's prediction before the trial; -1 for none
+  exit_code         INTEGER NOT NULL,
+  run               TEXT NOT NULL,     -- the trial's own run file, or "" when it was not kept
+  utc               TEXT NOT NULL      -- ISO-8601 time the trial ended
 );

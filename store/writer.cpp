@@ -178,11 +178,12 @@ struct Writer::Pending {
   std::vector<PipelineSpanRow> pipeline_spans;
   std::vector<PipelineStepRow> pipeline_steps;
   std::vector<MemoryRow> memory;
+  std::vector<CommCalibrationRow> calibrations;
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
            tensors.size() + evaluations.size() + capture_windows.size() + pipeline_spans.size() + pipeline_steps.size() +
-           memory.size();
+           memory.size() + calibrations.size();
   }
   bool empty() const {
     return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
@@ -201,6 +202,7 @@ struct Writer::Pending {
     pipeline_spans.clear();
     pipeline_steps.clear();
     memory.clear();
+    calibrations.clear();
   }
 };
 
@@ -355,6 +357,11 @@ WB_WRITER_ADD(MemoryRow, memory)
 void Writer::add(const EvaluationRow& row) {
   std::lock_guard lk(mutex_);
   if (admit(1)) pending_->evaluations.push_back(row);
+}
+
+void Writer::add(std::span<const CommCalibrationRow> rows) {
+  std::lock_guard lk(mutex_);
+  if (admit(rows.size())) pending_->calibrations.insert(pending_->calibrations.end(), rows.begin(), rows.end());
 }
 
 void Writer::add(const CaptureWindowRow& row) {
@@ -656,6 +663,13 @@ void insert_capture_windows(Db& db, const std::vector<CaptureWindowRow>& windows
         .bind(6, c.detail).run();
 }
 
+void insert_calibrations(Db& db, const std::vector<CommCalibrationRow>& rows) {
+  if (rows.empty()) return;
+  auto& st = db.prepare("INSERT INTO comm_calibration(rank, kind, bytes, reps, median_ns, min_ns) VALUES (?, ?, ?, ?, ?, ?)");
+  for (const CommCalibrationRow& c : rows)
+    st.bind(1, c.rank).bind(2, c.kind).bind(3, c.bytes).bind(4, c.reps).bind(5, c.median_ns).bind(6, c.min_ns).run();
+}
+
 // The events dropped so far, in meta and in the rank's row.
 void record_dropped_events(Db& db, std::uint64_t dropped_now, int rank) {
   auto dropped_text = std::to_string(dropped_now);
@@ -688,6 +702,7 @@ bool Writer::commit(Pending& batch) {
     insert_tensors(db, batch.tensors);
     insert_evaluations(db, batch.evaluations);
     insert_capture_windows(db, batch.capture_windows);
+    insert_calibrations(db, batch.calibrations);
     if (dropped_now != dropped_written_) record_dropped_events(db, dropped_now, opts_.rank);
     tx.commit();
     dropped_written_ = dropped_now;
@@ -726,6 +741,20 @@ std::int64_t save_comparison(const std::filesystem::path& run, const ComparisonR
     st.bind(1, id).bind(2, r.exec_order).bind(3, r.name).bind(4, r.kind).bind(5, r.status).bind(6, r.metrics_json).run();
   tx.commit();
   return id;
+}
+
+}  // namespace wb::store
+
+namespace wb::store {
+
+void save_split_trial(const std::filesystem::path& run, const SplitTrialRow& t) {
+  Db db = open_run(run, OpenMode::read_write);
+  db.prepare(
+        "INSERT INTO split_trial(round, candidate, split, steps, median_step_ns, predicted_step_ns, exit_code, run, utc) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+      .bind(1, t.round).bind(2, t.candidate).bind(3, t.split).bind(4, t.steps).bind(5, t.median_step_ns)
+      .bind(6, t.predicted_step_ns).bind(7, t.exit_code).bind(8, t.run).bind(9, t.utc.empty() ? utc_now_iso() : t.utc)
+      .run();
 }
 
 }  // namespace wb::store

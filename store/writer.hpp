@@ -97,6 +97,7 @@ class Writer {
   void add(std::span<const StepRow> rows);
   void add(const EvaluationRow& row);
   void add(const CaptureWindowRow& row);
+  void add(std::span<const CommCalibrationRow> rows);
   void add(const MemoryRow& row);
   void add(std::span<const MemoryRow> rows);
   void add(const PipelineSpanRow& row);
@@ -165,5 +166,7 @@ class Writer {
 // Appends a comparison and its rows to an existing run file; returns the comparison's id.
 std::int64_t save_comparison(const std::filesystem::path& run, const ComparisonRow& comparison,
                              std::span<const ComparisonEntryRow> rows);
+// Appends one split trial (wb tune-split) to an existing run file, migrating an older file first.
+void save_split_trial(const std::filesystem::path& run, const SplitTrialRow& trial);
 
 }  // namespace wb::store

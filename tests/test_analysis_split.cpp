@@ -222,3 +222,89 @@ TEST_CASE("a split model built from a recorded run", "[analysis]") {
   }
   REQUIRE_THROWS_AS(analysis::build_split_model(analysis::load_run(empty)), analysis::AnalysisError);
 }
+
+namespace {
+
+// Two ranks, two parameters of 100 floats (400 B), buckets {p1} and {p0} (split 1), two steps each.
+// Rank 0's backward runs t..t+2000 (m1 ends at +1000, m0 at +2000); rank 1's starts 500 ns later.
+// Measured collectives: {p1} from each rank's ready time to t+1600; {p0} from each rank's ready time to
+// t+2700. Calibration: alone 200 ns at 400 B and 2000 ns at 4000 B (0.5 ns/B), 600 ns at 400 B while
+// backward runs, compute twice as slow while a collective runs (s = 1).
+analysis::RunData calibrated_run() {
+  analysis::RunData run;
+  run.strings = {"", "main", "m0", "m1", "step"};
+  for (int r = 0; r < 2; ++r) run.tracks.push_back(store::TrackRow{static_cast<std::uint32_t>(r + 1), r, store::TrackKind::thread, 1});
+  run.params = {store::ParamRow{0, "m0.weight", {100}, 100, 1, true}, store::ParamRow{1, "m1.weight", {100}, 100, 0, true}};
+  for (int s = 0; s < 2; ++s) {
+    const std::int64_t t = 1'000'000 * (s + 1);
+    for (int r = 0; r < 2; ++r) {
+      const std::int64_t b = t + 500 * r;
+      const auto track = static_cast<std::uint32_t>(r + 1);
+      auto& ranges = run.ranges[track];
+      ranges.push_back(store::RangeRow{track, 4, t - 5000, t + 5000, 7, 0, s, 0});
+      ranges.push_back(store::RangeRow{track, 3, b, b + 1000, 1, 1, s, 0});
+      ranges.push_back(store::RangeRow{track, 2, b + 1000, b + 2000, 1, 1, s, 0});
+      run.steps.push_back(store::StepRow{r, s, t - 5000, t + 5000, 0, 0, 1.0, 0.1, 8});
+      run.allreduces.push_back(store::AllreduceRow{r, s, 0, 1, 1, 400, b + 1000, b + 1000, t + 1600});
+      run.allreduces.push_back(store::AllreduceRow{r, s, 1, 0, 0, 400, b + 2000, b + 2000, t + 2700});
+    }
+  }
+  for (int r = 0; r < 2; ++r) {
+    run.calibration.push_back(store::CommCalibrationRow{r, "allreduce", 400, 5, 200, 190});
+    run.calibration.push_back(store::CommCalibrationRow{r, "allreduce", 4000, 5, 2000, 1900});
+    run.calibration.push_back(store::CommCalibrationRow{r, "allreduce_during_compute", 400, 8, r == 0 ? 900 : 600, 500});
+    run.calibration.push_back(store::CommCalibrationRow{r, "compute", 0, 9, 1000, 990});
+    run.calibration.push_back(store::CommCalibrationRow{r, "compute_during_allreduce", 400, 9, 2000, 1900});
+  }
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("the calibrated model simulates every rank, and a collective starts when the last rank joins",
+          "[analysis]") {
+  const analysis::RunData run = calibrated_run();
+  const SplitModel m = analysis::build_split_model(run);
+  REQUIRE(m.calibrated);
+  REQUIRE(m.ranks.size() == 2);
+  // While computing, the rank that marked last is the collective's cost (rank 1's 600 ns, not rank 0's 900).
+  CHECK_THAT(analysis::allreduce_during_ns(m, 400), WithinAbs(600, 1e-9));
+  CHECK_THAT(analysis::allreduce_ns(m, 800), WithinAbs(400, 1e-9));   // between the sizes
+  CHECK_THAT(analysis::allreduce_ns(m, 8000), WithinAbs(4000, 1e-9)); // past the largest: the last slope
+  CHECK_THAT(analysis::compute_slowdown(m, 400), WithinAbs(1.0, 1e-9));
+  // Work: rank 0's {p1} collective ran 1000..1600 inside its backward: 600 ns at half speed, 300 ns of work
+  // lost, so its backward is 1700 ns of work; rank 1's ran 1500..1600 (relative 1000..1100): 50 lost.
+  CHECK_THAT(m.ranks[0].offset_ns, WithinAbs(0, 1e-9));
+  CHECK_THAT(m.ranks[1].offset_ns, WithinAbs(500, 1e-9));
+  CHECK_THAT(m.ranks[0].ready_work[1], WithinAbs(1000, 1e-9));
+  CHECK_THAT(m.ranks[0].compute_work, WithinAbs(1700, 1e-9));
+  CHECK_THAT(m.ranks[1].compute_work, WithinAbs(1950, 1e-9));
+  CHECK_THAT(m.measured_tail_ns, WithinAbs(2700, 1e-9));
+
+  // The run's own split, by hand: {p1} is ready on rank 0 at 1000 and on rank 1 at 1500; it starts at
+  // 1500 (the last rank to join) and takes 600: 1500..2100. Rank 0 computes at half speed from 1000 to
+  // 2100 (550 of work, 1550 done), then 150 more: p0 at 2250. Rank 1, half speed 1500..2100 (300 work,
+  // 1300 done), 650 more: 2750. {p0} runs alone after backward: 2750..2950.
+  const analysis::Prediction own = analysis::predict(m, m.current_split);
+  REQUIRE(own.buckets.size() == 2);
+  CHECK_THAT(own.buckets[0].start_ns, WithinAbs(1500, 1e-9));
+  CHECK_THAT(own.buckets[0].end_ns, WithinAbs(2100, 1e-9));
+  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2750, 1e-9));
+  CHECK_THAT(own.buckets[1].end_ns, WithinAbs(2950, 1e-9));
+  CHECK_THAT(own.compute_end_ns, WithinAbs(2750, 1e-9));
+  CHECK_THAT(own.step_ns, WithinAbs(10'000, 1e-9));  // the measured step: the run's own split replayed
+
+  // One bucket after backward: rank 0 ready at 1700, rank 1 at 500 + 1950 = 2450; 800 B alone: 400 ns.
+  const analysis::Prediction single = analysis::predict(m, std::vector<int>{});
+  CHECK_THAT(single.buckets[0].start_ns, WithinAbs(2450, 1e-9));
+  CHECK_THAT(single.comm_end_ns, WithinAbs(2850, 1e-9));
+  CHECK_THAT(single.step_ns, WithinAbs(10'000 + 2850 - 2950, 1e-9));
+
+  // The alpha-beta model of the same run knows nothing of ranks: its {p1} starts at rank-mean ready time.
+  CHECK(analysis::predict_alpha_beta(m, m.current_split).buckets[0].start_ns < 1500);
+  // The report says which model it used.
+  std::ostringstream text;
+  analysis::write_split_suggestions(run, text);
+  CHECK(text.str().find("cost model: the communicator's calibration, simulated across 2 ranks") != std::string::npos);
+  CHECK(text.str().find("The model's pick:") != std::string::npos);
+}

@@ -248,6 +248,8 @@ TEST_CASE("a version-1 file opened read-only is read through the migration and l
     CHECK(r.capture_windows().empty());
     CHECK(r.pipeline_spans().empty());
     CHECK(r.pipeline_steps().empty());
+    CHECK(r.comm_calibrations().empty());  // version 4's
+    CHECK(r.split_trials().empty());
     const auto counts = r.row_counts();
     CHECK(counts.at("memory") == 0);
     CHECK(counts.at("range") == 3);
@@ -265,14 +267,17 @@ TEST_CASE("a version-1 file opened for writing is migrated in place, in one tran
   auto rows = [&] {
     Reader r(path);
     auto c = r.row_counts();
-    for (const char* t : {"evaluation", "pipeline_span", "pipeline_step", "capture_window", "memory"}) c.erase(t);
+    for (const char* t : {"evaluation", "pipeline_span", "pipeline_step", "capture_window", "memory", "comm_calibration",
+                          "split_trial"})
+      c.erase(t);
     return c;
   };
   const auto before = rows();
   {
     Db db = open_run(path, OpenMode::read_write);
     CHECK(db.query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
-                         "('evaluation', 'pipeline_span', 'pipeline_step', 'capture_window', 'memory')") == 5);
+                         "('evaluation', 'pipeline_span', 'pipeline_step', 'capture_window', 'memory', "
+                         "'comm_calibration', 'split_trial')") == 7);
   }
   CHECK(user_version(path) == kSchemaVersion);
   Reader r(path);
@@ -384,4 +389,34 @@ TEST_CASE("a version-1 file's kernels read with version 3's launch columns unkno
   CHECK(user_version(path) == kSchemaVersion);
   Reader r(path);
   check(r);
+}
+
+TEST_CASE("calibration rows round-trip, and a split trial is appended to a version-1 file, migrating it", "[store]") {
+  TempDir dir;
+  const auto path = dir / "cal.sqlite";
+  const std::vector<CommCalibrationRow> rows = {{0, "allreduce", 4096, 7, 3100, 2900},
+                                                {1, "compute_during_allreduce", 65536, 9, 9900000, 9000000}};
+  {
+    WriterOptions o;
+    o.path = path;
+    o.handle_signals = false;
+    Writer w(o);
+    w.add(std::span<const CommCalibrationRow>(rows));
+    w.finish();
+  }
+  {
+    Reader r(path);
+    CHECK(r.comm_calibrations() == rows);
+  }
+  const SplitTrialRow trial{1, "DDP 25 MB", "81,132,144,156", 10, 687'000'000, 801'000'000, 0, "", "2026-11-28T00:00:00Z"};
+  save_split_trial(path, trial);
+  CHECK(Reader(path).split_trials() == std::vector<SplitTrialRow>{trial});
+
+  const auto v1 = dir / "v1.sqlite";
+  make_v1_run(v1);
+  save_split_trial(v1, trial);
+  CHECK(user_version(v1) == kSchemaVersion);
+  Reader r(v1);
+  CHECK(r.split_trials() == std::vector<SplitTrialRow>{trial});
+  CHECK(r.row_counts().at("range") == 3);
 }

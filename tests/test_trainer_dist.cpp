@@ -117,6 +117,34 @@ TEST_CASE("2 ranks: --check-sync passes 20 steps and the merged run file holds b
   for (const auto& s : spans) bytes_by_bucket[s.bucket] = s.bytes;
   REQUIRE(bytes_by_bucket.size() == 3);
   CHECK(bytes_by_bucket[2] == 10 * 4);  // fc.bias of 10 classes alone in the last bucket
+
+  // The communicator's calibration before step 0, on both ranks: allreduce alone from 4 KiB, x4 each
+  // size, up to the job's gradient bytes; the convolution alone; and buckets of 4 KiB .. 16 MiB marked
+  // ready between convolutions, with the convolutions meanwhile.
+  CHECK(r.sync.out.find("wb-train: communicator calibrated in ") != std::string::npos);
+  std::int64_t grad_bytes = 0;
+  for (const auto& p : run.params()) grad_bytes += p.numel * 4;
+  const auto cal = run.comm_calibrations();
+  for (int rank : {0, 1}) {
+    CAPTURE(rank);
+    std::vector<std::int64_t> sizes;
+    std::map<std::string, int> kinds;
+    for (const auto& c : cal) {
+      if (c.rank != rank) continue;
+      ++kinds[c.kind];
+      CHECK(c.median_ns > 0);
+      CHECK(c.min_ns <= c.median_ns);
+      CHECK(c.reps >= 3);
+      if (c.kind == "allreduce") sizes.push_back(c.bytes);
+    }
+    REQUIRE(sizes.size() >= 2);
+    CHECK(sizes.front() == 4096);
+    CHECK(sizes.back() == grad_bytes);
+    for (std::size_t i = 1; i + 1 < sizes.size(); ++i) CHECK(sizes[i] == 4 * sizes[i - 1]);
+    CHECK(kinds["compute"] == 1);
+    CHECK(kinds["allreduce_during_compute"] == 4);
+    CHECK(kinds["compute_during_allreduce"] == 4);
+  }
 }
 
 TEST_CASE("2 ranks: buckets start allreducing before backward ends", "[trainer][mpi]") {

@@ -83,6 +83,7 @@ const Option kOptions[] = {
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
     {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
+    {"calibrate_comm", &TrainConfig::calibrate_comm, "before step 0, time one allreduce per message size and the compute's slowdown while one runs, for wb suggest-split and wb tune-split (default on in multi-rank data-parallel runs; --no-calibrate-comm turns it off)"},
     {"bucket_mb", &TrainConfig::bucket_mb, "X: size-based allreduce buckets of X MB (default 25)"},
     {"nproc", &TrainConfig::nproc, "N: relaunch under mpirun with N ranks on this host"},
     {"eval", &TrainConfig::eval, "report top-1/top-5 accuracy on the test split after training"},
@@ -290,6 +291,7 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
     if (a == "--no-profile") { cfg.profile = false; continue; }
     if (a == "--no-memory-profile") { cfg.memory_profile = false; continue; }
     if (a == "--no-random-flip") { cfg.random_flip = false; continue; }
+    if (a == "--no-calibrate-comm") { cfg.calibrate_comm = false; continue; }
     if (a == "--dump-ranks") {
       if (!has_value) {
         if (i + 1 >= args.size()) throw ConfigError("--dump-ranks: expected 'all' or '0'");
@@ -482,6 +484,7 @@ std::string usage() {
     if (std::string_view(o2.key) == "profile") flag = "--no-profile";
     if (std::string_view(o2.key) == "memory_profile") flag = "--no-memory-profile";
     if (std::string_view(o2.key) == "random_flip") flag = "--no-random-flip";
+    if (std::string_view(o2.key) == "calibrate_comm") flag = "--no-calibrate-comm";
     o << "  " << flag;
     for (size_t n = flag.size(); n < 22; ++n) o << ' ';
     o << ' ' << o2.help << '\n';

@@ -83,6 +83,7 @@ struct TrainConfig {
   // means not given. Not given: size-based buckets (--bucket-mb, default 25 MB).
   std::optional<allreduce::SplitPoints> allreduce_split;
   double bucket_mb = 0.0;  // 0 with no split: default 25 MB buckets
+  bool calibrate_comm = true;  // multi-rank data parallel: the communicator's calibration before step 0
   int nproc = 0;           // >0: relaunch under mpirun with N ranks
   bool eval = false;
   std::filesystem::path save;

@@ -11,7 +11,9 @@
 #include <sstream>
 
 #include "trainer/checkpoint.hpp"
+#include "trainer/comm_calibration.hpp"
 #include "trainer/input.hpp"
+#include "trainer/parallel/clock.hpp"
 #include "trainer/parallel/world.hpp"
 
 namespace wb::trainer {
@@ -217,6 +219,20 @@ Learner make_learner(const TrainConfig& cfg, Placement& place, std::int64_t tota
 
 // ---- gradients across ranks -------------------------------------------------------------------------
 
+// The communicator's calibration (comm_calibration.hpp) into the run file, with a line on rank 0.
+void calibrate(parallel::Communicator& comm, backend::Backend& be, const std::vector<parallel::Bucket>& buckets,
+               store::Writer& writer) {
+  CalibrationOptions o;
+  for (const auto& b : buckets) o.max_bytes += b.bytes();
+  const std::int64_t t0 = parallel::now_ns();
+  const auto rows = calibrate_comm(comm, be, o);
+  writer.add(std::span<const store::CommCalibrationRow>(rows));
+  if (comm.rank() != 0) return;
+  std::printf("wb-train: communicator calibrated in %.1f s: %s\n", static_cast<double>(parallel::now_ns() - t0) * 1e-9,
+              describe_calibration(rows).c_str());
+  std::fflush(stdout);
+}
+
 Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& learner, Recording& rec,
                          const std::string& banner) {
   const model::ResNet50& model = *learner.model;
@@ -253,6 +269,7 @@ Gradients make_gradients(const TrainConfig& cfg, Placement& place, Learner& lear
       }
     };
     parallel::Communicator* comm = &place.comms.main();
+    if (cfg.calibrate_comm) calibrate(*comm, *learner.backend, g.buckets, *rec.writer);
     so.on_ready = [comm](const parallel::Bucket&, float* data) { comm->mark_ready(data); };
     so.watchdog_timeout_s = cfg.watchdog_s;
     if (cfg.watchdog_s > 0) {

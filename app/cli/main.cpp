@@ -18,7 +18,8 @@
   X("diff", diff, "per-layer time of two runs side by side (ours against an imported PyTorch trace)") \
   X("import", import, "read a torch.profiler trace (Kineto or legacy JSON) into a run file")          \
   X("report", report, "profile tables and warnings: ops, steps, input starvation, allreduce overlap") \
-  X("suggest-split", suggest_split, "predicted allreduce split points (DP, MG-WFBP, DDP 25 MB, MindSpore)")
+  X("suggest-split", suggest_split, "predicted allreduce split points (DP, MG-WFBP, DDP 25 MB, MindSpore)") \
+  X("tune-split", tune_split, "measure the model's best splits in short alternated trial runs; keep the fastest")
 
 namespace wb::cli {
 #define WB_DECLARE(name, handler, help) int cmd_##handler(int argc, char** argv);

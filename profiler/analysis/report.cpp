@@ -28,47 +28,38 @@
 
 namespace wb::analysis {
 
-namespace {
-
 std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
 
-// A left-aligned first column and right-aligned numeric columns.
-class Table {
- public:
-  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
-  void print(std::ostream& out) const {
-    std::vector<std::size_t> width;
-    for (const auto& r : rows_)
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        if (width.size() <= i) width.push_back(0);
-        width[i] = std::max(width[i], r[i].size());
-      }
-    for (std::size_t k = 0; k < rows_.size(); ++k) {
-      const auto& r = rows_[k];
-      std::string line = "  ";
-      for (std::size_t i = 0; i < r.size(); ++i) {
-        std::string pad(width[i] - r[i].size(), ' ');
-        line += i == 0 ? r[i] + pad : pad + r[i];
-        if (i + 1 < r.size()) line += "  ";
-      }
-      while (!line.empty() && line.back() == ' ') line.pop_back();
-      out << line << "\n";
-      if (k == 0) {
-        std::size_t total = 0;
-        for (auto w : width) total += w + 2;
-        out << "  " << std::string(total - 2, '-') << "\n";
-      }
+void Table::print(std::ostream& out) const {
+  std::vector<std::size_t> width;
+  for (const auto& r : rows_)
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], r[i].size());
+    }
+  for (std::size_t k = 0; k < rows_.size(); ++k) {
+    const auto& r = rows_[k];
+    std::string line = "  ";
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      std::string pad(width[i] - r[i].size(), ' ');
+      line += i == 0 ? r[i] + pad : pad + r[i];
+      if (i + 1 < r.size()) line += "  ";
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+    if (k == 0) {
+      std::size_t total = 0;
+      for (auto w : width) total += w + 2;
+      out << "  " << std::string(total - 2, '-') << "\n";
     }
   }
+}
 
- private:
-  std::vector<std::vector<std::string>> rows_;
-};
+namespace {
 
 std::string pct(double part, double whole) { return whole > 0 ? fmt("%.1f%%", 100.0 * part / whole) : "-"; }
 
@@ -255,9 +246,23 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
   SplitModel m = build_split_model(run);
   out << "Allreduce split suggestions (" << m.size() << " parameters";
   if (m.unbucketed > 0) out << ", " << m.unbucketed << " of them outside the data-parallel allreduce";
-  out << ", model over " << m.steps_used
-      << " rank-steps; alpha " << format_ns(m.alpha_ns) << ", beta " << fmt("%.4g", m.beta_ns_per_byte)
-      << " ns/B; backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
+  out << ", model over " << m.steps_used << " rank-steps; backward compute ends at " << format_ns(m.compute_end_ns)
+      << ")\n";
+  if (m.calibrated) {
+    out << "  cost model: the communicator's calibration, simulated across " << m.ranks.size() << " ranks\n";
+    Table c({"bucket", "allreduce alone", "while backward runs", "backward slowed"});
+    for (const auto& [bytes, ns] : m.latency_during)
+      c.add({format_bytes(bytes), format_ns(allreduce_ns(m, bytes)), format_ns(ns),
+             fmt("x%.2f", 1.0 + compute_slowdown(m, bytes))});
+    c.add({format_bytes(m.latency.back().first), format_ns(m.latency.back().second),
+           format_ns(allreduce_during_ns(m, m.latency.back().first)), fmt("x%.2f", 1.0 + compute_slowdown(m, m.latency.back().first))});
+    c.print(out);
+  } else {
+    out << "  cost model: alpha " << format_ns(m.alpha_ns) << " + beta " << fmt("%.4g", m.beta_ns_per_byte)
+        << " ns/B fitted to the run's own allreduce spans. Unreliable: those spans include the wait for the slowest\n"
+           "  rank, and compute slowed by the collectives is not modelled. Record the run with the communicator's\n"
+           "  calibration (wb-train's default for data-parallel jobs), and check any split with wb tune-split.\n";
+  }
   Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});
   const auto suggestions = suggest_splits(m);
   for (const auto& s : suggestions) {
@@ -273,6 +278,11 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
   for (const auto& s : suggestions) {
     out << "    " << s.strategy << ": wb-train --allreduce-split " << format_split(s.prediction.split) << "\n";
   }
+  const Suggestion best = best_split(m);
+  out << "  The model's pick: " << best.strategy << ", " << best.prediction.buckets.size() << " buckets, predicted step "
+      << format_ns(best.prediction.step_ns) << ": wb-train --allreduce-split " << format_split(best.prediction.split)
+      << "\n  Predictions are a model; wb tune-split " << run.path.string()
+      << " measures the best candidates in short trial runs and keeps the fastest.\n";
 }
 
 namespace {

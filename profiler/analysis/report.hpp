@@ -64,5 +64,18 @@ void write_pipeline_section(const RunData& run, std::ostream& out);
 
 // "1.234 ms", "56.7 us", "890 ns"
 std::string format_ns(double ns);
+// printf of one number ("%.2f").
+std::string fmt(const char* format, double v);
+
+// A text table: a left-aligned first column, right-aligned others, a rule under the header.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) : rows_{std::move(header)} {}
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
 
 }  // namespace wb::analysis

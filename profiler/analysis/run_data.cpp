@@ -143,6 +143,8 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.allreduces = reader.allreduces();
   run.evaluations = reader.evaluations();
   run.capture_windows = reader.capture_windows();
+  run.calibration = reader.comm_calibrations();
+  run.split_trials = reader.split_trials();
   run.params = reader.params();
   run.pipeline_spans = reader.pipeline_spans();
   run.pipeline_steps = reader.pipeline_steps();

@@ -44,6 +44,8 @@ struct RunData {
   std::vector<store::ParamRow> params;
   std::vector<store::EvaluationRow> evaluations;  // wb-train --eval results
   std::vector<store::CaptureWindowRow> capture_windows;  // wb-train --capture: the steps whose events were kept
+  std::vector<store::CommCalibrationRow> calibration;  // the communicator's calibration (comm_calibration)
+  std::vector<store::SplitTrialRow> split_trials;      // wb tune-split's trials
   std::vector<store::PipelineSpanRow> pipeline_spans;  // pipeline runs only
   std::vector<store::PipelineStepRow> pipeline_steps;
   std::vector<store::MemoryRow> memory;  // allocations and frees, by rank then time (memory.hpp)

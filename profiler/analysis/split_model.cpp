@@ -22,7 +22,7 @@ allreduce::SplitPoints validate_split(std::span<const int> split, std::size_t pa
   }
 }
 
-Prediction predict(const SplitModel& m, std::span<const int> split) {
+Prediction predict_alpha_beta(const SplitModel& m, std::span<const int> split) {
   const std::size_t p = m.size();
   if (p == 0) throw AnalysisError("predict: the model has no parameters");
   const std::vector<allreduce::BucketRange> ranges = validate_split(split, p).ranges(static_cast<int>(p));
@@ -44,16 +44,152 @@ Prediction predict(const SplitModel& m, std::span<const int> split) {
     out.buckets.push_back(plan);
   }
   out.comm_end_ns = stream_free;
+  out.compute_end_ns = m.compute_end_ns;
   out.exposed_ns = std::max(0.0, out.comm_end_ns - m.compute_end_ns);
   out.step_ns = m.measured_step_ns - m.measured_exposed_ns + out.exposed_ns;
   return out;
+}
+
+namespace {
+
+// The ready times the DP and the heuristics plan with: without the slowdown collectives cause when the
+// model knows it, else as measured.
+const std::vector<double>& heuristic_ready(const SplitModel& m) {
+  return m.calibrated && m.ready_work_ns.size() == m.size() ? m.ready_work_ns : m.ready_ns;
+}
+
+}  // namespace
+
+namespace {
+
+// Linear interpolation through (x, y) points in ascending x; past the last point the last segment goes
+// on when `extend`, else the end values hold.
+double interpolate(const std::vector<std::pair<double, double>>& l, double x, bool extend) {
+  if (l.empty()) return 0.0;
+  if (x <= l.front().first) return l.front().second;
+  if (l.size() == 1) return extend ? l.front().second * x / l.front().first : l.front().second;
+  if (x >= l.back().first && !extend) return l.back().second;
+  std::size_t hi = 1;
+  while (hi + 1 < l.size() && l[hi].first < x) ++hi;
+  const auto [x0, y0] = l[hi - 1];
+  const auto [x1, y1] = l[hi];
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+}  // namespace
+
+double allreduce_ns(const SplitModel& m, double bytes) {
+  if (!m.calibrated || m.latency.empty()) return m.alpha_ns + m.beta_ns_per_byte * bytes;
+  return interpolate(m.latency, bytes, true);
+}
+
+double allreduce_during_ns(const SplitModel& m, double bytes) {
+  if (!m.calibrated || m.latency_during.empty()) return allreduce_ns(m, bytes);
+  const auto& [last_bytes, last_ns] = m.latency_during.back();
+  if (bytes <= last_bytes) return interpolate(m.latency_during, bytes, false);
+  return allreduce_ns(m, bytes) * last_ns / std::max(allreduce_ns(m, last_bytes), 1.0);
+}
+
+double compute_slowdown(const SplitModel& m, double bytes) {
+  return m.calibrated ? interpolate(m.slowdown, bytes, false) : 0.0;
+}
+
+namespace {
+
+// The cost of a bucket's collective while backward still runs.
+double bucket_cost(const SplitModel& m, double bytes) {
+  return m.calibrated ? allreduce_during_ns(m, bytes) : m.alpha_ns + m.beta_ns_per_byte * bytes;
+}
+
+// One rank's backward in the simulation: compute advances one unit of work per ns, or 1 / (1 + s) per ns
+// inside the intervals where a collective runs on the rank.
+struct RankSim {
+  double t = 0.0;  // time reached, ns after the earliest rank's backward start
+  double w = 0.0;  // work done by then
+  struct Slowed {
+    double start, end, s;
+  };
+  std::vector<Slowed> slowed;  // collectives on this rank, in time order, and how much each slows compute
+
+  // Advances to the moment the work done reaches `target` and returns it.
+  double time_at(double target) {
+    for (const Slowed& iv : slowed) {
+      if (w >= target) break;
+      if (iv.end <= t) continue;
+      if (iv.start > t) {  // full speed until the interval
+        const double step = std::min(iv.start - t, target - w);
+        t += step;
+        w += step;
+        if (w >= target) break;
+      }
+      const double step = std::min((iv.end - t) / (1.0 + iv.s), target - w);
+      t += step * (1.0 + iv.s);
+      w += step;
+    }
+    if (w < target) {
+      t += target - w;
+      w = target;
+    }
+    return t;
+  }
+};
+
+Prediction simulate(const SplitModel& m, std::span<const int> split) {
+  const std::size_t p = m.size();
+  const std::vector<allreduce::BucketRange> ranges = validate_split(split, p).ranges(static_cast<int>(p));
+  Prediction out;
+  out.split.assign(split.begin(), split.end());
+  std::vector<RankSim> sim(m.ranks.size());
+  for (std::size_t r = 0; r < sim.size(); ++r) sim[r].t = m.ranks[r].offset_ns;
+  double stream_free = -std::numeric_limits<double>::infinity();
+  for (auto range = ranges.rbegin(); range != ranges.rend(); ++range) {
+    BucketPlan plan;
+    plan.first = range->first;
+    plan.last = range->end - 1;
+    for (int i = plan.first; i <= plan.last; ++i) plan.bytes += m.bytes[static_cast<std::size_t>(i)];
+    plan.ready_ns = -std::numeric_limits<double>::infinity();
+    std::vector<double> join(sim.size());
+    for (std::size_t r = 0; r < sim.size(); ++r) {
+      double work = 0.0;
+      for (int i = plan.first; i <= plan.last; ++i) work = std::max(work, m.ranks[r].ready_work[static_cast<std::size_t>(i)]);
+      const double ready = sim[r].time_at(work);
+      join[r] = std::max(ready, stream_free);
+      plan.ready_ns = std::max(plan.ready_ns, ready);
+    }
+    // The last bucket holds the first layers' gradients: backward is over when it is ready.
+    const bool during_compute = plan.first > 0;
+    plan.start_ns = std::max(plan.ready_ns, stream_free);
+    plan.end_ns = plan.start_ns + (during_compute ? allreduce_during_ns(m, plan.bytes) : allreduce_ns(m, plan.bytes));
+    const double slow = compute_slowdown(m, plan.bytes);
+    for (std::size_t r = 0; r < sim.size(); ++r) sim[r].slowed.push_back({join[r], plan.end_ns, slow});
+    stream_free = plan.end_ns;
+    out.buckets.push_back(plan);
+  }
+  double compute_end = 0.0;
+  for (std::size_t r = 0; r < sim.size(); ++r) compute_end = std::max(compute_end, sim[r].time_at(m.ranks[r].compute_work));
+  out.comm_end_ns = stream_free;
+  out.compute_end_ns = compute_end;
+  out.exposed_ns = std::max(0.0, out.comm_end_ns - compute_end);
+  // The change against the run's own split, simulated alike, added to the measured step: what the
+  // simulation gets wrong for both cancels out.
+  const double tail = std::max(compute_end, out.comm_end_ns);
+  out.step_ns = m.measured_step_ns + tail - (m.current_tail_ns > 0 ? m.current_tail_ns : m.measured_tail_ns);
+  return out;
+}
+
+}  // namespace
+
+Prediction predict(const SplitModel& m, std::span<const int> split) {
+  if (m.size() == 0) throw AnalysisError("predict: the model has no parameters");
+  return m.calibrated && !m.ranks.empty() ? simulate(m, split) : predict_alpha_beta(m, split);
 }
 
 std::vector<int> optimal_split(const SplitModel& m) {
   const std::size_t p = m.size();
   if (p == 0) throw AnalysisError("optimal_split: the model has no parameters");
   // Backward order k = 1..p is forward index p - k.
-  auto r = [&](std::size_t k) { return m.ready_ns[p - k]; };
+  const std::vector<double>& ready_of = heuristic_ready(m);
+  auto r = [&](std::size_t k) { return ready_of[p - k]; };
   auto s = [&](std::size_t k) { return m.bytes[p - k]; };
   std::vector<double> f(p + 1, 0.0);
   std::vector<std::size_t> from(p + 1, 1);
@@ -66,7 +202,7 @@ std::vector<int> optimal_split(const SplitModel& m) {
     for (std::size_t i = j; i >= 1; --i) {
       bytes += s(i);
       ready = std::max(ready, r(i));
-      double end = std::max(f[i - 1], ready) + m.alpha_ns + m.beta_ns_per_byte * bytes;
+      double end = std::max(f[i - 1], ready) + bucket_cost(m, bytes);
       if (end <= best) {  // ties go to the larger bucket (fewer calls)
         best = end;
         from[j] = i;
@@ -88,11 +224,21 @@ std::vector<int> optimal_split(const SplitModel& m) {
 std::vector<int> mgwfbp_split(const SplitModel& m) {
   const int n = static_cast<int>(m.size());
   if (n == 0) throw AnalysisError("mgwfbp_split: the model has no parameters");
-  const double alpha = m.alpha_ns;
+  // MG-WFBP's own alpha-beta terms: fitted to the calibration when there is one.
+  double alpha = m.alpha_ns, beta = m.beta_ns_per_byte;
+  if (m.calibrated && m.latency.size() >= 2) {
+    std::vector<std::pair<double, double>> points;
+    for (const auto& [b, t] : m.latency) points.emplace_back(b, allreduce_during_ns(m, b));
+    const AlphaBeta fit = fit_alpha_beta(points);
+    if (fit.valid) {
+      alpha = std::max(0.0, fit.alpha_ns);
+      beta = std::max(0.0, fit.beta_ns_per_byte);
+    }
+  }
   std::vector<double> bytes = m.bytes;
-  const std::vector<double>& ready = m.ready_ns;
+  const std::vector<double>& ready = heuristic_ready(m);
   std::vector<double> tc(static_cast<std::size_t>(n));
-  for (int l = 0; l < n; ++l) tc[static_cast<std::size_t>(l)] = alpha + m.beta_ns_per_byte * bytes[static_cast<std::size_t>(l)];
+  for (int l = 0; l < n; ++l) tc[static_cast<std::size_t>(l)] = alpha + beta * bytes[static_cast<std::size_t>(l)];
   std::vector<double> taoc(static_cast<std::size_t>(n));
   auto update_taoc = [&] {
     taoc[static_cast<std::size_t>(n - 1)] = ready[static_cast<std::size_t>(n - 1)];
@@ -117,7 +263,7 @@ std::vector<int> mgwfbp_split(const SplitModel& m) {
       bytes[u - 1] += bytes[u];
       bytes[u] = 0.0;
       tc[u] = 0.0;
-      tc[u - 1] = alpha + m.beta_ns_per_byte * bytes[u - 1];
+      tc[u - 1] = alpha + beta * bytes[u - 1];
       update_taoc();
     } else {
       group_starts.push_back(l);  // l closes its group: the group's lowest index
@@ -237,11 +383,15 @@ struct StepTimes {
   double compute_end_ns = 0.0;
   double exposed_ns = 0.0;
   double step_ns = 0.0;
+  std::int64_t t_ref = 0;        // its backward start (absolute)
+  std::int64_t backward_end = 0; // its backward end (absolute)
+  std::int64_t comm_end = 0;     // its last collective's end (absolute)
 };
 
-// Estimates the parameters' ready times in one rank's step, adding them to `sum`, and measures the step.
+// Estimates the parameters' ready times in one rank's step into `ready` (forward order, ns after its
+// backward start; all zero on entry), and measures the step.
 StepTimes estimate_step(const RunData& run, const SplitModel& m, const std::vector<double>& cum, int rank, int step,
-                        const std::vector<store::AllreduceRow>& rows, std::vector<double>& sum) {
+                        const std::vector<store::AllreduceRow>& rows, std::vector<double>& ready) {
   const store::StepRow* srow = step_row(run, rank, step);
   BackwardSpan bwd = backward_span(run, rank, step, srow);
   std::int64_t latest_ready = INT64_MIN;
@@ -253,8 +403,11 @@ StepTimes estimate_step(const RunData& run, const SplitModel& m, const std::vect
       for (const auto& r : rows) bwd.t_ref = std::min(bwd.t_ref, r.ready_ns);
     bwd.end = latest_ready;
   }
-  add_ready_times(ready_anchors(rows, bwd, m.names), cum, sum);
+  add_ready_times(ready_anchors(rows, bwd, m.names), cum, ready);
   StepTimes out;
+  out.t_ref = bwd.t_ref;
+  out.backward_end = bwd.end;
+  for (const auto& r : rows) out.comm_end = std::max(out.comm_end, r.end_ns);
   out.compute_end_ns = static_cast<double>(bwd.end - bwd.t_ref);
   StepComm c = step_comm(rows, bwd.end);
   out.exposed_ns = static_cast<double>(c.exposed_ns);
@@ -279,6 +432,109 @@ void fit_transfer_cost(const RunData& run, SplitModel& m) {
     }
     m.alpha_ns = 0.0;
     m.beta_ns_per_byte = b > 0 ? ns / b : 0.0;
+  }
+}
+
+// The calibrated cost model from the calibration rows; false (model unchanged) without them.
+bool apply_calibration(const std::vector<store::CommCalibrationRow>& rows, SplitModel& m) {
+  // A collective alone: the slowest rank's median (it ends for everyone when it ends for the last). While
+  // computing, from the ready mark: the rank that marked last (the others' times include waiting for it,
+  // which the simulation counts apart). Compute's slowdown: the mean over ranks of each rank's own ratio.
+  std::map<std::int64_t, double> alone, during;
+  std::map<std::int64_t, std::pair<double, int>> slowed;  // bytes -> (sum of s, ranks)
+  std::map<int, double> compute;
+  for (const auto& r : rows) {
+    const auto ns = static_cast<double>(r.median_ns);
+    if (r.kind == "allreduce") alone[r.bytes] = std::max(alone[r.bytes], ns);
+    else if (r.kind == "allreduce_during_compute") during[r.bytes] = during.count(r.bytes) ? std::min(during[r.bytes], ns) : ns;
+    else if (r.kind == "compute") compute[r.rank] = ns;
+  }
+  for (const auto& r : rows) {
+    if (r.kind != "compute_during_allreduce" || !compute.count(r.rank) || compute[r.rank] <= 0) continue;
+    auto& [sum, n] = slowed[r.bytes];
+    sum += std::clamp(static_cast<double>(r.median_ns) / compute[r.rank] - 1.0, 0.0, 20.0);
+    ++n;
+  }
+  if (alone.empty()) return false;
+  m.calibrated = true;
+  m.latency.assign(alone.begin(), alone.end());
+  m.latency_during.assign(during.begin(), during.end());
+  m.slowdown.clear();
+  for (const auto& [bytes, sn] : slowed) m.slowdown.emplace_back(static_cast<double>(bytes), sn.first / sn.second);
+  return true;
+}
+
+// Backward work done by `t` (absolute) on a rank whose backward started at t_ref: the time, less what its
+// own collectives (start, end, slowdown s) slowed it by.
+struct CommSpan {
+  std::int64_t start, end;
+  double s;
+};
+double work_at(std::int64_t t, std::int64_t t_ref, const std::vector<CommSpan>& comm) {
+  double lost = 0.0;
+  for (const CommSpan& c : comm) {
+    const auto overlap = std::max<std::int64_t>(0, std::min(c.end, t) - std::max(c.start, t_ref));
+    lost += c.s / (1.0 + c.s) * static_cast<double>(overlap);
+  }
+  return static_cast<double>(t - t_ref) - lost;
+}
+
+// Per rank, the backward in work units and its start after the earliest rank's, averaged over the steps
+// every rank measured; and the measured tail those steps had.
+void add_rank_timings(const std::map<std::pair<int, int>, std::vector<store::AllreduceRow>>& by_step,
+                      const std::map<std::pair<int, int>, std::pair<StepTimes, std::vector<double>>>& measured,
+                      SplitModel& m) {
+  const std::size_t p = m.size();
+  std::map<int, SplitModel::RankTiming> sums;
+  std::map<int, int> count;
+  std::map<int, std::vector<int>> ranks_of_step;
+  for (const auto& [key, v] : measured) ranks_of_step[key.first].push_back(key.second);
+  std::size_t world = 0;
+  for (const auto& [step, ranks] : ranks_of_step) world = std::max(world, ranks.size());
+  double tail_sum = 0.0;
+  int steps = 0;
+  for (const auto& [step, ranks] : ranks_of_step) {
+    if (ranks.size() != world) continue;  // a step some rank did not record
+    std::int64_t earliest = INT64_MAX, latest_end = INT64_MIN;
+    for (int r : ranks) {
+      const StepTimes& t = measured.at({step, r}).first;
+      earliest = std::min(earliest, t.t_ref);
+      latest_end = std::max({latest_end, t.backward_end, t.comm_end});
+    }
+    tail_sum += static_cast<double>(latest_end - earliest);
+    ++steps;
+    for (int r : ranks) {
+      const auto& [t, ready] = measured.at({step, r});
+      std::vector<CommSpan> comm;
+      for (const auto& row : by_step.at({r, step}))
+        comm.push_back({row.start_ns, row.end_ns, compute_slowdown(m, static_cast<double>(row.bytes))});
+      SplitModel::RankTiming& acc = sums[r];
+      acc.rank = r;
+      acc.ready_work.resize(p, 0.0);
+      acc.offset_ns += static_cast<double>(t.t_ref - earliest);
+      for (std::size_t i = 0; i < p; ++i)
+        acc.ready_work[i] += work_at(t.t_ref + static_cast<std::int64_t>(ready[i]), t.t_ref, comm);
+      acc.compute_work += work_at(t.backward_end, t.t_ref, comm);
+      ++count[r];
+    }
+  }
+  if (steps == 0) {
+    m.calibrated = false;  // no step every rank measured: the simulation has nothing to start from
+    return;
+  }
+  m.measured_tail_ns = tail_sum / steps;
+  for (auto& [r, acc] : sums) {
+    const double n = count[r];
+    acc.offset_ns /= n;
+    for (double& w : acc.ready_work) w /= n;
+    acc.compute_work /= n;
+    m.ranks.push_back(std::move(acc));
+  }
+  // The DP and the heuristics see the mean rank's ready times in work units (compute without collectives).
+  m.ready_work_ns.assign(p, 0.0);
+  for (std::size_t i = 0; i < p; ++i) {
+    for (const auto& r : m.ranks) m.ready_work_ns[i] += r.ready_work[i];
+    m.ready_work_ns[i] /= static_cast<double>(m.ranks.size());
   }
 }
 
@@ -314,15 +570,27 @@ SplitModel build_split_model(const RunData& run) {
   std::vector<double> cum(p + 1, 0.0);  // cum[k] = bytes of the first k params in backward order
   for (std::size_t k = 0; k < p; ++k) cum[k + 1] = cum[k] + m.bytes[p - 1 - k];
 
+  // Each rank's first step is left out when it has three or more: it creates the primitives.
+  std::map<int, int> first_step;
+  std::map<int, int> steps_of;
+  for (const auto& [key, rows] : by_step) {
+    if (!first_step.count(key.first)) first_step[key.first] = key.second;
+    ++steps_of[key.first];
+  }
   std::vector<double> sum(p, 0.0);
   double compute_end_sum = 0.0, step_sum = 0.0, exposed_sum = 0.0;
   int used = 0;
+  std::map<std::pair<int, int>, std::pair<StepTimes, std::vector<double>>> measured;  // (step, rank)
   for (const auto& [key, rows] : by_step) {
-    const StepTimes t = estimate_step(run, m, cum, key.first, key.second, rows, sum);
+    if (steps_of[key.first] >= 3 && key.second == first_step[key.first]) continue;
+    std::vector<double> ready(p, 0.0);
+    const StepTimes t = estimate_step(run, m, cum, key.first, key.second, rows, ready);
+    for (std::size_t i = 0; i < p; ++i) sum[i] += ready[i];
     compute_end_sum += t.compute_end_ns;
     exposed_sum += t.exposed_ns;
     step_sum += t.step_ns;
     ++used;
+    measured[{key.second, key.first}] = {t, std::move(ready)};
   }
   m.steps_used = used;
   m.ready_ns.resize(p);
@@ -331,6 +599,7 @@ SplitModel build_split_model(const RunData& run) {
   for (double r : m.ready_ns) m.compute_end_ns = std::max(m.compute_end_ns, r);
   m.measured_step_ns = step_sum / used;
   m.measured_exposed_ns = exposed_sum / used;
+  if (apply_calibration(run.calibration, m)) add_rank_timings(by_step, measured, m);
 
   fit_transfer_cost(run, m);
 
@@ -338,6 +607,10 @@ SplitModel build_split_model(const RunData& run) {
   for (const auto& r : by_step.begin()->second)
     if (r.first_param > 0 && static_cast<std::size_t>(r.first_param) < p) starts.insert(r.first_param);
   m.current_split.assign(starts.begin(), starts.end());
+  if (m.calibrated && !m.ranks.empty()) {
+    const Prediction own = simulate(m, m.current_split);
+    m.current_tail_ns = std::max(own.compute_end_ns, own.comm_end_ns);
+  }
   return m;
 }
 
@@ -353,6 +626,34 @@ std::vector<Suggestion> suggest_splits(const SplitModel& m) {
   if (!mindspore_split(m).empty()) add("MindSpore [85,160]", mindspore_split(m));
   add("single bucket", {});
   return out;
+}
+
+std::vector<Suggestion> ranked_candidates(const SplitModel& m) {
+  std::vector<Suggestion> pool = suggest_splits(m);
+  for (double mb : {1.0, 2.0, 5.0, 10.0, 50.0, 100.0}) {
+    const double cap = mb * 1024 * 1024;
+    pool.push_back(Suggestion{"DDP-style " + std::to_string(static_cast<int>(mb)) + " MB buckets",
+                              predict(m, ddp_split(m, cap, cap))});
+  }
+  std::stable_sort(pool.begin(), pool.end(), [](const Suggestion& a, const Suggestion& b) {
+    return a.prediction.step_ns < b.prediction.step_ns;
+  });
+  std::vector<Suggestion> out;
+  std::set<std::vector<int>> seen;
+  for (auto& c : pool)
+    if (seen.insert(c.prediction.split).second) out.push_back(std::move(c));
+  return out;
+}
+
+Suggestion best_split(const SplitModel& m) {
+  const std::vector<Suggestion> ranked = ranked_candidates(m);
+  const Suggestion* best = &ranked.front();
+  // Ties (within 0.1%) go to fewer buckets: fewer collectives, less to go wrong.
+  for (const Suggestion& c : ranked)
+    if (c.prediction.step_ns <= ranked.front().prediction.step_ns * 1.001 &&
+        c.prediction.buckets.size() < best->prediction.buckets.size())
+      best = &c;
+  return *best;
 }
 
 std::string format_split(std::span<const int> split) { return allreduce::SplitPoints::format(split); }

@@ -1,7 +1,16 @@
 // The allreduce split-point model behind the tuner and `wb suggest-split`.
 //
 // Inputs: per-parameter gradient-ready times (averaged over steps, relative to the start of backward),
-// gradient bytes, and an alpha-beta cost per allreduce. A split is MindSpore's all_reduce_fusion_config
+// gradient bytes, and the cost of one allreduce per message size.
+//
+// Two cost models. A run with the communicator's calibration (wb-train --calibrate-comm, on by default)
+// is predicted from it: the allreduce time per size measured alone after a barrier, how much longer it
+// takes while compute runs, and how much compute slows while a collective runs. The prediction is then a
+// simulation across ranks: each rank's backward is its measured work (the slowdown its own collectives
+// caused taken out), slowed again wherever the candidate's collectives run on that rank (from the moment
+// the rank joins one to its end); a collective starts when the last rank joins it and the previous one
+// has ended. Without the calibration, the older alpha-beta fit to the run's own allreduce spans is used,
+// and said to be unreliable: those spans include the wait for the slowest rank. A split is MindSpore's all_reduce_fusion_config
 // (allreduce::SplitPoints, allreduce/split_points.hpp): ascending indices s1 < s2 < ... < sk into the
 // forward-ordered parameter list, making buckets [0,s1), [s1,s2), ..., [sk,P); backward produces the
 // last bucket first. The functions here take the points as a plain list and check them with SplitPoints. The model runs buckets on one
@@ -31,6 +40,26 @@ struct SplitModel {
   double measured_exposed_ns = 0.0; // mean DDP-exposed communication of the run
   std::vector<int> current_split;   // the run's own split
   int steps_used = 0;
+
+  // The calibrated model (calibrated = true when the run has the communicator's calibration).
+  bool calibrated = false;
+  std::vector<std::pair<double, double>> latency;         // (bytes, ns) of one allreduce alone, ascending bytes
+  std::vector<std::pair<double, double>> latency_during;  // (bytes, ns) from a bucket's ready mark to its
+                                                          // collective's end while backward runs
+  std::vector<std::pair<double, double>> slowdown;        // (bytes, s): compute takes (1 + s) times longer
+                                                          // while a collective of that size runs
+  struct RankTiming {
+    int rank = 0;
+    double offset_ns = 0.0;          // its backward start after the earliest rank's, mean over steps
+    std::vector<double> ready_work;  // per parameter (forward order): backward work done when it is ready, ns
+    double compute_work = 0.0;       // backward work in all, ns
+  };
+  std::vector<RankTiming> ranks;
+  std::vector<double> ready_work_ns;  // the ranks' mean ready_work: what the DP and MG-WFBP plan with
+  double measured_tail_ns = 0.0;  // mean over steps: latest end of backward or communication on any rank,
+                                  // after the earliest backward start
+  double current_tail_ns = 0.0;   // the same, simulated for the run's own split: a candidate's predicted
+                                  // step is the measured step plus its simulated tail less this one
   std::size_t size() const { return ready_ns.size(); }
 };
 
@@ -48,17 +77,29 @@ struct Prediction {
   std::vector<BucketPlan> buckets;  // in execution order (last bucket first)
   double comm_end_ns = 0.0;
   double exposed_ns = 0.0;          // max(0, comm_end - compute_end)
+  double compute_end_ns = 0.0;      // end of backward compute (the latest rank's, when simulated)
   double step_ns = 0.0;             // measured step - measured exposed + predicted exposed
 };
 
 // The split as allreduce::SplitPoints; throws AnalysisError (SplitPoints' message) unless it is strictly
 // ascending within [1, params-1].
 allreduce::SplitPoints validate_split(std::span<const int> split, std::size_t params);
+// The calibrated simulation when model.calibrated, else the alpha-beta stream model.
 Prediction predict(const SplitModel& model, std::span<const int> split);
+// The alpha-beta stream model alone (one communication stream, no slowdown, ranks alike).
+Prediction predict_alpha_beta(const SplitModel& model, std::span<const int> split);
+// One allreduce of `bytes` alone: the calibration interpolated (linear between sizes, the last
+// segment's slope past the largest), else alpha + beta * bytes.
+double allreduce_ns(const SplitModel& model, double bytes);
+// A bucket of `bytes` while backward runs, from its ready mark to its end (the calibration; past its
+// largest size, allreduce_ns scaled as at that size); alpha + beta * bytes without a calibration.
+double allreduce_during_ns(const SplitModel& model, double bytes);
+// How much a collective of `bytes` slows compute on its rank: s in (1 + s); 0 without a calibration.
+double compute_slowdown(const SplitModel& model, double bytes);
 
 // Optimal contiguous buckets by dynamic programming over the backward order k = 1..P:
-// F(j) = min over i <= j of max(F(i-1), R(i..j)) + alpha + beta * bytes(i..j), R = latest ready time in
-// the bucket. F(P) is the earliest possible end of communication, so it also minimises exposed time.
+// F(j) = min over i <= j of max(F(i-1), R(i..j)) + cost(bytes(i..j)), R = latest ready time in the
+// bucket, cost = allreduce_during_ns. F(P) is the earliest possible end of communication, so it also minimises exposed time.
 std::vector<int> optimal_split(const SplitModel& model);
 // MG-WFBP's greedy merge (Shi et al., _generate_groups_mgwfbp).
 std::vector<int> mgwfbp_split(const SplitModel& model);
@@ -80,6 +121,10 @@ struct Suggestion {
   Prediction prediction;
 };
 std::vector<Suggestion> suggest_splits(const SplitModel& model);
+// suggest_splits' candidates and DDP-style caps of 1 to 100 MB, by predicted step, each split once.
+std::vector<Suggestion> ranked_candidates(const SplitModel& model);
+// The model's pick: the first of ranked_candidates, or one within 0.1% of it with fewer buckets.
+Suggestion best_split(const SplitModel& model);
 
 // The split as --allreduce-split takes it: "85,160", or "none" for the single bucket.
 std::string format_split(std::span<const int> split);
