@@ -51,7 +51,8 @@ const Step kSteps[] = {
      {{"comm_calibration", "rank INTEGER NOT NULL, kind TEXT NOT NULL, bytes INTEGER NOT NULL, reps INTEGER NOT NULL, "
                            "median_ns INTEGER NOT NULL, min_ns INTEGER NOT NULL"},
       {"split_trial", "round INTEGER NOT NULL, candidate TEXT NOT NULL, split TEXT NOT NULL, steps INTEGER NOT NULL, "
-                      "median_step_ns INTEGER NOT NULL, predicted_step_ns INTEGER NOT NULL, exit_code INTEGER NOT NULL, "
+                      "median_step_ns INTEGER NOT NULL, predicted_step_ns INTEGER NOT NULL, alpha_beta_ns INTEGER NOT NULL, "
+                      "exit_code INTEGER NOT NULL, "
                       "run TEXT NOT NULL, utc TEXT NOT NULL"}},
      {}},
 };

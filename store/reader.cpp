@@ -359,19 +359,6 @@ std::vector<EvaluationRow> Reader::evaluations() {
   });
 }
 
-std::vector<CaptureWindowRow> Reader::capture_windows() {
-  auto& st = db_->prepare(
-      "SELECT rank, first_step, last_step, trigger, trigger_step, detail FROM capture_window ORDER BY rank, first_step");
-  return collect<CaptureWindowRow>(st, [](sqlite3_stmt* h) {
-    auto text = [h](int i) {
-      const unsigned char* t = sqlite3_column_text(h, i);
-      return t != nullptr ? std::string(reinterpret_cast<const char*>(t)) : std::string();
-    };
-    return CaptureWindowRow{sqlite3_column_int(h, 0), sqlite3_column_int(h, 1), sqlite3_column_int(h, 2), text(3),
-                            sqlite3_column_int(h, 4), text(5)};
-  });
-}
-
 namespace {
 
 std::string column_string(sqlite3_stmt* h, int i) {
@@ -380,6 +367,15 @@ std::string column_string(sqlite3_stmt* h, int i) {
 }
 
 }  // namespace
+
+std::vector<CaptureWindowRow> Reader::capture_windows() {
+  auto& st = db_->prepare(
+      "SELECT rank, first_step, last_step, trigger, trigger_step, detail FROM capture_window ORDER BY rank, first_step");
+  return collect<CaptureWindowRow>(st, [](sqlite3_stmt* h) {
+    return CaptureWindowRow{sqlite3_column_int(h, 0), sqlite3_column_int(h, 1), sqlite3_column_int(h, 2),
+                            column_string(h, 3), sqlite3_column_int(h, 4), column_string(h, 5)};
+  });
+}
 
 std::vector<CommCalibrationRow> Reader::comm_calibrations() {
   auto& st = db_->prepare("SELECT rank, kind, bytes, reps, median_ns, min_ns FROM comm_calibration ORDER BY rank, kind, bytes");
@@ -391,12 +387,14 @@ std::vector<CommCalibrationRow> Reader::comm_calibrations() {
 
 std::vector<SplitTrialRow> Reader::split_trials() {
   auto& st = db_->prepare(
-      "SELECT round, candidate, split, steps, median_step_ns, predicted_step_ns, exit_code, run, utc FROM split_trial "
+      "SELECT round, candidate, split, steps, median_step_ns, predicted_step_ns, alpha_beta_ns, exit_code, run, utc "
+      "FROM split_trial "
       "ORDER BY rowid");
   return collect<SplitTrialRow>(st, [](sqlite3_stmt* h) {
-    return SplitTrialRow{sqlite3_column_int(h, 0),   column_string(h, 1),       column_string(h, 2),
+    return SplitTrialRow{sqlite3_column_int(h, 0),   column_string(h, 1),        column_string(h, 2),
                          sqlite3_column_int(h, 3),   sqlite3_column_int64(h, 4), sqlite3_column_int64(h, 5),
-                         sqlite3_column_int(h, 6),   column_string(h, 7),       column_string(h, 8)};
+                         sqlite3_column_int64(h, 6), sqlite3_column_int(h, 7),   column_string(h, 8),
+                         column_string(h, 9)};
   });
 }
 

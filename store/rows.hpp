@@ -130,6 +130,7 @@ struct SplitTrialRow {
   std::int32_t steps = 0;
   std::int64_t median_step_ns = -1;
   std::int64_t predicted_step_ns = -1;
+  std::int64_t alpha_beta_ns = -1;
   std::int32_t exit_code = 0;
   std::string run;
   std::string utc;

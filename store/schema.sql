@@ -262,6 +262,7 @@ CREATE TABLE split_trial (
   steps             INTEGER NOT NULL,  -- steps measured (after the warmup steps)
   median_step_ns    INTEGER NOT NULL,  -- median over the measured steps and ranks; -1 when the trial failed
   predicted_step_ns INTEGER NOT NULL,  -- the model's prediction before the trial; -1 for none
+  alpha_beta_ns     INTEGER NOT NULL,  -- the alpha-beta fit's prediction, for comparison; -1 for none
   exit_code         INTEGER NOT NULL,
   run               TEXT NOT NULL,     -- the trial's own run file, or "" when it was not kept
   utc               TEXT NOT NULL      -- ISO-8601 time the trial ended

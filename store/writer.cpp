@@ -750,10 +750,11 @@ namespace wb::store {
 void save_split_trial(const std::filesystem::path& run, const SplitTrialRow& t) {
   Db db = open_run(run, OpenMode::read_write);
   db.prepare(
-        "INSERT INTO split_trial(round, candidate, split, steps, median_step_ns, predicted_step_ns, exit_code, run, utc) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+        "INSERT INTO split_trial(round, candidate, split, steps, median_step_ns, predicted_step_ns, alpha_beta_ns, "
+        "exit_code, run, utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
       .bind(1, t.round).bind(2, t.candidate).bind(3, t.split).bind(4, t.steps).bind(5, t.median_step_ns)
-      .bind(6, t.predicted_step_ns).bind(7, t.exit_code).bind(8, t.run).bind(9, t.utc.empty() ? utc_now_iso() : t.utc)
+      .bind(6, t.predicted_step_ns).bind(7, t.alpha_beta_ns).bind(8, t.exit_code).bind(9, t.run)
+      .bind(10, t.utc.empty() ? utc_now_iso() : t.utc)
       .run();
 }
 

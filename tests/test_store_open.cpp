@@ -408,7 +408,8 @@ TEST_CASE("calibration rows round-trip, and a split trial is appended to a versi
     Reader r(path);
     CHECK(r.comm_calibrations() == rows);
   }
-  const SplitTrialRow trial{1, "DDP 25 MB", "81,132,144,156", 10, 687'000'000, 801'000'000, 0, "", "2026-11-28T00:00:00Z"};
+  const SplitTrialRow trial{1, "DDP 25 MB", "81,132,144,156", 10, 687'000'000, 801'000'000, 800'000'000, 0, "",
+                            "2026-11-28T00:00:00Z"};
   save_split_trial(path, trial);
   CHECK(Reader(path).split_trials() == std::vector<SplitTrialRow>{trial});
 

@@ -49,6 +49,7 @@ TEST_CASE("tune-split measures the current split and candidates in alternated tr
     CHECK(t.steps == 2);
     CHECK(t.median_step_ns > 0);
     CHECK(t.predicted_step_ns > 0);
+    CHECK(t.alpha_beta_ns > 0);
     CHECK(t.run.empty());  // not kept without --keep
     measured[t.candidate].push_back(t.median_step_ns);
   }

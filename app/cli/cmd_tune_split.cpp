@@ -192,8 +192,16 @@ int cmd_tune_split(int argc, char** argv) {
       const auto [median, rc] = run_trial(run.config, world, c, dir, stem, steps, warmup, keep);
       c.measured.push_back(median);
       std::cout << (rc == 0 ? ms(static_cast<double>(median)) : "failed (exit " + std::to_string(rc) + ")") << "\n";
-      store::SplitTrialRow row{r, c.name, analysis::format_split(c.prediction.split), steps, median,
-                               static_cast<std::int64_t>(c.prediction.step_ns), rc, keep ? (dir / (stem + ".sqlite")).string() : "", ""};
+      store::SplitTrialRow row{r,
+                               c.name,
+                               analysis::format_split(c.prediction.split),
+                               steps,
+                               median,
+                               static_cast<std::int64_t>(c.prediction.step_ns),
+                               static_cast<std::int64_t>(c.alpha_beta_ns),
+                               rc,
+                               keep ? (dir / (stem + ".sqlite")).string() : "",
+                               ""};
       store::save_split_trial(run_path, row);
     }
   }

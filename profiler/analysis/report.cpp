@@ -246,8 +246,9 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
   SplitModel m = build_split_model(run);
   out << "Allreduce split suggestions (" << m.size() << " parameters";
   if (m.unbucketed > 0) out << ", " << m.unbucketed << " of them outside the data-parallel allreduce";
-  out << ", model over " << m.steps_used << " rank-steps; backward compute ends at " << format_ns(m.compute_end_ns)
-      << ")\n";
+  out << ", model over " << m.steps_used << " rank-steps; ";
+  if (!m.calibrated) out << "alpha " << format_ns(m.alpha_ns) << ", beta " << fmt("%.4g", m.beta_ns_per_byte) << " ns/B; ";
+  out << "backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
   if (m.calibrated) {
     out << "  cost model: the communicator's calibration, simulated across " << m.ranks.size() << " ranks\n";
     Table c({"bucket", "allreduce alone", "while backward runs", "backward slowed"});
@@ -257,11 +258,6 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
     c.add({format_bytes(m.latency.back().first), format_ns(m.latency.back().second),
            format_ns(allreduce_during_ns(m, m.latency.back().first)), fmt("x%.2f", 1.0 + compute_slowdown(m, m.latency.back().first))});
     c.print(out);
-  } else {
-    out << "  cost model: alpha " << format_ns(m.alpha_ns) << " + beta " << fmt("%.4g", m.beta_ns_per_byte)
-        << " ns/B fitted to the run's own allreduce spans. Unreliable: those spans include the wait for the slowest\n"
-           "  rank, and compute slowed by the collectives is not modelled. Record the run with the communicator's\n"
-           "  calibration (wb-train's default for data-parallel jobs), and check any split with wb tune-split.\n";
   }
   Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});
   const auto suggestions = suggest_splits(m);
@@ -277,6 +273,11 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
       << "\n  Apply with (each strategy's whole split):\n";
   for (const auto& s : suggestions) {
     out << "    " << s.strategy << ": wb-train --allreduce-split " << format_split(s.prediction.split) << "\n";
+  }
+  if (!m.calibrated) {
+    out << "  The cost model is the alpha-beta fit to the run's own allreduce spans, and unreliable: those spans\n"
+           "  include the wait for the slowest rank, and compute slowed by the collectives is not modelled. Record\n"
+           "  the run with the communicator's calibration (wb-train's default for data-parallel jobs).\n";
   }
   const Suggestion best = best_split(m);
   out << "  The model's pick: " << best.strategy << ", " << best.prediction.buckets.size() << " buckets, predicted step "
