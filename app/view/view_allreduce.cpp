@@ -32,8 +32,15 @@ namespace {
 ImU32 bucket_color(int b) { return b % 2 ? IM_COL32(215, 195, 70, 255) : IM_COL32(90, 165, 225, 255); }
 
 void model_summary(const analysis::SplitModel& sm) {
-  ImGui::Text("alpha-beta fit of the run's allreduce spans:  t = %s + bytes x %.3f ns/B  (%s per MiB)", fmt_ns(sm.alpha_ns).c_str(),
-              sm.beta_ns_per_byte, fmt_ns(sm.beta_ns_per_byte * 1024 * 1024).c_str());
+  if (sm.calibrated) {
+    const double mib = 1024.0 * 1024.0;
+    ImGui::Text("calibrated model, %zu ranks simulated:  a 1 MiB bucket %s alone, %s while backward runs (backward x%.2f)",
+                sm.ranks.size(), fmt_ns(analysis::allreduce_ns(sm, mib)).c_str(),
+                fmt_ns(analysis::allreduce_during_ns(sm, mib)).c_str(), 1.0 + analysis::compute_slowdown(sm, mib));
+  } else {
+    ImGui::Text("alpha-beta fit of the run's allreduce spans (no calibration in the run; unreliable):  t = %s + bytes x %.3f ns/B",
+                fmt_ns(sm.alpha_ns).c_str(), sm.beta_ns_per_byte);
+  }
   ImGui::SameLine(0, 30);
   ImGui::TextColored(to_vec4(color::kDim), "%zu parameters, backward compute %s, %d steps averaged", sm.size(), fmt_ns(sm.compute_end_ns).c_str(),
                      sm.steps_used);

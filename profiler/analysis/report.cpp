@@ -14,6 +14,7 @@
 #include <set>
 
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/op_stats.hpp"
@@ -601,6 +602,40 @@ void write_allreduce_sections(const RunData& run, std::ostream& out, const Repor
 
 }  // namespace
 
+namespace {
+
+// The critical path across ranks (critical_path.hpp): its time by kind and the ops most on it.
+void write_critical_path(const RunData& run, std::ostream& out) {
+  const CriticalPath cp = critical_path(run);
+  if (cp.steps.empty() || cp.path_ns <= 0) return;
+  const double steps = static_cast<double>(cp.steps.size());
+  const double total = static_cast<double>(cp.path_ns);
+  out << "\nCritical path across ranks (" << cp.steps.size() << " steps, " << format_ns(total / steps)
+      << " per step: the chain of work that set each step's end, through the last rank to join each collective)\n";
+  std::map<std::string, std::int64_t> by_kind;
+  for (const PathOp& op : cp.ops) by_kind[op.kind] += op.total_ns;
+  std::vector<std::pair<std::string, std::int64_t>> kinds(by_kind.begin(), by_kind.end());
+  std::sort(kinds.begin(), kinds.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  out << "  by kind:";
+  for (const auto& [kind, ns] : kinds) out << " " << kind << " " << pct(static_cast<double>(ns), total) << ";";
+  out << "\n";
+  Table t({"on the path", "kind", "per step", "% of path", "steps on it"});
+  for (std::size_t i = 0; i < cp.ops.size() && i < 12; ++i) {
+    const PathOp& op = cp.ops[i];
+    t.add({op.name, op.kind, format_ns(static_cast<double>(op.total_ns) / steps), pct(static_cast<double>(op.total_ns), total),
+           concat(std::to_string(op.steps), "/", std::to_string(cp.steps.size()))});
+  }
+  t.print(out);
+  std::map<int, std::int64_t> by_rank;
+  for (const StepPath& p : cp.steps)
+    for (const PathSegment& seg : p.segments) by_rank[seg.rank] += seg.end_ns - seg.start_ns;
+  out << "  by rank:";
+  for (const auto& [rank, ns] : by_rank) out << " rank " << rank << " " << pct(static_cast<double>(ns), total) << ";";
+  out << "\n";
+}
+
+}  // namespace
+
 void write_report(const RunData& run, std::ostream& out, const ReportOptions& options) {
   write_run_header(run, out);
   write_evaluations(run, out);
@@ -618,6 +653,7 @@ void write_report(const RunData& run, std::ostream& out, const ReportOptions& op
   write_memory_section(run, out);
   write_stragglers(run, out);
   write_allreduce_sections(run, out, options);
+  write_critical_path(run, out);
   write_pipeline_section(run, out);
 }
 

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/hta.hpp"
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/op_stats.hpp"
@@ -141,6 +142,19 @@ void write_report_json(const RunData& run, std::ostream& out, const ReportOption
                              {"max_ns", s.max_ns}});
   }
   doc["op_stats"] = op_stats_json;
+
+  const CriticalPath cp = critical_path(run);
+  json path_steps = json::array();
+  for (const StepPath& p : cp.steps) {
+    json segs = json::array();
+    for (const PathSegment& seg : p.segments)
+      segs.push_back({{"rank", seg.rank}, {"name", seg.name}, {"kind", seg.kind}, {"start_ns", seg.start_ns}, {"end_ns", seg.end_ns}});
+    path_steps.push_back({{"step", p.step}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}, {"segments", segs}});
+  }
+  json path_ops = json::array();
+  for (const PathOp& op : cp.ops)
+    path_ops.push_back({{"name", op.name}, {"kind", op.kind}, {"steps", op.steps}, {"total_ns", op.total_ns}});
+  doc["critical_path"] = {{"path_ns", cp.path_ns}, {"ops", path_ops}, {"steps", path_steps}};
   out << doc.dump(1) << "\n";
 }
 

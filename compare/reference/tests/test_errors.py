@@ -60,10 +60,10 @@ def main():
     expect_error(tmp, "other_sqlite", other, "not a wb run file (no meta, param, tensor table")
     newer = tmp / "newer.sqlite"
     db = fixtures.create_run(newer, config)
-    db.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
+    db.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     db.commit()
     db.close()
-    expect_error(tmp, "newer_schema", newer, "schema version 4 is not supported")
+    expect_error(tmp, "newer_schema", newer, "schema version 99 is not supported")
 
     # A run file without a dump.
     empty = tmp / "no_dump.sqlite"

@@ -1,0 +1,55 @@
+// The critical path of a data-parallel step across ranks: the chain of work that set the step's end.
+//
+// Built from a wb-train run's rows: each rank's main-thread ranges directly under the step (module
+// forward and backward, loss, the wait for the allreduces, the optimizer, the data wait), and every
+// bucket's allreduce on every rank. Dependencies:
+//   - program order on a rank's main thread;
+//   - the wait for the allreduces ends with the rank's last collective;
+//   - a collective completes once the last rank has joined it: it starts at the latest of the ranks'
+//     start times; that rank joined when its bucket's last gradient was ready (the backward range that
+//     produced it) or, when its communication thread was still busy, when the previous collective ended.
+// The walk starts at the end of the step on the rank that ended last and goes back along whichever
+// dependency was the latest, until the step's start. Time on a rank's thread that no range covers is a
+// segment of its own ("(gap)"), so the segments cover the whole path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "profiler/analysis/run_data.hpp"
+
+namespace wb::analysis {
+
+struct PathSegment {
+  int rank = 0;
+  std::string name;      // "layer3.0.conv2", "allreduce bucket 2", "(gap)"
+  std::string kind;      // forward, backward, loss, optimizer, data, comm, collective, gap, ...
+  std::int64_t start_ns = 0;
+  std::int64_t end_ns = 0;
+};
+
+struct StepPath {
+  int step = 0;
+  std::int64_t start_ns = 0;  // the earliest rank's step start
+  std::int64_t end_ns = 0;    // the latest rank's step end
+  std::vector<PathSegment> segments;  // in time order
+};
+
+struct PathOp {
+  std::string name;
+  std::string kind;
+  int steps = 0;             // steps whose path holds it
+  std::int64_t total_ns = 0; // its time on the path, over those steps
+};
+
+struct CriticalPath {
+  std::vector<StepPath> steps;
+  std::vector<PathOp> ops;   // by time on the path, descending
+  std::int64_t path_ns = 0;  // all steps' path time
+};
+
+// Every step that each rank recorded with allreduce rows; empty for runs without them.
+CriticalPath critical_path(const RunData& run);
+
+}  // namespace wb::analysis
