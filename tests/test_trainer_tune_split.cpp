@@ -53,6 +53,8 @@ TEST_CASE("tune-split measures the current split and candidates in alternated tr
     CHECK(t.run.empty());  // not kept without --keep
     measured[t.candidate].push_back(t.median_step_ns);
   }
+  // Without --keep, nothing of the trials is left but the config of the kept split (if one was kept).
+  for (const auto& e : fs::directory_iterator(run.string() + ".tune")) CHECK(e.path().filename() == "apply.json");
   // Alternated: round 1 runs the candidates in order, round 2 in reverse.
   CHECK(trials[0].candidate == "current");
   CHECK(trials[0].round == 0);

@@ -97,9 +97,11 @@ std::pair<std::int64_t, int> run_trial(const nlohmann::json& config, int world, 
     std::cerr << "    wb-train exited with " << rc << "; its last lines:\n";
     for (std::size_t i = lines.size() > 8 ? lines.size() - 8 : 0; i < lines.size(); ++i) std::cerr << "      " << lines[i] << "\n";
   }
-  if (!keep) {
+  if (!keep) {  // the run file, its config, its rank files' folder and its synthetic data set
     fs::remove(launch.run_path, ec);
     fs::remove(launch.config_path, ec);
+    fs::remove_all(dir / stem, ec);
+    fs::remove_all(dir / (stem + "-synthetic-data"), ec);
   }
   return {median, rc};
 }
