@@ -31,15 +31,21 @@ struct Candidate {
   double alpha_beta_ns = 0.0;          // the alpha-beta fit's prediction, for comparison
 };
 
+// The median of the values other than -1 (a failed trial); -1 when none is left.
+std::int64_t median_of(std::vector<std::int64_t> v) {
+  v.erase(std::remove(v.begin(), v.end(), -1), v.end());
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 // The median step of a trial run: over every rank's steps from `warmup` on.
 std::int64_t median_step(const fs::path& run, int warmup) {
   store::Reader reader(run);
   std::vector<std::int64_t> d;
   for (const auto& s : reader.steps())
     if (s.step >= warmup) d.push_back(s.end_ns - s.start_ns);
-  if (d.empty()) return -1;
-  std::sort(d.begin(), d.end());
-  return d.size() % 2 == 1 ? d[d.size() / 2] : (d[d.size() / 2 - 1] + d[d.size() / 2]) / 2;
+  return median_of(std::move(d));
 }
 
 std::string ms(double ns) { return ns < 0 ? "failed" : analysis::format_ns(ns); }
@@ -104,13 +110,6 @@ std::pair<std::int64_t, int> run_trial(const nlohmann::json& config, int world, 
     fs::remove_all(dir / (stem + "-synthetic-data"), ec);
   }
   return {median, rc};
-}
-
-std::int64_t median_of(std::vector<std::int64_t> v) {
-  v.erase(std::remove(v.begin(), v.end(), -1), v.end());
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 // The candidate kept: the fastest median among those faster than the current split in every round.
