@@ -680,6 +680,18 @@ void record_dropped_events(Db& db, std::uint64_t dropped_now, int rank) {
 
 }  // namespace
 
+// After a failed write (a full disk, a file size limit): fold the WAL's committed pages back into the file
+// and empty the WAL. The WAL keeps a copy of a page per commit that touched it, so this frees most of its
+// space, and the steps after a failed batch (a step dump too large for the disk) can still be recorded.
+void Writer::reclaim_wal() {
+  if (opts_.bulk_load) return;
+  try {
+    db_->exec("PRAGMA wal_checkpoint(TRUNCATE)");
+  } catch (const StoreError&) {
+    // No room even for that: the next batches are counted as dropped, as the first was.
+  }
+}
+
 bool Writer::commit(Pending& batch) {
   std::uint64_t dropped_now = dropped_.load();
   if (batch.empty() && dropped_now == dropped_written_) return false;
@@ -713,6 +725,7 @@ bool Writer::commit(Pending& batch) {
       std::fprintf(stderr, "wb: recording to %s failed, the run will be marked incomplete: %s\n",
                    opts_.path.c_str(), e.what());
     dropped_.fetch_add(batch.event_rows());
+    reclaim_wal();
     batch.keep_only_metadata();
     std::lock_guard lk(mutex_);
     // Re-queue what later rows refer to, ahead of anything added meanwhile.

@@ -137,6 +137,7 @@ class Writer {
   bool admit(std::size_t n);  // under mutex_: room for n more rows, else counts them as dropped
   std::size_t eager_rows() const;  // pending rows that start a commit before the interval is up
   bool commit(Pending& batch);  // true when the batch was committed
+  void reclaim_wal();
 
   WriterOptions opts_;
   std::unique_ptr<Db> db_;
