@@ -2,7 +2,9 @@
 // torchvision ResNet-50, 10 classes, fp32, the same synthetic batch and thread count, steady-state steps
 // only. Rounds alternate: N of our steps, then N of PyTorch's (a persistent child process, bench/
 // cpu_vs_torch.py, driven over a pipe, so its start-up is not timed). The last line is the ratio
-// ours / PyTorch in images per second.
+// ours / PyTorch in images per second. Before it, the peak memory of one steady step on each side: ours
+// from the backend's allocations (a MemoryListener, as wb-train's memory profile), PyTorch's from its
+// allocator's "Total Allocated" under the profiler with profile_memory (as `wb diff` compares them).
 //
 //   cpu_vs_torch [--threads 2] [--batch 32] [--size 32] [--rounds 3] [--steps 10] [--warmup 3] [--profile]
 //
@@ -11,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "bench/torch_child.hpp"
+#include "trainer/backend/memory.hpp"
 #include "layout/resnet50.hpp"
 #include "trainer/backend/cpu/cpu_backend.hpp"
 #include "trainer/model/resnet50.hpp"
@@ -92,6 +96,20 @@ class OpTimer : public wb::model::ModelObserver {
   std::map<std::string, double> totals_;
 };
 
+// The bytes the backend holds, and the most it held since `peak` was last reset.
+struct PeakListener final : wb::backend::MemoryListener {
+  std::atomic<std::int64_t> live{0}, peak{0};
+  void on_alloc(std::size_t bytes, wb::backend::MemoryTag) noexcept override {
+    const std::int64_t now = live.fetch_add(static_cast<std::int64_t>(bytes)) + static_cast<std::int64_t>(bytes);
+    std::int64_t seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+  void on_free(std::size_t bytes, wb::backend::MemoryTag) noexcept override {
+    live.fetch_sub(static_cast<std::int64_t>(bytes));
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -115,6 +133,8 @@ int main(int argc, char** argv) {
     std::ofstream(dir + "/labels.bin", std::ios::binary)
         .write(reinterpret_cast<const char*>(labels.data()), static_cast<std::streamsize>(labels.size() * 4));
 
+    PeakListener listener;
+    wb::backend::set_memory_listener(&listener);  // before the model, so every allocation is seen
     auto backend = wb::backend::make_cpu_backend({o.threads});
     auto& cpu = dynamic_cast<wb::backend::cpu::CpuBackend&>(*backend);
     wb::model::ModelConfig cfg;
@@ -166,6 +186,12 @@ int main(int argc, char** argv) {
       std::printf("  %-20s %8lld per step\n", "activation reorders",
                   static_cast<long long>(cpu.stats().input_reorders / o.steps));
     }
+    listener.peak = listener.live.load();
+    our_steps(1);
+    const double ours_peak = static_cast<double>(listener.peak.load());
+    const double torch_peak = std::stod(torch.ask("memory"));
+    std::printf("peak memory of a step: ours %.2f MiB, pytorch %.2f MiB, ratio %.3f\n", ours_peak / 1048576.0,
+                torch_peak / 1048576.0, ours_peak / torch_peak);
     std::printf("ours %.1f img/s, pytorch %.1f img/s\n", images_run / ours_total, images_run / torch_total);
     std::printf("ratio ours/pytorch: %.3f\n", torch_total / ours_total);
     std::error_code ec;

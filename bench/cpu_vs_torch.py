@@ -1,5 +1,7 @@
 # The PyTorch side of bench/cpu_vs_torch: torchvision ResNet-50 training steps, driven over a pipe.
-# Commands on stdin, one per line: "step N" runs N steps and answers "<seconds>"; "quit" ends.
+# Commands on stdin, one per line: "step N" runs N steps and answers "<seconds>"; "memory" runs one step
+# under the profiler with profile_memory and answers the most bytes it held (peak_allocated); "quit" ends.
+import pathlib
 import sys
 import time
 
@@ -7,6 +9,24 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import torchvision
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "compare" / "reference"))
+from torch_profile import held_bytes  # noqa: E402
+
+
+def peak_allocated(step, model, optimizer, batch):
+    """The most bytes a step holds: what it holds before its first op, then each op's net allocation in
+    time order (the profiler's self_cpu_memory_usage), as compare/reference/torch_profile.py writes the
+    "[memory]" events of a trace that `wb diff` compares."""
+    from torch.profiler import ProfilerActivity, profile
+    total = peak = held_bytes(model, optimizer, batch)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    for e in sorted(prof.events(), key=lambda e: e.time_range.start):
+        if e.device_type == torch.autograd.DeviceType.CPU and e.self_cpu_memory_usage:
+            total += e.self_cpu_memory_usage
+            peak = max(peak, total)
+    return peak
 
 
 def main():
@@ -33,6 +53,9 @@ def main():
         cmd = line.split()
         if not cmd or cmd[0] == "quit":
             break
+        if cmd[0] == "memory":
+            print(peak_allocated(step, model, opt, (x, y)), flush=True)
+            continue
         n = int(cmd[1])
         t0 = time.perf_counter()
         for _ in range(n):

@@ -24,6 +24,10 @@ const std::vector<ConvCase> kCases = {
     {2, 3, 17, 17, 8, 7, 2, 3, false},  {2, 5, 9, 9, 12, 3, 1, 1, false},  {2, 16, 8, 8, 32, 3, 2, 1, true},
     {3, 20, 6, 6, 24, 1, 1, 0, false},  {2, 32, 7, 7, 64, 1, 2, 0, true},  {1, 13, 5, 7, 7, 3, 1, 1, false},
     {2, 64, 4, 4, 16, 3, 1, 1, true},   {2, 24, 9, 9, 40, 3, 2, 1, false},
+    // A 1x1 output (layer4's 3x3 convolutions at 32x32: 1x1 and strided 2x2 inputs), which backward-weights
+    // computes as one inner product with the unrolled window: padded, unpadded, strided.
+    {3, 16, 1, 1, 24, 3, 1, 1, true},   {2, 16, 2, 2, 8, 3, 2, 1, true},   {2, 5, 3, 3, 4, 3, 1, 0, false},
+    {2, 7, 1, 1, 5, 3, 2, 1, false},    {2, 6, 2, 3, 9, 5, 3, 2, false},
 };
 
 Shape out_shape(const ConvCase& c) {
@@ -96,7 +100,7 @@ TEST_CASE("conv2d forward and backward match PyTorch", "[trainer][backend]") {
 TEST_CASE("conv2d gradients match finite differences of the forward", "[trainer][backend]") {
   auto be = wb::backend::make_cpu_backend({2});
   auto c = GENERATE(ConvCase{2, 3, 9, 9, 8, 7, 2, 3, false}, ConvCase{2, 5, 6, 6, 12, 3, 1, 1, true},
-                    ConvCase{2, 20, 5, 5, 24, 1, 2, 0, false});
+                    ConvCase{2, 20, 5, 5, 24, 1, 2, 0, false}, ConvCase{2, 8, 2, 2, 16, 3, 2, 1, true});
   CAPTURE(c.c, c.o, c.k, c.stride, c.pad);
   const Shape xs{c.n, c.c, c.h, c.w}, ws{c.o, c.c, c.k, c.k}, ys = out_shape(c);
   const auto xh = wb::test::random_normal(static_cast<std::size_t>(xs.numel()), 1);

@@ -113,10 +113,11 @@ class Backend {
   // Optional: the queue every op is issued on, as an opaque handle (a cudaStream_t on the CUDA
   // backend), so that device collectives can be ordered after it; null on a synchronous backend.
   virtual void* native_stream() { return nullptr; }
-  // Whether a tensor dropped and allocated again costs nothing (a caching allocator ordered on the
-  // op queue): the model then frees each gradient of an activation once it was consumed, instead of
-  // keeping one per layer alive for the whole run. False: allocations are kept (the CPU backend's
-  // buffers would be faulted in again every step).
+  // Whether a tensor dropped and allocated again costs next to nothing: the model then frees each
+  // gradient of an activation once it was consumed, instead of keeping one per layer alive for the
+  // whole run. True on the CUDA backend (its caching allocator, ordered on the op queue) and the CPU
+  // backend (malloc hands the same blocks back every step; measured: the same step time, 63 MiB less at
+  // the demo's peak).
   virtual bool cheap_reallocation() const { return false; }
 
   // ---- convolution: x (N,C,H,W), w (O,C,K,K) plain OIHW, y (N,O,OH,OW) ------------------------------

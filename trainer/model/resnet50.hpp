@@ -48,8 +48,8 @@ struct ModelConfig {
   backend::LossParams loss{};
   // Free each activation gradient once backward has consumed it (fewer tensors alive at once, about
   // half the activation memory) instead of keeping one per layer for the next step: -1 (default) where
-  // the backend reallocates for free (Backend::cheap_reallocation: the CUDA caching allocator), 0 never,
-  // 1 always.
+  // the backend reallocates for next to nothing (Backend::cheap_reallocation: the CPU and CUDA backends),
+  // 0 never, 1 always.
   int free_consumed_grads = -1;
   // The sharded classifier (fc_shard.hpp): this model holds the rows [fc_shard * K/fc_shards, ...) of
   // fc.weight and fc.bias only, and its forward and backward run through an FcShard (set_fc_shard).

@@ -143,13 +143,27 @@ Tensor CpuBackend::view(const Tensor& base, std::size_t offset, const Shape& sha
   return Tensor(t);
 }
 
-Slot CpuBackend::make_slot(const memory::desc& m) {
-  ++stats_.allocations;
+Slot CpuBackend::make_slot(const memory::desc& m, SlotPool pool) {
+  Pool& p = pools_[static_cast<std::size_t>(pool)];
+  const std::size_t bytes = m.get_size();
+  if (bytes > p.bytes) {
+    ++stats_.allocations;
+    p.storage.reset();  // the old buffer goes before the new one comes
+    p.storage = storage(bytes, /*workspace=*/true);
+    p.bytes = bytes;
+    p.filled_by = nullptr;
+  }
   Slot s;
   s.md = m;
-  s.storage = storage(m.get_size(), /*workspace=*/true);
-  s.mem = memory(m, engine_, s.storage.get());
+  s.pool = pool;
+  s.mem = memory(m, engine_, p.storage.get());
   return s;
+}
+
+const memory& CpuBackend::bind(Slot& slot) {
+  void* data = pools_[static_cast<std::size_t>(slot.pool)].storage.get();
+  if (slot.mem.get_data_handle() != data) slot.mem.set_data_handle(data);
+  return slot.mem;
 }
 
 void CpuBackend::reorder_raw(const dnnl::reorder& prim, const dnnl_exec_arg_t (&args)[2]) {
@@ -159,14 +173,14 @@ void CpuBackend::reorder_raw(const dnnl::reorder& prim, const dnnl_exec_arg_t (&
 }
 
 void CpuBackend::run_slot_reorder(const memory& src, Slot& slot) {
-  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, slot.mem.get()}};
+  dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, src.get()}, {DNNL_ARG_TO, bind(slot).get()}};
   reorder_raw(slot.prim, args);
 }
 
-const memory& CpuBackend::as_layout(const Tensor& t, const memory::desc& want, Slot& slot) {
+const memory& CpuBackend::as_layout(const Tensor& t, const memory::desc& want, Slot& slot, SlotPool pool) {
   auto& ti = impl(t);
   if (ti.md == want) return ti.mem;
-  if (!slot.mem || !(slot.md == want)) slot = make_slot(want);
+  if (!slot.mem || !(slot.md == want) || slot.pool != pool) slot = make_slot(want, pool);
   if (!slot.prim || !(slot.from == ti.md)) {
     slot.from = ti.md;
     slot.prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, ti.md, engine_, want));
@@ -179,11 +193,14 @@ const memory& CpuBackend::as_layout(const Tensor& t, const memory::desc& want, S
 const memory& CpuBackend::weights_as(const Tensor& w, const memory::desc& want, int cache) {
   auto& wi = impl(w);
   if (wi.md == want) return wi.mem;
+  const SlotPool pool = cache == 0 ? SlotPool::weights : SlotPool::weights_bwd;
+  Pool& p = pools_[static_cast<std::size_t>(pool)];
   auto& wc = weight_cache_[static_cast<std::size_t>(cache)][wi.data];
-  if (wc.slot.mem && wc.slot.md == want && wc.slot.from == wi.md && wc.generation == param_generation_) {
-    return wc.slot.mem;
+  if (wc.slot.mem && wc.slot.md == want && wc.slot.from == wi.md && wc.generation == param_generation_ &&
+      p.filled_by == &wc) {
+    return bind(wc.slot);
   }
-  if (!wc.slot.mem || !(wc.slot.md == want)) wc.slot = make_slot(want);
+  if (!wc.slot.mem || !(wc.slot.md == want)) wc.slot = make_slot(want, pool);
   if (!wc.slot.prim || !(wc.slot.from == wi.md)) {
     wc.slot.from = wi.md;
     wc.slot.prim = dnnl::reorder(dnnl::reorder::primitive_desc(engine_, wi.md, engine_, want));
@@ -193,6 +210,7 @@ const memory& CpuBackend::weights_as(const Tensor& w, const memory::desc& want, 
   stats_.weight_reorder_ns += now_ns() - t0;
   ++stats_.weight_reorders;
   wc.generation = param_generation_;
+  p.filled_by = &wc;
   const char* lo = static_cast<const char*>(wi.data);
   const char* hi = lo + wi.bytes;
   cached_lo_ = cached_lo_ ? std::min(cached_lo_, lo) : lo;

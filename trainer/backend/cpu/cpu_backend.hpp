@@ -2,11 +2,14 @@
 // The oneDNN (v2.6) CPU backend. Activations stay in the layouts oneDNN's primitives pick (blocked
 // nChw16c on AVX-512) from one layer to the next; conversions happen only at the edges: the network
 // input, the classifier, to_host/from_host, and conv weights, which live plain (OIHW) in the parameter
-// buffer and are converted once per parameter update into a cached blocked copy.
+// buffer and are converted into a blocked copy when an op needs them.
 //
-// Every primitive is created once per (op, shapes, layouts) and cached; its scratchpad is one buffer
-// shared by all primitives (ops run one at a time), and primitives are executed through the C API with
-// argument arrays on the stack, so a step after the first allocates nothing.
+// Every primitive is created once per (op, shapes, layouts) and cached. Ops run one at a time, so the
+// scratchpad is one buffer shared by all primitives, and the layout conversions (weight copies, inputs,
+// blocked weight gradients) are slots of a few shared pools (SlotPool), each sized for its largest
+// user: the backend's own memory does not grow with the depth. Primitives are executed through the C
+// API with argument arrays on the stack; a step after the first allocates only what the model frees
+// (the activation gradients it consumed).
 //
 // Files: cpu_backend.cpp (memory, caches, layout conversion), conv.cpp, norm.cpp, eltwise_pool.cpp,
 // linear_loss.cpp, sgd.cpp.
@@ -46,12 +49,26 @@ struct Entry {
   std::size_t scratch_bytes = 0;
 };
 
-// A private buffer owned by a cache entry (layout conversions of inputs, blocked weight gradients).
-// It keeps the reorder primitive that last filled it, so a repeated conversion costs one comparison.
+// What a slot holds during one op. Every slot of one pool shares the pool's buffer, sized for the
+// largest: a slot's contents live only until the next op that uses its pool, so no op may take two
+// slots from one pool, and the backend holds one buffer per pool instead of one per layer.
+enum class SlotPool : int {
+  src,           // an input converted to the primitive's layout (x, the second summand)
+  diff_dst,      // an incoming gradient converted to the primitive's layout
+  weights,       // a forward convolution's weights in its blocked layout
+  weights_bwd,   // a backward-data convolution's weights in its blocked layout
+  diff_weights,  // a blocked weight gradient, before its conversion into the plain slice
+  window,        // an input's receptive field unrolled (im2col) for a convolution with a 1x1 output
+  count
+};
+
+// A view of a pool's buffer in one layout, for a cache entry (layout conversions of inputs, blocked
+// weight gradients). It keeps the reorder primitive that last filled it, so a repeated conversion
+// costs one comparison.
 struct Slot {
   dnnl::memory::desc md;
   dnnl::memory mem;
-  std::shared_ptr<void> storage;
+  SlotPool pool = SlotPool::src;
   dnnl::memory::desc from;
   dnnl::reorder prim;
 };
@@ -65,6 +82,8 @@ class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(const CpuOptions& options);
   std::string_view name() const override { return "cpu"; }
+  // A freed tensor's block goes back to malloc, which hands it to the next tensor of its size.
+  bool cheap_reallocation() const override { return true; }
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor view(const Tensor& base, std::size_t offset, const Shape& shape) override;
@@ -160,11 +179,15 @@ class CpuBackend final : public Backend {
   // Makes `t` a tensor of `shape` in layout `want` unless it already is one.
   void ensure(Tensor& t, const Shape& shape, const dnnl::memory::desc& want);
   Tensor allocate(const Shape& shape, DType dtype, const dnnl::memory::desc& md);
-  Slot make_slot(const dnnl::memory::desc& md);
-  // t's memory if it already has layout `want`, else a conversion of t into `slot` (reallocated when
-  // its layout differs).
-  const dnnl::memory& as_layout(const Tensor& t, const dnnl::memory::desc& want, Slot& slot);
-  // A plain or blocked copy of weights `w` in layout `want`, cached until the next parameter write.
+  // A slot of layout md in `pool`, growing the pool's buffer to fit it.
+  Slot make_slot(const dnnl::memory::desc& md, SlotPool pool);
+  // The slot's memory, pointed at its pool's buffer (which may have grown, and moved, since).
+  const dnnl::memory& bind(Slot& slot);
+  // t's memory if it already has layout `want`, else a conversion of t into `slot` (a view of `pool`,
+  // remade when its layout differs). Valid until the next op that uses the same pool.
+  const dnnl::memory& as_layout(const Tensor& t, const dnnl::memory::desc& want, Slot& slot, SlotPool pool);
+  // A plain or blocked copy of weights `w` in layout `want` (cache 0 forward, 1 backward-data), in the
+  // cache's pool: reused while no parameter was written and no other weights took the pool since.
   const dnnl::memory& weights_as(const Tensor& w, const dnnl::memory::desc& want, int cache);
   void reorder(const dnnl::memory& src, const dnnl::memory& dst);
   // Runs a reorder primitive on {FROM, TO} arguments.
@@ -185,11 +208,18 @@ class CpuBackend final : public Backend {
   // Converts src (layout slot.from) into slot, reusing the slot's reorder primitive.
   void run_slot_reorder(const dnnl::memory& src, Slot& slot);
   void apply_threads() const;
+  // conv2d_backward_weights of a KxK convolution (K > 1) whose output is 1x1 (conv.cpp).
+  void conv2d_backward_weights_one_output(const Tensor& x, const Tensor& dy, const Tensor& dw, const Conv2dParams& p);
 
  private:
   struct WeightCopy {
     Slot slot;
     std::uint64_t generation = 0;
+  };
+  struct Pool {
+    std::shared_ptr<void> storage;
+    std::size_t bytes = 0;
+    const WeightCopy* filled_by = nullptr;  // weight pools: whose copy the buffer holds now
   };
   struct ReorderEntry {
     dnnl::memory::desc src, dst;
@@ -215,6 +245,7 @@ class CpuBackend final : public Backend {
   std::vector<ReorderEntry> reorders_;
   std::vector<dnnl::memory::desc> layouts_;
   std::array<std::unordered_map<const void*, WeightCopy>, 2> weight_cache_;  // [0] forward, [1] backward-data
+  std::array<Pool, static_cast<std::size_t>(SlotPool::count)> pools_;
   std::uint64_t param_generation_ = 1;
   const char* cached_lo_ = nullptr;  // bounds of the plain weights the caches were made from
   const char* cached_hi_ = nullptr;

@@ -106,7 +106,7 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
     const auto& pd = n->pd;
     e = static_cast<ReluBwd*>(insert(key, std::move(n), pd));
   }
-  const memory& ddst = as_layout(dy, e->data, e->ddst_slot);
+  const memory& ddst = as_layout(dy, e->data, e->ddst_slot, SlotPool::diff_dst);
   bool in_place = dx.impl() == dy.impl() && &ddst == &impl(dy).mem;
   if (!in_place) ensure(dx, y.shape(), e->dsrc);
   execute(e->prim, *e,
@@ -134,7 +134,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) {
     e = static_cast<AddEntry*>(insert(key, std::move(n), pd));
   }
   const memory& src0 = impl(a).mem;
-  const memory& src1 = as_layout(b, e->b, e->b_slot);
+  const memory& src1 = as_layout(b, e->b, e->b_slot, SlotPool::src);
   if (y.impl() != a.impl()) {
     if (y.impl() == b.impl() && &src1 == &impl(b).mem) {
       // y aliases b in the same layout: in place on b is fine for an elementwise op.
@@ -200,7 +200,7 @@ void CpuBackend::maxpool_backward(const Tensor& x, const Tensor& y, const Tensor
     const auto& pd = n->pd;
     e = static_cast<PoolBwd*>(insert(key, std::move(n), pd));
   }
-  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot);
+  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot, SlotPool::diff_dst);
   ensure(dx, x.shape(), e->dsrc);
   execute(e->prim, *e,
           {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_WORKSPACE, impl(workspace).mem.get()},
@@ -252,7 +252,7 @@ void CpuBackend::global_avgpool_backward(const Tensor& x, const Tensor& dy, Tens
     const auto& pd = n->pd;
     e = static_cast<PoolBwd*>(insert(key, std::move(n), pd));
   }
-  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot);
+  const memory& ddst = as_layout(dy, e->ddst, e->ddst_slot, SlotPool::diff_dst);
   ensure(dx, xs, e->dsrc);
   execute(e->prim, *e, {{DNNL_ARG_DIFF_DST, ddst.get()}, {DNNL_ARG_DIFF_SRC, impl(dx).mem.get()}});
 }

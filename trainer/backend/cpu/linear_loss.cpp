@@ -58,7 +58,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     e = static_cast<LinFwd*>(insert(key, std::move(ne), pd));
   }
   // (N, IN, 1, 1) plain has the same bytes as (N, IN) plain.
-  const memory& xp = as_layout(x, e->x_plain, e->x_slot);
+  const memory& xp = as_layout(x, e->x_plain, e->x_slot, SlotPool::src);
   e->src.set_data_handle(xp.get_data_handle());
   ensure(y, e->y_shape, plain_md(e->y_shape));
   execute(e->prim, *e,
@@ -97,8 +97,8 @@ void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor&
     const auto& wpd = nw->pd;
     ew = static_cast<LinBwdWeights*>(insert(wkey, std::move(nw), wpd));
   }
-  const memory& dyp = as_layout(dy, plain_md(dy.shape()), ed->dy_slot);
-  const memory& xp = as_layout(x, ed->x_plain, ew->x_slot);
+  const memory& dyp = as_layout(dy, plain_md(dy.shape()), ed->dy_slot, SlotPool::diff_dst);
+  const memory& xp = as_layout(x, ed->x_plain, ew->x_slot, SlotPool::src);
   ew->src.set_data_handle(xp.get_data_handle());
   execute(ew->prim, *ew,
           {{DNNL_ARG_SRC, ew->src.get()}, {DNNL_ARG_DIFF_DST, dyp.get()}, {DNNL_ARG_DIFF_WEIGHTS, impl(dw).mem.get()},

@@ -149,7 +149,7 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
     const auto& pd = ne->pd;
     e = static_cast<BnBwd*>(insert(key, std::move(ne), pd));
   }
-  const memory& ddst = as_layout(dy, e->data, e->ddst_slot);
+  const memory& ddst = as_layout(dy, e->data, e->ddst_slot, SlotPool::diff_dst);
   ensure(dx, xs, e->dsrc);
   if (p.fuse_relu) {
     execute(e->prim, *e,

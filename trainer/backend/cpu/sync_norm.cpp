@@ -219,7 +219,7 @@ void CpuBackend::batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, co
     const auto& pd = ne->pd;
     e = static_cast<SyncBnBwd*>(insert(key, std::move(ne), pd));
   }
-  const memory& ddst = as_layout(dy, e->data, e->ddst_slot);
+  const memory& ddst = as_layout(dy, e->data, e->ddst_slot, SlotPool::diff_dst);
   ensure(dx, xs, e->dsrc);
   if (p.fuse_relu) {
     execute(e->prim, *e,
