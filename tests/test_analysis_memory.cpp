@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -135,6 +136,7 @@ struct Expected {
   std::int64_t conv_out = 0;     // floats of every convolution's output, summed
   std::int64_t max_conv_w = 0;   // floats of the largest convolution's weights
   std::int64_t max_conv_out = 0; // floats of the largest convolution's output
+  std::int64_t ds_out = 0;       // floats of the downsample convolutions' outputs, summed
 };
 
 Expected resnet50(int batch, int size, int classes) {
@@ -169,6 +171,7 @@ Expected resnet50(int batch, int size, int classes) {
       bn(4 * w);
       if (b == 0) {
         conv(in, 4 * w, 1, out_s);
+        e.ds_out += static_cast<std::int64_t>(batch) * 4 * w * out_s * out_s;
         bn(4 * w);
       }
       in = 4 * w;
@@ -241,15 +244,17 @@ TEST_CASE("a real run's memory by role matches ResNet-50's tensor sizes counted 
   const std::int64_t batch = 4 * kBatch * 3 * kSize * kSize + 4 * kBatch;
   CHECK(s0.by_role[kData] >= batch);
   CHECK(s0.by_role[kData] <= batch + 2 * kPerAllocation);
-  // Every convolution's output is kept for its batch norm's backward, and every batch norm's output
-  // for the next layer: at least twice the convolutions' outputs; the blocks' sums, the stem's relu and
-  // maxpool and the batch norms' saved statistics add less than one and a half times more. The
-  // gradients: the gradient buffer, and the gradients of the activations still to be consumed, which
-  // backward frees as it goes: a few layers' worth, far less than one per layer.
-  const std::int64_t conv_out = 4 * e.conv_out;
-  CAPTURE(s0.by_role[kGradient] - 4 * e.params, s0.by_role[kWorkspace], conv_out, e.max_conv_w, e.max_conv_out);
-  CHECK(s0.by_role[kActivation] >= 2 * conv_out);
-  CHECK(s0.by_role[kActivation] <= 7 * conv_out / 2);
+  // The peak comes as backward starts, before it frees anything of note. Every convolution's output is
+  // kept then for its batch norm's backward; the outputs of the batch norms that feed a convolution
+  // (each block's first two, the stem's) and each block's sum are kept for the next layer's backward:
+  // the sizes of every convolution's output but the downsamples' again. The sums' summands (the third
+  // and the downsample batch norms' outputs) were freed in forward. The stem's maxpool and the batch
+  // norms' saved statistics add less than half as much again.
+  const std::int64_t conv_out = 4 * e.conv_out, kept = 2 * conv_out - 4 * e.ds_out;
+  CAPTURE(s0.by_role[kGradient] - 4 * e.params, s0.by_role[kWorkspace], s0.by_role[kActivation], conv_out, kept,
+          e.max_conv_w, e.max_conv_out);
+  CHECK(s0.by_role[kActivation] >= kept - 4 * 2 * e.max_conv_out);  // backward may have freed a layer
+  CHECK(s0.by_role[kActivation] <= 3 * kept / 2);
   CHECK(s0.by_role[kGradient] >= 4 * e.params);
   CHECK(s0.by_role[kGradient] <= 4 * e.params + 8 * 4 * e.max_conv_out);
   CHECK(s0.by_role[kGradient] - 4 * e.params < conv_out / 4);
@@ -273,15 +278,17 @@ TEST_CASE("a real run's memory by role matches ResNet-50's tensor sizes counted 
     CHECK(sum_holders(m) == m.peak_bytes);
   }
   CHECK(mem.peak()->peak_bytes == max_live);
-  // Backward frees each activation gradient once consumed, and the next step allocates it again: every
-  // step after the first allocates and frees the same bytes, and reaches the same peak, above what is
+  // Backward frees each activation and activation gradient once consumed, and the next step allocates
+  // them again: every step after the first allocates and frees the same bytes, and reaches the same
+  // peak (step 0's is within 1% of it: its first allocations come in another order), above what is
   // live at the end.
   CHECK(sum_bytes < max_live);
   for (std::size_t i = 1; i < mem.steps.size(); ++i) {
     CAPTURE(i);
     CHECK(mem.steps[i].allocations > 0);
     CHECK(mem.steps[i].allocated_bytes == mem.steps[i].freed_bytes);
-    CHECK(mem.steps[i].peak_bytes == s0.peak_bytes);
+    CHECK(mem.steps[i].peak_bytes == mem.steps[1].peak_bytes);
+    CHECK(std::abs(mem.steps[i].peak_bytes - s0.peak_bytes) <= s0.peak_bytes / 100);
   }
   // Holders: the model-level buffers and the modules, with the roles they allocate.
   std::map<std::string, wb::analysis::MemoryHolder> holders;

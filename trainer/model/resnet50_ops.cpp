@@ -1,5 +1,5 @@
 // ResNet50's training step: each op's forward next to its backward (convolution, batch norm with its
-// synchronised form, the bottleneck block, the whole network), and the freeing of consumed gradients.
+// synchronised form, the bottleneck block, the whole network), and the freeing of what backward consumed.
 #include <algorithm>
 #include <cmath>
 
@@ -13,10 +13,11 @@ using detail::kBnEps;
 using detail::kBnMomentum;
 using detail::names_table;
 
-// Drops an activation gradient that has been consumed, where the backend makes that free (a caching
-// allocator ordered on the op queue reuses the block for the next gradient of the same size): only a
-// few such gradients are then alive at once instead of one per layer, which roughly halves the
-// activation memory of a training step. On other backends the tensors are kept for the next step.
+// Drops a tensor backward no longer needs, where the backend makes that cheap (Backend::
+// cheap_reallocation): an activation gradient once consumed, an activation once the backward of every
+// op that reads it has run. Only a few gradients are then alive at once instead of one per layer, and
+// the activations held fall as backward goes down the network, as in PyTorch; forward allocates them
+// again. With free_consumed_grads 0 every tensor is kept for the next step instead.
 void ResNet50::consumed(Tensor& t) const {
   const bool free = config_.free_consumed_grads < 0 ? backend_.cheap_reallocation() : config_.free_consumed_grads > 0;
   if (free) t = Tensor();
@@ -130,6 +131,11 @@ void ResNet50::block_forward(Block& blk, const Tensor& x) {
   begin(blk.relu_module, Phase::forward);
   backend_.add(blk.b3.y, *identity, blk.out, true);
   end(blk.relu_module, Phase::forward);
+  // No backward reads the summands (bn3's and the downsample bn's outputs): only the sum, through its relu.
+  if (training_) {
+    consumed(blk.b3.y);
+    if (blk.ds) consumed(blk.db.y);
+  }
   emit(blk.relu_names[2], blk.out);
   end(blk.module, Phase::forward);
   emit(names[static_cast<std::size_t>(blk.module)], blk.out);
@@ -140,24 +146,32 @@ Tensor& ResNet50::block_backward(Block& blk, const Tensor& x, const Tensor& dy) 
   begin(blk.relu_module, Phase::backward);
   backend_.relu_backward(blk.out, dy, blk.d_sum);
   end(blk.relu_module, Phase::backward);
+  // The block's output was also the next block's input, whose backward has run.
+  consumed(blk.out);
   // The downsample branch first: its parameters come last in forward order, so gradients become ready
   // in strictly decreasing index order.
   const Tensor* d_identity = &blk.d_sum;
   if (blk.ds) {
     bn_backward(blk.db, blk.dc.y, blk.d_sum, false, -1);
+    consumed(blk.dc.y);
     conv_backward(blk.dc, x, blk.db.dx, true);
     consumed(blk.db.dx);
     d_identity = &blk.dc.dx;
   }
   bn_backward(blk.b3, blk.c3.y, blk.d_sum, false, -1);
+  consumed(blk.c3.y);
   if (blk.ds) consumed(blk.d_sum);
   conv_backward(blk.c3, blk.b2.y, blk.b3.dx, true);
   consumed(blk.b3.dx);
   bn_backward(blk.b2, blk.c2.y, blk.c3.dx, true, blk.relu_module);
+  consumed(blk.c2.y);
+  consumed(blk.b2.y);
   consumed(blk.c3.dx);
   conv_backward(blk.c2, blk.b1.y, blk.b2.dx, true);
   consumed(blk.b2.dx);
   bn_backward(blk.b1, blk.c1.y, blk.c2.dx, true, blk.relu_module);
+  consumed(blk.c1.y);
+  consumed(blk.b1.y);
   consumed(blk.c2.dx);
   conv_backward(blk.c1, x, blk.b1.dx, true);
   consumed(blk.b1.dx);
@@ -264,7 +278,10 @@ void ResNet50::backward() {
   backend_.maxpool_backward(L.bn1.y, L.mp_y, *d, L.mp_ws, L.mp_dx, mp);
   end(L.maxpool_module, Phase::backward);
   consumed(*d);
+  consumed(L.mp_y);
   bn_backward(L.bn1, L.conv1.y, L.mp_dx, true, L.relu_module);
+  consumed(L.conv1.y);
+  consumed(L.bn1.y);
   consumed(L.mp_dx);
   conv_backward(L.conv1, input_ref_, L.bn1.dx, false);  // no gradient for the images
   consumed(L.bn1.dx);
