@@ -7,12 +7,17 @@
 // allocator's "Total Allocated" under the profiler with profile_memory (as `wb diff` compares them).
 //
 //   cpu_vs_torch [--threads 2] [--batch 32] [--size 32] [--rounds 3] [--steps 10] [--warmup 3] [--profile]
+//                [--keep-tensors]
 //
+// --keep-tensors keeps every activation and activation gradient from one step to the next instead of
+// freeing each once backward has consumed it (ModelConfig::free_consumed_grads 0), for an on/off pair.
 // --profile adds a per-op-kind breakdown of our step from the model's observer hooks (timers around
 // each module's forward and backward) and the backend's weight-reorder time.
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -41,6 +46,7 @@ using Clock = std::chrono::steady_clock;
 struct Options {
   int threads = 2, batch = 32, size = 32, rounds = 3, steps = 10, warmup = 3;
   bool profile = false;
+  bool keep_tensors = false;
 };
 
 Options parse(int argc, char** argv) {
@@ -58,6 +64,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = value();
     else if (a == "--warmup") o.warmup = value();
     else if (a == "--profile") o.profile = true;
+    else if (a == "--keep-tensors") o.keep_tensors = true;
     else throw std::invalid_argument("cpu_vs_torch: unknown flag " + a);
   }
   if (o.threads < 1 || o.batch < 2 || o.rounds < 1 || o.steps < 1 || o.warmup < 1) {
@@ -143,16 +150,25 @@ int main(int argc, char** argv) {
     cfg.batch_size = o.batch;
     cfg.seed = 0;
     cfg.loss = {wb::backend::LossConvention::torch, 0.1f};
+    if (o.keep_tensors) cfg.free_consumed_grads = 0;
     wb::model::ResNet50 model(*backend, cfg);
     wb::optim::Sgd sgd({0.9f, 1e-4f, false});
+    long our_faults = 0, our_counted_steps = 0;  // minor page faults of our timed steps
     auto our_steps = [&](int n) {
+      rusage ru0{};
+      getrusage(RUSAGE_SELF, &ru0);
       const auto t0 = Clock::now();
       for (int i = 0; i < n; ++i) {
         model.forward(images, labels);
         model.backward();
         sgd.step(model, 0.01f);
       }
-      return std::chrono::duration<double>(Clock::now() - t0).count();
+      const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      rusage ru1{};
+      getrusage(RUSAGE_SELF, &ru1);
+      our_faults += ru1.ru_minflt - ru0.ru_minflt;
+      our_counted_steps += n;
+      return seconds;
     };
 
     wb::bench::TorchChild torch({WB_PYTHON, std::string(WB_SOURCE_DIR) + "/bench/cpu_vs_torch.py", std::to_string(o.batch),
@@ -160,8 +176,9 @@ int main(int argc, char** argv) {
                                 "cpu_vs_torch");
     our_steps(o.warmup);
     torch.run(o.warmup);
-    std::printf("cpu_vs_torch: ResNet-50, batch %d, %dx%d, 10 classes, fp32, %d threads, %d rounds of %d steps\n",
-                o.batch, o.size, o.size, o.threads, o.rounds, o.steps);
+    our_faults = our_counted_steps = 0;  // steady steps only
+    std::printf("cpu_vs_torch: ResNet-50, batch %d, %dx%d, 10 classes, fp32, %d threads, %d rounds of %d steps%s\n",
+                o.batch, o.size, o.size, o.threads, o.rounds, o.steps, o.keep_tensors ? ", tensors kept" : "");
     double ours_total = 0, torch_total = 0;
     for (int r = 0; r < o.rounds; ++r) {
       const double a = our_steps(o.steps);
@@ -189,9 +206,12 @@ int main(int argc, char** argv) {
     listener.peak = listener.live.load();
     our_steps(1);
     const double ours_peak = static_cast<double>(listener.peak.load());
+    std::printf("idle storage blocks our backend keeps for reuse at the step's end: %.2f MiB\n",
+                static_cast<double>(cpu.idle_block_bytes()) / 1048576.0);
     const double torch_peak = std::stod(torch.ask("memory"));
     std::printf("peak memory of a step: ours %.2f MiB, pytorch %.2f MiB, ratio %.3f\n", ours_peak / 1048576.0,
                 torch_peak / 1048576.0, ours_peak / torch_peak);
+    std::printf("minor page faults per steady step of ours: %ld\n", our_faults / std::max(1L, our_counted_steps));
     std::printf("ours %.1f img/s, pytorch %.1f img/s\n", images_run / ours_total, images_run / torch_total);
     std::printf("ratio ours/pytorch: %.3f\n", torch_total / ours_total);
     std::error_code ec;

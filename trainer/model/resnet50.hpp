@@ -46,10 +46,10 @@ struct ModelConfig {
   int batch_size = 32;
   std::uint64_t seed = 0;
   backend::LossParams loss{};
-  // Free each activation gradient once backward has consumed it (fewer tensors alive at once, about
-  // half the activation memory) instead of keeping one per layer for the next step: -1 (default) where
-  // the backend reallocates for next to nothing (Backend::cheap_reallocation: the CPU and CUDA backends),
-  // 0 never, 1 always.
+  // Free each activation gradient once backward has consumed it, and each activation once every op
+  // reading it has been differentiated (the residual sums' summands right after forward), instead of
+  // keeping one of each per layer for the next step: -1 (default) where the backend reallocates for
+  // next to nothing (Backend::cheap_reallocation: the CPU and CUDA backends), 0 never, 1 always.
   int free_consumed_grads = -1;
   // The sharded classifier (fc_shard.hpp): this model holds the rows [fc_shard * K/fc_shards, ...) of
   // fc.weight and fc.bias only, and its forward and backward run through an FcShard (set_fc_shard).

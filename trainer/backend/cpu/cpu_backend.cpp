@@ -3,6 +3,7 @@
 // generation counter that every write into memory they were made from advances (sgd_update always;
 // from_host / copy / fill when the destination overlaps cached weights; params_written on request).
 #include "trainer/backend/cpu/cpu_backend.hpp"
+#include "trainer/backend/cpu/blocks.hpp"
 
 #include <omp.h>
 
@@ -23,10 +24,12 @@ std::size_t round64(std::size_t bytes) { return (std::max<std::size_t>(bytes, 64
 
 }  // namespace
 
+std::size_t CpuBackend::idle_block_bytes() const { return blocks_->idle_bytes(); }
+
 std::shared_ptr<void> CpuBackend::storage(std::size_t bytes, bool workspace) {
   const std::size_t body = round64(bytes);
   const std::size_t held = body + kTailSlack + kCanaryBytes;
-  void* p = std::aligned_alloc(64, held);
+  void* p = blocks_->take(held);
   if (!p) throw BackendError("cpu backend: out of memory allocating " + std::to_string(bytes) + " bytes");
   auto* c = static_cast<unsigned char*>(p);
   std::memset(c + bytes, 0, body + kTailSlack - bytes);
@@ -34,9 +37,9 @@ std::shared_ptr<void> CpuBackend::storage(std::size_t bytes, bool workspace) {
   MemoryTag tag = memory_tag();
   if (workspace) tag.role = MemoryRole::workspace;
   const std::uint64_t ticket = memory_allocated(held, tag);
-  std::shared_ptr<void> owner(p, [ticket, held, tag](void* q) {
-    std::free(q);
+  std::shared_ptr<void> owner(p, [blocks = blocks_, ticket, held, tag](void* q) {
     memory_freed(ticket, held, tag);
+    blocks->give_back(q, held);
   });
   if (guards_.size() >= 2 * live_guards_ + 64) {
     std::erase_if(guards_, [](const Guard& g) { return g.owner.expired(); });
@@ -64,7 +67,8 @@ std::size_t CpuBackend::damaged_guards() const {
 }
 
 CpuBackend::CpuBackend(const CpuOptions& options)
-    : threads_(options.threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_) {
+    : threads_(options.threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_),
+      blocks_(std::make_shared<BlockCache>()) {
   if (threads_ < 0) {
     throw BackendError("cpu backend: threads must be >= 0 (0 = OpenMP default), got " + std::to_string(threads_));
   }

@@ -38,6 +38,8 @@ class CpuTensorImpl final : public TensorImpl {
   std::shared_ptr<void> storage;     // the allocation (shared with views)
 };
 
+class BlockCache;
+
 // The primitive cache's key: op code, shapes, layout ids and parameters.
 using CacheKey = FixedKey<28>;
 using CacheKeyHash = FixedKeyHash;
@@ -169,6 +171,8 @@ class CpuBackend final : public Backend {
   // than kTailSlack bytes past its buffer. Cheap (one pass over the live allocations); tests check it
   // after every op, at every ISA.
   std::size_t damaged_guards() const;
+  // Bytes of storage no tensor holds now, kept for the next tensor of the same size (blocks.hpp).
+  std::size_t idle_block_bytes() const;
 
   // ---- helpers shared by the op files -------------------------------------------------------------
   const dnnl::engine& engine() const { return engine_; }
@@ -251,6 +255,9 @@ class CpuBackend final : public Backend {
   const char* cached_hi_ = nullptr;
   std::shared_ptr<void> scratch_;
   std::size_t scratch_bytes_ = 0;
+  // Storage freed by its tensors, kept by exact size for the next tensor of that size (blocks.hpp says
+  // why not malloc); shared with the storage's deleters, which may outlive the backend.
+  std::shared_ptr<BlockCache> blocks_;
   std::vector<Guard> guards_;  // every allocation's canary, pruned of freed ones as it grows
   std::size_t live_guards_ = 0;
 
