@@ -1,9 +1,12 @@
-// wb-train on bad input: every case must end with exit code 2 and exactly one line on stderr that
-// names the flag or file and says what was expected (docs/ARCHITECTURE.md, "Errors and data safety").
+// wb-train's command line. Bad input: every case must end with exit code 2 and exactly one line on
+// stderr that names the flag or file and says what was expected (docs/ARCHITECTURE.md, "Errors and data
+// safety"). Then flags whose effect is in the run file: --allreduce-split none, --dump-kinds.
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -94,6 +97,10 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
   SECTION("--dump-step past the last step (steps count from 0)") {
     require_one_line_error(run_train(with(base_args(dir), {"--steps", "3", "--dump-step", "3"})),
                            {"--dump-step 3", "steps 0 to 2", "never be dumped"});
+  }
+  SECTION("--dump-kinds with a kind that is none") {
+    require_one_line_error(run_train(with(base_args(dir), {"--dump-step", "0", "--dump-kinds", "act,gradient"})),
+                           {"--dump-kinds", "'gradient' is no dump kind", "param_after"});
   }
   SECTION("--dump-step below -1") {
     require_one_line_error(run_train(with(base_args(dir), {"--dump-step", "-2"})), {"--dump-step", "-2"});
@@ -261,4 +268,37 @@ TEST_CASE("wb-train: --allreduce-split none trains with one bucket and records i
     wb::store::Reader run(dir / "run.sqlite");
     CHECK(run.config()["allreduce_split"] == c.recorded);
   }
+}
+
+TEST_CASE("wb-train --dump-kinds keeps those kinds of the dump, each row as in the whole dump", "[trainer]") {
+  TempDir dir;
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    auto args = base_args(dir);
+    args[1] = (dir / name).string();
+    args = with(args, {"--dump-step", "0", "--seed", "4", "--threads", "1"});
+    const Result r = run_train(with(args, extra));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return dir / name;
+  };
+  wb::store::Reader whole(run("whole.sqlite", {}));
+  wb::store::Reader some(run("some.sqlite", {"--dump-kinds", "act, loss,grad"}));
+  std::map<std::string, int> kinds;
+  for (const auto& t : some.tensors()) ++kinds[t.kind];
+  CHECK(kinds.size() == 3);
+  CHECK(kinds["act"] > 100);
+  CHECK(kinds["loss"] == 1);
+  CHECK(kinds["grad"] == 161);  // every parameter's
+  std::size_t checked = 0;
+  for (const auto& t : whole.tensors()) {
+    if (t.kind != "act" && t.kind != "loss" && t.kind != "grad") continue;
+    CAPTURE(t.kind, t.name);
+    const auto a = whole.tensor("run", t.kind, t.name, t.step, t.rank);
+    const auto b = some.tensor("run", t.kind, t.name, t.step, t.rank);
+    CHECK(b.exec_order == a.exec_order);  // the order the comparison walks is the whole dump's
+    CHECK(b.data == a.data);              // one thread, one seed: the same step, bit for bit
+    ++checked;
+  }
+  CHECK(checked == some.tensors().size());
+  CHECK(fs::file_size(dir / "some.sqlite") < fs::file_size(dir / "whole.sqlite") / 2);
 }

@@ -12,6 +12,7 @@
 
 #include "profiler/record/capture.hpp"
 #include "profiler/record/recorder.hpp"
+#include "trainer/dump/dump.hpp"
 #include "trainer/model/resnet50.hpp"
 #include "trainer/pipeline_plan.hpp"
 
@@ -82,6 +83,7 @@ const Option kOptions[] = {
     {"memory_profile", &TrainConfig::memory_profile, "record every tensor allocation and free with its role and layer (default on with profiling; --no-memory-profile turns it off)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
+    {"dump_kinds", &TrainConfig::dump_kinds, "LIST|all: the kinds a dump keeps, comma-separated from input, label, param, buffer, act, loss, grad, param_after, buffer_after, momentum (default all; a smaller file, and wb compare judges what is there)"},
     {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
     {"calibrate_comm", &TrainConfig::calibrate_comm, "before step 0, time one allreduce per message size and the compute's slowdown while one runs, for wb suggest-split and wb tune-split (default on in multi-rank data-parallel runs; --no-calibrate-comm turns it off)"},
     {"bucket_mb", &TrainConfig::bucket_mb, "X: size-based allreduce buckets of X MB (default 25)"},
@@ -442,6 +444,10 @@ void validate(const TrainConfig& c) {
   need(c.threads >= 0, "--threads: expected a non-negative number");
   need(c.dump_step >= -1, "--dump-step " + std::to_string(c.dump_step) +
                               ": expected a step number counted from 0 (or -1 for no dump)");
+  if (const std::string bad = dump::unknown_dump_kind(c.dump_kinds); !bad.empty()) {
+    throw ConfigError("--dump-kinds " + c.dump_kinds + ": '" + bad + "' is no dump kind (expected all, or some of " +
+                      dump::dump_kind_list() + ")");
+  }
   need(c.nproc >= 0, "--nproc: expected a non-negative number");
   need(c.bucket_mb >= 0, "--bucket-mb: expected a non-negative number");
   need(c.watchdog_s >= 0 && std::isfinite(c.watchdog_s), "--watchdog-s: expected a non-negative number of seconds (0: no watchdog)");

@@ -78,6 +78,8 @@ struct TrainConfig {
   bool memory_profile = true;  // record every backend allocation and free (memory table); --no-memory-profile
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
+  // --dump-kinds: the tensor kinds a dump keeps, comma-separated (dump::kDumpKinds); "all" keeps every one.
+  std::string dump_kinds = "all";
   // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:
   // an array of points ([85, 160]), "none", or the text form; null, or [] as recorded by earlier builds,
   // means not given. Not given: size-based buckets (--bucket-mb, default 25 MB).

@@ -94,7 +94,8 @@ std::unique_ptr<dump::StepDump> start_dump(Job& job, std::int64_t step, Batch& b
   if (job.fc_shard) job.fc_shard->set_full_logits(true);
   const std::vector<float> params = model.full_to_host(model.param_buffer());
   if (!dumping) return nullptr;
-  auto dump = std::make_unique<dump::StepDump>(*job.rec.writer, static_cast<int>(step), job.place.rank);
+  auto dump = std::make_unique<dump::StepDump>(*job.rec.writer, static_cast<int>(step), job.place.rank,
+                                               job.cfg.dump_kinds);
   std::vector<float> images;
   std::vector<std::int32_t> labels;
   batch.to_host(images, labels);

@@ -7,15 +7,77 @@
 
 namespace wb::dump {
 
+namespace {
+
+// The entries of a comma-separated list, trimmed of spaces; empty entries dropped.
+std::vector<std::string> split_list(std::string_view list) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view item = list.substr(at, end - at);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) out.emplace_back(item);
+    at = end + 1;
+  }
+  return out;
+}
+
+bool is_kind(std::string_view k) {
+  for (std::string_view kind : kDumpKinds)
+    if (k == kind) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string dump_kind_list() {
+  std::string out;
+  for (std::string_view kind : kDumpKinds) {
+    if (!out.empty()) out += ", ";
+    out += kind;
+  }
+  return out;
+}
+
+std::string unknown_dump_kind(std::string_view list) {
+  const std::vector<std::string> items = split_list(list);
+  if (items.empty()) return std::string(list);
+  if (items.size() == 1 && items[0] == "all") return {};
+  for (const std::string& item : items)
+    if (!is_kind(item)) return item;
+  return {};
+}
+
+StepDump::StepDump(store::Writer& writer, int step, int rank, std::string_view kinds)
+    : writer_(writer), step_(step), rank_(rank) {
+  if (const std::string bad = unknown_dump_kind(kinds); !bad.empty()) {
+    throw std::invalid_argument("StepDump: '" + bad + "' is no dump kind (expected all, or some of " +
+                                dump_kind_list() + ")");
+  }
+  if (kinds != "all") kinds_ = split_list(kinds);
+}
+
+bool StepDump::keeps(std::string_view kind) const {
+  if (kinds_.empty()) return true;
+  for (const std::string& k : kinds_)
+    if (k == kind) return true;
+  return false;
+}
+
 void StepDump::add(std::string kind, std::string name, std::vector<std::int64_t> shape, const void* data,
                    std::size_t bytes, std::string dtype) {
+  const int order = order_++;  // the execution order counts the kinds left out too
+  if (!keeps(kind)) return;
   store::TensorRow row;
   row.source = "run";
   row.step = step_;
   row.rank = rank_;
   row.kind = std::move(kind);
   row.name = std::move(name);
-  row.exec_order = order_++;
+  row.exec_order = order;
   row.dtype = std::move(dtype);
   row.shape = std::move(shape);
   row.data.resize(bytes);
@@ -25,6 +87,10 @@ void StepDump::add(std::string kind, std::string name, std::vector<std::int64_t>
 
 void StepDump::add_params(const model::ResNet50& model, std::span<const float> values, std::string_view kind,
                           bool reverse) {
+  if (!keeps(kind)) {
+    order_ += static_cast<int>(model.full_params().size());
+    return;
+  }
   const std::vector<model::ParamInfo> params = model.full_params();
   const model::ParamInfo& last = params.back();
   if (values.size() != last.offset + last.numel) {
@@ -61,6 +127,10 @@ void StepDump::before_step(const model::ResNet50& model, std::span<const float> 
 }
 
 void StepDump::activation(backend::Backend& backend, std::string_view name, const backend::Tensor& t) {
+  if (!keeps("act")) {
+    ++order_;
+    return;
+  }
   host_.resize(static_cast<std::size_t>(t.numel()));
   backend.to_host(t, host_);
   activation(name, t.shape().to_vector(), host_);

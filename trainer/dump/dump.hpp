@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,9 +21,18 @@ class Writer;
 
 namespace wb::dump {
 
+// Every kind a dump writes, in the order above.
+inline constexpr std::string_view kDumpKinds[] = {"input", "label",    "param",        "buffer",       "act",
+                                                  "loss",  "grad",     "param_after", "buffer_after", "momentum"};
+// "input, label, ...", for messages.
+std::string dump_kind_list();
+// The first entry of a --dump-kinds list ("act,grad" or "all") that is no kind; empty when all are.
+std::string unknown_dump_kind(std::string_view list);
+
 class StepDump {
  public:
-  StepDump(store::Writer& writer, int step, int rank) : writer_(writer), step_(step), rank_(rank) {}
+  // `kinds`: a --dump-kinds list ("all", or kinds separated by commas): the others are not written.
+  StepDump(store::Writer& writer, int step, int rank, std::string_view kinds = "all");
 
   // Before forward: the preprocessed batch, and the state the step starts from. Parameter-sized values
   // (`params` here, the gradients, parameters and momentum after the step) are laid out by
@@ -37,6 +47,7 @@ class StepDump {
   void after_step(model::ResNet50& model, float loss, std::span<const float> grads, std::span<const float> params,
                   std::span<const float> momentum);
   int tensors() const { return order_; }
+  bool keeps(std::string_view kind) const;
 
  private:
   void add(std::string kind, std::string name, std::vector<std::int64_t> shape, const void* data, std::size_t bytes,
@@ -53,6 +64,7 @@ class StepDump {
   int rank_;
   int order_ = 0;
   std::vector<float> host_;  // reused staging for activations
+  std::vector<std::string> kinds_;  // empty: every kind
 };
 
 }  // namespace wb::dump
