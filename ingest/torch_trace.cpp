@@ -490,6 +490,9 @@ void write_rank_meta(const RankTrace& rt, const TraceImport& info, const nlohman
   if (props.is_object() && props.contains("computeMajor") && props["computeMajor"].is_number_integer() &&
       device_name.rfind("AMD", 0) != 0)
     w.set_meta("compute_major", std::to_string(props["computeMajor"].get<int>()));
+  // The device's memory, for the TensorBoard plugin's memory rule (profiler/analysis/tb_overview.cpp).
+  if (props.is_object() && props.contains("totalGlobalMem") && props["totalGlobalMem"].is_number_integer())
+    w.set_meta("device_total_memory", std::to_string(props["totalGlobalMem"].get<std::int64_t>()));
   store::RankRow rr;
   rr.rank = rt.rank;
   rr.host = "pytorch-trace";

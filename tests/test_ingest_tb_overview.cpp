@@ -163,6 +163,13 @@ TEST_CASE("the TensorBoard Overview of the fixtures, figures worked out by hand"
     CHECK(*r.gpu->tensor_core_share == Approx(110.0 / 185.0));
     CHECK(o.recommendations.empty());
   }
+  SECTION("memory: a device's peak allocation over 90% of its memory; the CPU's is left out") {
+    const auto o = analysis::tb_overview(import_one(kFixtures / "memory_full.json", dir / "memory.sqlite"));
+    std::vector<std::string> ids;
+    for (const auto& rec : o.recommendations) ids.push_back(rec.id);
+    REQUIRE(ids == std::vector<std::string>{"memory"});
+    CHECK_THAT(o.recommendations[0].text, Contains("95.0% of 79.3 GB"));
+  }
   SECTION("NCCL kernels are communication; no ProfilerStep makes one step of the ops") {
     const auto o = analysis::tb_overview(import_one(kFixtures / "nccl_two_streams.json", dir / "nccl.sqlite"));
     CHECK(cls(o.ranks.at(0).steps.at(0), StepClass::communication) == 20 * kUs);
@@ -177,6 +184,7 @@ TEST_CASE("wb report --json agrees with the independent oracle; each planted rul
   const std::vector<std::vector<fs::path>> cases = {
       {kFixtures / "overlap.json"},
       {kFixtures / "outlive.json"},
+      {kFixtures / "memory_full.json"},
       {kFixtures / "nccl_two_streams.json"},
       {kFixtures / "no_steps.json"},
       {kFixtures / "hta_streams.json"},

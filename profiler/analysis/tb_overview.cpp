@@ -320,6 +320,12 @@ std::vector<Recommendation> recommendations(const RunData& run, const std::vecto
   std::map<std::string, std::vector<std::string>> found;  // id -> "rank R: figure"
   int compute_major = -1;
   if (auto it = run.meta.find("compute_major"); it != run.meta.end()) compute_major = std::atoi(it->second.c_str());
+  // The device's memory (an imported GPU trace's deviceProperties totalGlobalMem) and each rank's peak
+  // allocation on it (the trace's device "[memory]" events' Total Allocated, as memory rows).
+  double device_memory = 0;
+  if (auto it = run.meta.find("device_total_memory"); it != run.meta.end()) device_memory = std::atof(it->second.c_str());
+  std::map<std::int32_t, std::int64_t> peak_by_rank;
+  for (const store::MemoryRow& m : run.memory) peak_by_rank[m.rank] = std::max(peak_by_rank[m.rank], m.live_bytes);
   for (const RankOverview& r : ranks) {
     if (r.steps.empty() || r.mean_step_ns <= 0) continue;
     const std::string who = ranks.size() > 1 ? "rank " + std::to_string(r.rank) + ": " : "";
@@ -330,6 +336,13 @@ std::vector<Recommendation> recommendations(const RunData& run, const std::vecto
     if (r.gpu && r.gpu->utilization < 0.5) found["gpu_utilization"].push_back(who + percent(r.gpu->utilization));
     if (r.gpu && compute_major >= 7 && r.gpu->tensor_core_share && *r.gpu->tensor_core_share == 0.0 && r.amp_eligible_ns > 0)
       found["amp"].push_back(who + "none of the kernel time");
+    if (auto it = peak_by_rank.find(r.rank);
+        r.gpu && device_memory > 0 && it != peak_by_rank.end() && static_cast<double>(it->second) > 0.9 * device_memory) {
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "%.1f%% of %.1f GB", 100.0 * static_cast<double>(it->second) / device_memory,
+                    device_memory / (1024.0 * 1024.0 * 1024.0));
+      found["memory"].push_back(who + buf);
+    }
   }
   auto joined = [](const std::vector<std::string>& v) {
     std::string s;
@@ -345,6 +358,8 @@ std::vector<Recommendation> recommendations(const RunData& run, const std::vecto
       {"gpu_utilization", "Low GPU utilization (under 50%%: %s). Try a larger batch; it may change convergence."},
       {"amp", "Tensor-Core-eligible ops launched kernels, but Tensor Cores ran %s. Enable automatic mixed precision "
               "(torch.autocast) to use them."},
+      {"memory", "Device memory is at its limit (the peak allocation over 90%% of the device's memory: %s). Gradient "
+                 "checkpointing or automatic mixed precision frees room for a larger batch."},
   };
   for (const auto& [id, fmt] : texts) {
     auto it = found.find(id);

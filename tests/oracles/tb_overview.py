@@ -383,10 +383,39 @@ def tc_eligible_kernel_time(events):
     return time
 
 
+def device_memory_peaks(doc):
+    """MemoryParser's peak per device: the largest "Total Allocated" of the "[memory]" events of each
+    (Device Type, Device Id), CPU (Device Type 0) left out as the plugin's analyze does."""
+    peaks = {}
+    for e in doc.get("traceEvents", []):
+        if not isinstance(e, dict) or e.get("name") != "[memory]":
+            continue
+        args = e.get("args") or {}
+        dev_type, dev_id, total = num(args.get("Device Type")), num(args.get("Device Id")), num(args.get("Total Allocated"))
+        if dev_type is None or dev_type == 0 or total is None:
+            continue
+        key = (int(dev_type), int(dev_id) if dev_id is not None else 0)
+        peaks[key] = max(peaks.get(key, 0), total)
+    return peaks
+
+
+def memory_at_limit(doc):
+    """RunProfileData.analyze's memory rule: some device's peak over 0.9 of its deviceProperties
+    totalGlobalMem (the entry whose id is the device's)."""
+    props = {int(p["id"]): p for p in doc.get("deviceProperties") or []
+             if isinstance(p, dict) and num(p.get("id")) is not None}
+    for (dev_type, dev_id), peak in device_memory_peaks(doc).items():
+        total = num(props.get(dev_id, {}).get("totalGlobalMem"))
+        if total is not None and peak > total * 0.9:
+            return True
+    return False
+
+
 def recommendations(doc, mean, gpu, events):
     """RunProfileData.analyze: DataLoader > 5% and Communication > 10% of the mean step, GPU
     utilization < 0.5 (for the one device summarised), and AMP when deviceProperties[0] has
-    computeMajor >= 7, the tensor core share is 0 and some kernel time comes from a TC-eligible op.
+    computeMajor >= 7, the tensor core share is 0 and some kernel time comes from a TC-eligible op;
+    memory when a device's peak allocation is over 0.9 of its memory (memory_at_limit).
     NOTE: the plugin's AMP rule reads KernelParser's share over all kernels; here tensor_core_share.
     DEVIATION: not on AMD devices (a deviceProperties name starting with "AMD"): their computeMajor is
     the gfx generation, not a CUDA compute capability, and the Tensor Core kernel names are NVIDIA's."""
@@ -405,6 +434,8 @@ def recommendations(doc, mean, gpu, events):
     if major is not None and major >= 7 and gpu is not None and gpu["tensor_core_share"] == 0.0 \
             and tc_eligible_kernel_time(events) > 0:
         recs.append("amp")
+    if props and memory_at_limit(doc):
+        recs.append("memory")
     return recs
 
 

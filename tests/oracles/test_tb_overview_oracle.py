@@ -151,6 +151,18 @@ class Fixtures(unittest.TestCase):
              "tensor_core_share": 110 / 185},
             [])
 
+    def test_memory_at_the_limit(self):
+        # outlive.json plus device 0's allocation at 95% of its 85100068864 bytes, then nearly all freed,
+        # and a CPU allocation of 90 GB (over the GPU's memory, but the rule leaves the CPU out).
+        ov = tbo.overview(fx("memory_full.json"))
+        self.assertEqual(ov["recommendations"], ["memory"])
+        doc = json.load(open(fx("memory_full.json")))
+        self.assertEqual(tbo.device_memory_peaks(doc), {(1, 0): int(85100068864 * 0.95)})
+        doc["traceEvents"] = [e for e in doc["traceEvents"]
+                              if not (e.get("name") == "[memory]" and e["args"]["Device Type"] == 1)]
+        self.assertFalse(tbo.memory_at_limit(doc))  # the CPU's 90 GB alone
+        self.assertEqual(tbo.overview(fx("outlive.json"))["recommendations"], [])
+
     def test_nccl_two_streams(self):
         # Step 1 [0,100]: aten::zero_ [2,8] rt [3,6] -> memset [10,14]; aten::copy_ [8,20] rt [9,15] ->
         # memcpy [16,32] (stream 20); aten::mm [20,40] rt [22,26] -> K1 sgemm [28,70] (stream 7);
