@@ -98,6 +98,12 @@ TEST_CASE("wb-train: bad flags and config files give one line and exit code 2", 
     require_one_line_error(run_train(with(base_args(dir), {"--steps", "3", "--dump-step", "3"})),
                            {"--dump-step 3", "steps 0 to 2", "never be dumped"});
   }
+  SECTION("--dump-ranks that are no ranks, or not the job's") {
+    require_one_line_error(run_train(with(base_args(dir), {"--dump-step", "0", "--dump-ranks", "1,x"})),
+                           {"--dump-ranks 1,x", "separated by commas"});
+    require_one_line_error(run_train(with(base_args(dir), {"--nproc", "2", "--dump-step", "0", "--dump-ranks", "0,2"})),
+                           {"--dump-ranks 0,2", "rank 2 is not in the job (ranks 0 to 1)"});
+  }
   SECTION("--dump-kinds with a kind that is none") {
     require_one_line_error(run_train(with(base_args(dir), {"--dump-step", "0", "--dump-kinds", "act,gradient"})),
                            {"--dump-kinds", "'gradient' is no dump kind", "param_after"});
@@ -301,4 +307,18 @@ TEST_CASE("wb-train --dump-kinds keeps those kinds of the dump, each row as in t
   }
   CHECK(checked == some.tensors().size());
   CHECK(fs::file_size(dir / "some.sqlite") < fs::file_size(dir / "whole.sqlite") / 2);
+}
+
+TEST_CASE("wb-train --dump-ranks 1 dumps on rank 1 only", "[trainer]") {
+  TempDir dir;
+  const Result r = run_train(with(base_args(dir), {"--nproc", "2", "--threads", "1", "--dump-step", "0",
+                                                    "--dump-ranks", "1"}));
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  wb::store::Reader run(dir / "run.sqlite");
+  std::map<int, int> by_rank;
+  for (const auto& t : run.tensors()) ++by_rank[t.rank];
+  CHECK(by_rank.size() == 1);
+  CHECK(by_rank[1] > 1000);
+  CHECK(run.config()["dump_ranks"] == "1");
 }

@@ -83,6 +83,7 @@ const Option kOptions[] = {
     {"memory_profile", &TrainConfig::memory_profile, "record every tensor allocation and free with its role and layer (default on with profiling; --no-memory-profile turns it off)"},
     {"dump_step", &TrainConfig::dump_step, "N: dump every tensor of step N into the run file"},
     {"dump_all_ranks", &TrainConfig::dump_all_ranks, "dump on every rank, not only rank 0 (also --dump-ranks all)"},
+    {"dump_ranks", &TrainConfig::dump_ranks, "all|LIST: the ranks that dump, separated by commas (default 0)"},
     {"dump_kinds", &TrainConfig::dump_kinds, "LIST|all: the kinds a dump keeps, comma-separated from input, label, param, buffer, act, loss, grad, param_after, buffer_after, momentum (default all; a smaller file, and wb compare judges what is there)"},
     {"allreduce_split", &TrainConfig::allreduce_split, "a,b,...|none: allreduce split points, ascending parameter indices (all_reduce_fusion_config); none: one bucket"},
     {"calibrate_comm", &TrainConfig::calibrate_comm, "before step 0, time one allreduce per message size and the compute's slowdown while one runs, for wb suggest-split and wb tune-split (default on in multi-rank data-parallel runs; --no-calibrate-comm turns it off)"},
@@ -296,12 +297,11 @@ TrainConfig parse_args(const std::vector<std::string>& args, bool* help) {
     if (a == "--no-calibrate-comm") { cfg.calibrate_comm = false; continue; }
     if (a == "--dump-ranks") {
       if (!has_value) {
-        if (i + 1 >= args.size()) throw ConfigError("--dump-ranks: expected 'all' or '0'");
+        if (i + 1 >= args.size()) throw ConfigError("--dump-ranks: expected 'all' or ranks separated by commas");
         value = args[++i];
       }
-      if (value == "all") cfg.dump_all_ranks = true;
-      else if (value == "0") cfg.dump_all_ranks = false;
-      else throw ConfigError("--dump-ranks: expected 'all' or '0', got '" + value + "'");
+      cfg.dump_all_ranks = value == "all";
+      if (!cfg.dump_all_ranks) cfg.dump_ranks = value;  // checked in validate: ranks separated by commas
       continue;
     }
     const Option* o = a.starts_with("--") ? find_flag(a) : nullptr;
@@ -362,6 +362,33 @@ SlowRank parse_slow_rank(const std::string& text) {
     throw ConfigError(what + ": no module named '" + s.module + "' (torchvision names such as layer3.0.conv2)");
   }
   return s;
+}
+
+namespace {
+// The ranks of a --dump-ranks list ("0", "1,3"); a ConfigError for anything else.
+std::vector<int> dump_rank_list(const std::string& list) {
+  std::vector<int> ranks;
+  std::size_t at = 0;
+  while (at <= list.size()) {
+    std::size_t end = list.find(',', at);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(at, end - at);
+    int r = -1;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), r);
+    if (item.empty() || ec != std::errc() || ptr != item.data() + item.size() || r < 0) {
+      throw ConfigError("--dump-ranks " + list + ": expected 'all' or ranks (0, 1, ...) separated by commas");
+    }
+    ranks.push_back(r);
+    at = end + 1;
+  }
+  return ranks;
+}
+}  // namespace
+
+bool TrainConfig::dumps_on(int rank) const {
+  if (dump_all_ranks) return true;
+  const std::vector<int> ranks = dump_rank_list(dump_ranks);
+  return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
 }
 
 namespace {
@@ -444,6 +471,10 @@ void validate(const TrainConfig& c) {
   need(c.threads >= 0, "--threads: expected a non-negative number");
   need(c.dump_step >= -1, "--dump-step " + std::to_string(c.dump_step) +
                               ": expected a step number counted from 0 (or -1 for no dump)");
+  for (const int r : dump_rank_list(c.dump_ranks)) {
+    need(c.nproc <= 0 || r < c.nproc, "--dump-ranks " + c.dump_ranks + ": rank " + std::to_string(r) +
+                                          " is not in the job (ranks 0 to " + std::to_string(c.nproc - 1) + ")");
+  }
   if (const std::string bad = dump::unknown_dump_kind(c.dump_kinds); !bad.empty()) {
     throw ConfigError("--dump-kinds " + c.dump_kinds + ": '" + bad + "' is no dump kind (expected all, or some of " +
                       dump::dump_kind_list() + ")");

@@ -78,6 +78,10 @@ struct TrainConfig {
   bool memory_profile = true;  // record every backend allocation and free (memory table); --no-memory-profile
   int64_t dump_step = -1;  // -1: none
   bool dump_all_ranks = false;
+  // --dump-ranks LIST: the ranks that dump, comma-separated ("0,3"); "all" sets dump_all_ranks instead.
+  std::string dump_ranks = "0";
+  // Whether `rank` dumps the --dump-step step.
+  bool dumps_on(int rank) const;
   // --dump-kinds: the tensor kinds a dump keeps, comma-separated (dump::kDumpKinds); "all" keeps every one.
   std::string dump_kinds = "all";
   // --allreduce-split "85,160" (or "none": one bucket), parsed by allreduce::SplitPoints::parse. In JSON:

@@ -87,8 +87,9 @@ void validate_pipeline_flags(const TrainConfig& c) {
                       " is not a multiple of it (world = stages x data-parallel replicas)");
   }
   if (S > 1 || M > 1) {
-    if (c.dump_all_ranks) {
-      throw ConfigError("--dump-ranks all: a pipeline run's dump gathers every stage's tensors on rank 0 (drop it)");
+    if (c.dump_all_ranks || c.dump_ranks != "0") {
+      throw ConfigError("--dump-ranks " + (c.dump_all_ranks ? std::string("all") : c.dump_ranks) +
+                        ": a pipeline run's dump gathers every stage's tensors on rank 0 (drop it)");
     }
     if (c.eval) {
       throw ConfigError("--eval: the evaluation runs the whole model on one batch size and is not available with "

@@ -89,7 +89,7 @@ struct Job {
 std::unique_ptr<dump::StepDump> start_dump(Job& job, std::int64_t step, Batch& batch) {
   if (step != job.cfg.dump_step) return nullptr;
   const model::ResNet50& model = *job.learner.model;
-  const bool dumping = job.place.rank == 0 || job.cfg.dump_all_ranks;
+  const bool dumping = job.cfg.dumps_on(job.place.rank);
   if (!dumping && !model.fc_sharded()) return nullptr;
   if (job.fc_shard) job.fc_shard->set_full_logits(true);
   const std::vector<float> params = model.full_to_host(model.param_buffer());
