@@ -302,7 +302,21 @@ void apply_schema(Db& db, bool indexes) {
   }
   db.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
   db.prepare("INSERT INTO meta(key, value) VALUES ('schema_version', ?)").bind(1, std::to_string(kSchemaVersion)).run();
+  db.exec("INSERT INTO meta(key, value) VALUES ('time_origin_ns', '0')");  // set_time_origin moves it
   tx.commit();
+}
+
+std::int64_t time_origin(Db& db) {
+  auto& st = db.prepare("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns'");
+  std::int64_t v = st.step() ? st.column_int64(0) : 0;
+  st.reset();
+  return v;
+}
+
+void set_time_origin(Db& db, std::int64_t origin_ns) {
+  if (db.query_int64("SELECT EXISTS (SELECT 1 FROM range_data)") != 0)
+    fail(db.path(), "the time origin cannot move once ranges are stored");
+  db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('time_origin_ns', ?)").bind(1, std::to_string(origin_ns)).run();
 }
 
 int schema_version(Db& db) {

@@ -28,7 +28,7 @@ class StoreError : public std::runtime_error {
 };
 
 // The schema version this build writes; PRAGMA user_version and meta.schema_version both hold it.
-inline constexpr int kSchemaVersion = 4;  // store/migrate.hpp: what each version holds
+inline constexpr int kSchemaVersion = 5;  // store/migrate.hpp: what each version holds
 
 // Turns a non-OK SQLite result into a StoreError naming the file, the statement, SQLite's message and
 // the caller's file:line. SQLITE_ROW and SQLITE_DONE count as success.
@@ -141,6 +141,12 @@ const std::vector<std::string>& schema_index_sql();
 // Creates the schema's indexes that are missing (after a bulk load, or in a file whose writer was killed
 // before it built them).
 void create_indexes(Db& db);
+
+// meta.time_origin_ns: range_data stores starts relative to it, so that they take 6 bytes, not 8. Unset
+// (files of versions 1-4, read through the migration), it is 0. It can be set only while range_data is
+// empty (StoreError otherwise).
+std::int64_t time_origin(Db& db);
+void set_time_origin(Db& db, std::int64_t origin_ns);
 
 // Opens an existing run file and validates it. Errors (StoreError, message starting with the path):
 // missing file; empty, truncated or non-SQLite bytes ("not a wb run file (...)"); an SQLite file of

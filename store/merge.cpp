@@ -182,12 +182,19 @@ void copy_rank(Db& db, const RankFile& f) {
       "INSERT INTO smap SELECT s.id, m.id FROM src.string s JOIN main.string m ON m.text = s.text;");
   db.exec("INSERT INTO main.track(id, rank, kind, name_id) SELECT x.id + " + track_offset + ", " + r +
           ", x.kind, smap.new FROM src.track x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.id");
-  db.exec("INSERT INTO main.range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) "
-          "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + ", " + t("end_ns") +
-          ", smap.new, x.category, x.depth, x.step, " +
-          corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id ORDER BY x.rowid");
   // A rank file of an older schema version lacks the tables and columns later versions added (migrate.hpp).
   const int version = static_cast<int>(meta_int(f, "schema_version", 1));
+  // Ranges go straight into range_data, packed against the merged file's time origin: the first rank
+  // file's, or its earliest start when it is older than version 5. src.range reads either version.
+  if (db.query_int64("SELECT EXISTS (SELECT 1 FROM main.range_data)") == 0) {
+    set_time_origin(db, version >= 5 ? meta_int(f, "time_origin_ns", 0)
+                                     : db.query_int64("SELECT coalesce(min(start_ns), 0) FROM src.range"));
+  }
+  const std::string origin = std::to_string(time_origin(db));
+  db.exec("INSERT INTO main.range_data(track_id, start_ns, kind, dur_ns, name_id, step, corr_id) "
+          "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + " - " + origin + ", x.depth * 16 + x.category, " +
+          t("end_ns") + " - " + t("start_ns") + ", smap.new, x.step, " +
+          corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id");
   auto known = [&](const char* column) {  // -1 (unknown) stays -1
     return std::string("CASE WHEN x.") + column + " < 0 THEN -1 ELSE " + t(column) + " END";
   };
@@ -234,7 +241,7 @@ void copy_rank(Db& db, const RankFile& f) {
             "INSERT INTO main.comparison SELECT * FROM src.comparison;"
             "INSERT INTO main.comparison_row SELECT * FROM src.comparison_row;"
             "INSERT OR REPLACE INTO main.meta SELECT key, value FROM src.meta "
-            "WHERE key NOT IN ('rank', 'schema_version');");
+            "WHERE key NOT IN ('rank', 'schema_version', 'time_origin_ns');");
     if (has("evaluation")) db.exec("INSERT INTO main.evaluation SELECT * FROM src.evaluation;");
     if (has("split_trial")) db.exec("INSERT INTO main.split_trial SELECT * FROM src.split_trial;");
   } else {

@@ -1,8 +1,13 @@
 #include "store/migrate.hpp"
 
+#include <sqlite3.h>
+
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "store/range_table.hpp"
 
 namespace wb::store {
 
@@ -22,10 +27,17 @@ struct Column {
   const char* default_value; // SQL literal
 };
 
+// A step that restructures a table rather than adding one: persist = false builds read-only stand-ins in
+// the connection's temp schema.
+using Restructure = void (*)(Db& db, bool persist);
+
+void pack_ranges(Db& db, bool persist);
+
 struct Step {
   int to;               // the version this step produces
   Table tables[8];      // the tables it adds (the rest null)
   Column columns[4];    // the columns it adds (the rest null)
+  Restructure restructure = nullptr;
 };
 
 const Step kSteps[] = {
@@ -55,7 +67,61 @@ const Step kSteps[] = {
                       "exit_code INTEGER NOT NULL, "
                       "run TEXT NOT NULL, utc TEXT NOT NULL"}},
      {}},
+    {5, {}, {}, pack_ranges},
 };
+
+// Version 5's range storage, frozen as that version created it.
+constexpr const char* kRangeDataV5 =
+    "CREATE TABLE range_data (track_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, kind INTEGER NOT NULL, "
+    "dur_ns INTEGER NOT NULL, name_id INTEGER NOT NULL, step INTEGER NOT NULL, corr_id INTEGER NOT NULL, "
+    "PRIMARY KEY (track_id, start_ns, kind)) WITHOUT ROWID";
+constexpr const char* kOriginV5 = "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns')";
+
+// Version 5: `range` (a table with an index on track and start) becomes range_data, packed and keyed by
+// track and start, read through a view named `range` with the old columns. The rows are copied in key
+// order, in batches; read-only, range_data is a temp view over the old table, with the origin 0.
+void pack_ranges(Db& db, bool persist) {
+  if (!persist) {
+    db.exec("CREATE TEMP VIEW range_data AS SELECT track_id, start_ns, depth * 16 + category AS kind, "
+            "end_ns - start_ns AS dur_ns, name_id, step, corr_id FROM main.range");
+    return;
+  }
+  const std::int64_t origin = db.query_int64("SELECT coalesce(min(start_ns), 0) FROM range");
+  db.exec("ALTER TABLE range RENAME TO range_v4");
+  db.exec(kRangeDataV5);
+  db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES ('time_origin_ns', ?)").bind(1, std::to_string(origin)).run();
+  auto& st = db.prepare(
+      "SELECT track_id, start_ns, end_ns, name_id, category, depth, step, corr_id FROM range_v4 "
+      "ORDER BY track_id, start_ns, depth, category");
+  std::vector<RangeRow> batch;
+  constexpr std::size_t kBatch = 1 << 16;
+  auto flush = [&] {
+    insert_ranges(db, batch, origin);
+    batch.clear();
+  };
+  while (st.step()) {
+    sqlite3_stmt* h = st.handle();
+    RangeRow r;
+    r.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
+    r.start_ns = sqlite3_column_int64(h, 1);
+    r.end_ns = sqlite3_column_int64(h, 2);
+    r.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
+    r.category = static_cast<std::uint8_t>(sqlite3_column_int(h, 4));
+    r.depth = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
+    r.step = sqlite3_column_int(h, 6);
+    r.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 7));
+    batch.push_back(r);
+    if (batch.size() == kBatch) flush();
+  }
+  st.reset();
+  flush();
+  db.exec("DROP TABLE range_v4");
+  db.exec(std::string("CREATE VIEW range AS SELECT track_id, start_ns + ") + kOriginV5 + " AS start_ns, start_ns + dur_ns + " +
+          kOriginV5 + " AS end_ns, name_id, kind & 15 AS category, kind >> 4 AS depth, step, corr_id FROM range_data");
+  db.exec(std::string("CREATE TRIGGER range_insert INSTEAD OF INSERT ON range BEGIN INSERT INTO range_data(track_id, "
+                      "start_ns, kind, dur_ns, name_id, step, corr_id) VALUES (NEW.track_id, NEW.start_ns - ") +
+          kOriginV5 + ", NEW.depth * 16 + NEW.category, NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id); END");
+}
 
 // The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").
 std::string column_names(std::string_view columns) {
@@ -135,6 +201,9 @@ void migrate(Db& db, int from, bool persist) {
     }
   }
   add_columns(db, from, persist);
+  for (const Step& s : kSteps) {
+    if (s.to > from && s.restructure != nullptr) s.restructure(db, persist);
+  }
   if (persist) {
     db.exec("PRAGMA user_version = " + std::to_string(kSchemaVersion));
     db.prepare("UPDATE meta SET value = ? WHERE key = 'schema_version'").bind(1, std::to_string(kSchemaVersion)).run();

@@ -8,6 +8,11 @@
 //   version 3  adds kernel.blocks_per_sm, occupancy, launch_ns and launch_end_ns (-1 in a migrated file:
 //              unknown)
 //   version 4  adds comm_calibration and split_trial (empty in a migrated file)
+//   version 5  stores host ranges packed in range_data (WITHOUT ROWID, keyed by track, start and depth *
+//              16 + category; start relative to meta.time_origin_ns; a duration for the end), read and
+//              inserted through a view named `range` with the old columns. Migrated: the rows are copied
+//              in key order and the old table and its index dropped; read-only: range_data is a temp view
+//              over the old table.
 // Each step's SQL is frozen here as it was at its version; schema.sql is always the newest schema. Builds
 // of one version did not all write the same tables (version-1 files of later builds already have some
 // of version 2's): a table a file has is kept, rows and all, when its columns are the step's, and is an

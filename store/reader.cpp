@@ -67,7 +67,6 @@ auto decoded(Statement& st, Decode&& decode) {
   }
 }
 
-constexpr const char* kRangeColumns = "track_id, start_ns, end_ns, name_id, category, depth, step, corr_id";
 constexpr const char* kKernelColumns =
     "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes, "
     "blocks_per_sm, occupancy, launch_ns, launch_end_ns";
@@ -241,24 +240,27 @@ const std::string& Reader::string_at(std::uint32_t id) {
   return s[id];
 }
 
+std::int64_t Reader::time_origin_ns() {
+  if (!time_origin_ns_) time_origin_ns_ = time_origin(*db_);
+  return *time_origin_ns_;
+}
+
 std::vector<RangeRow> Reader::ranges(std::uint32_t track, const ProgressFn& progress) {
-  auto& c = db_->prepare("SELECT count(*) FROM range WHERE track_id = ?");
-  c.bind(1, track);
-  auto in_track = c.step() ? static_cast<std::uint64_t>(c.column_int64(0)) : 0;
-  c.reset();
-  auto in_table = static_cast<std::uint64_t>(db_->query_int64("SELECT coalesce(max(rowid), 0) FROM range"));
-  // Through the index every row costs a b-tree lookup of its table row; a plain scan reads rows where
-  // they lie, at about half the cost per row. So when the track is a large share of the table, scanning
-  // the whole table is faster, and rows come in recording order, which is nearly start order.
-  bool scan = in_track * 3 >= in_table;
-  // track_id is known, so it is bound rather than read from every row (each column read costs at
-  // millions of rows); "? AS track" keeps range_from's column positions.
-  constexpr const char* kCols = "SELECT ? AS track, start_ns, end_ns, name_id, category, depth, step, corr_id FROM range ";
-  auto& st = scan ? db_->prepare(std::string(kCols) + "NOT INDEXED WHERE track_id = ?2")
-                  : db_->prepare(std::string(kCols) + "WHERE track_id = ?2 ORDER BY start_ns");
-  st.bind(1, track).bind(2, track);
+  std::uint64_t in_track = 0;
+  if (progress) {
+    auto& c = db_->prepare("SELECT count(*) FROM range_data WHERE track_id = ?");
+    c.bind(1, track);
+    in_track = c.step() ? static_cast<std::uint64_t>(c.column_int64(0)) : 0;
+    c.reset();
+  }
+  // range_data's key is (track, start, depth * 16 + category): the track's rows come in start order, an
+  // enclosing range before the ranges it contains. track_id is bound rather than read from every row
+  // (each column read costs at millions of rows); "? AS track" keeps range_from's column positions.
+  auto& st = db_->prepare(
+      "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
+      "kind >> 4 AS depth, step, corr_id FROM range_data WHERE track_id = ?1");
+  st.bind(1, track).bind(2, time_origin_ns());
   auto rows = collect<RangeRow>(st, range_from, progress, in_track);
-  // One order for both paths: by start, an enclosing range before the ranges it contains.
   auto before = [](const RangeRow& a, const RangeRow& b) {
     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
   };
@@ -267,20 +269,22 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, const ProgressFn& prog
 }
 
 std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns) {
-  // The index orders by start; a range that overlaps [t0, t1] starts at most its track's longest
-  // duration before t0, which bounds the index scan.
+  // The key orders by start; a range that overlaps [t0, t1] starts at most its track's longest duration
+  // before t0, which bounds the key scan.
   auto it = max_range_ns_.find(track);
   if (it == max_range_ns_.end()) {
-    auto& m = db_->prepare("SELECT coalesce(max(end_ns - start_ns), 0) FROM range WHERE track_id = ?");
+    auto& m = db_->prepare("SELECT coalesce(max(dur_ns), 0) FROM range_data WHERE track_id = ?");
     m.bind(1, track);
     std::int64_t longest = m.step() ? m.column_int64(0) : 0;
     m.reset();
     it = max_range_ns_.emplace(track, longest).first;
   }
-  auto& st = db_->prepare(std::string("SELECT ") + kRangeColumns +
-                          " FROM range WHERE track_id = ? AND start_ns >= ? AND start_ns <= ? AND end_ns >= ? "
-                          "ORDER BY start_ns");
-  st.bind(1, track).bind(2, t0_ns - it->second).bind(3, t1_ns).bind(4, t0_ns);
+  const std::int64_t origin = time_origin_ns();
+  auto& st = db_->prepare(
+      "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
+      "kind >> 4 AS depth, step, corr_id FROM range_data "
+      "WHERE track_id = ?1 AND start_ns >= ?3 AND start_ns <= ?4 AND start_ns + dur_ns >= ?5");
+  st.bind(1, track).bind(2, origin).bind(3, t0_ns - it->second - origin).bind(4, t1_ns - origin).bind(5, t0_ns - origin);
   auto rows = collect<RangeRow>(st, range_from);
   auto before = [](const RangeRow& a, const RangeRow& b) {
     return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
@@ -530,9 +534,11 @@ TensorRow Reader::tensor(std::string_view source, std::string_view name, std::in
 std::map<std::string, std::int64_t> Reader::row_counts() {
   std::vector<std::string> tables;
   // A file opened read-only at an older schema version has its newer tables as temp tables (migrate.hpp).
+  // Ranges count under `range`, the view they are read through, not under range_data, where they are stored.
   auto& st = db_->prepare(
-      "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' UNION "
-      "SELECT name FROM sqlite_temp_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name");
+      "SELECT name FROM sqlite_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' UNION "
+      "SELECT name FROM sqlite_temp_master WHERE type IN ('table', 'view') AND name NOT LIKE 'sqlite_%' "
+      "EXCEPT SELECT 'range_data' ORDER BY name");
   while (st.step()) tables.push_back(st.column_text(0));
   st.reset();
   std::map<std::string, std::int64_t> out;

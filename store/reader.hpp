@@ -91,6 +91,8 @@ class Reader {
   std::unique_ptr<Db> db_;
   std::optional<std::vector<std::string>> strings_;
   std::map<std::uint32_t, std::int64_t> max_range_ns_;   // per track, for overlap queries
+  std::optional<std::int64_t> time_origin_ns_;          // meta.time_origin_ns, read once
+  std::int64_t time_origin_ns();
   std::map<std::uint32_t, std::int64_t> max_kernel_ns_;
 };
 

@@ -1,4 +1,4 @@
--- wb run file, schema version 4 (store/migrate.hpp: what each version added, and the migration steps).
+-- wb run file, schema version 5 (store/migrate.hpp: what each version added, and the migration steps).
 -- One file per run (or per rank before `wb merge`). Python's sqlite3 reads it with no extra package.
 -- All times are integer nanoseconds on rank 0's clock: the recorder applies each rank's measured clock
 -- offset before writing, and keeps the offsets in `rank` so drift can be checked.
@@ -7,7 +7,8 @@
 -- through the migration steps in store/migrate.cpp; a newer one is an error naming both versions.
 
 -- Key/value metadata of the run.
---   schema_version  this schema's version ("4")
+--   schema_version  this schema's version ("5")
+--   time_origin_ns  range_data.start_ns is relative to it (set before the first range is written)
 --   created_utc     ISO-8601 UTC time the file was created
 --   config_json     the trainer's resolved configuration, JSON
 --   world_size      number of ranks in the job
@@ -46,17 +47,36 @@ CREATE TABLE track (
 );
 
 -- Host ranges: every operator's forward/backward, loss, optimizer, data wait, copy, step.
-CREATE TABLE range (
+-- Read and insert them through the view `range`, which has the columns files of versions 1-4 stored.
+-- They are stored packed in range_data, keyed by (track, start): the key is the index a time window of
+-- one track is read through, so there is no separate index, and a range costs about 24 bytes.
+CREATE TABLE range_data (
   track_id INTEGER NOT NULL,  -- track.id (kind 'thread')
-  start_ns INTEGER NOT NULL,
-  end_ns   INTEGER NOT NULL,
+  start_ns INTEGER NOT NULL,  -- start - meta.time_origin_ns
+  kind     INTEGER NOT NULL,  -- depth * 16 + category
+  dur_ns   INTEGER NOT NULL,  -- end - start
   name_id  INTEGER NOT NULL,  -- string.id: module name ("layer1.0.conv1") or phase name
-  category INTEGER NOT NULL,  -- 0 forward, 1 backward, 2 optimizer, 3 loss, 4 data, 5 h2d, 6 comm, 7 step
-  depth    INTEGER NOT NULL,  -- nesting level on the track, 0 = outermost
   step     INTEGER NOT NULL,  -- training step, -1 outside a step
-  corr_id  INTEGER NOT NULL   -- correlation id shared with the kernels it launched, 0 = none
-);
-CREATE INDEX range_track_start ON range (track_id, start_ns);
+  corr_id  INTEGER NOT NULL,  -- correlation id shared with the kernels it launched, 0 = none
+  -- Two ranges of one track with the same start, depth and category (possible only with a clock coarser
+  -- than 1 ns, e.g. an imported trace's microseconds) are both kept: the later one starts 1 ns later.
+  PRIMARY KEY (track_id, start_ns, kind)
+) WITHOUT ROWID;
+CREATE VIEW range AS SELECT
+  track_id,                                                                            -- track.id
+  start_ns + (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns') AS start_ns,
+  start_ns + dur_ns + (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns') AS end_ns,
+  name_id,                                                                             -- string.id
+  kind & 15 AS category,  -- 0 forward, 1 backward, 2 optimizer, 3 loss, 4 data, 5 h2d, 6 comm, 7 step
+  kind >> 4 AS depth,     -- nesting level on the track, 0 = outermost
+  step,                   -- training step, -1 outside a step
+  corr_id                 -- correlation id shared with the kernels it launched, 0 = none
+FROM range_data;
+CREATE TRIGGER range_insert INSTEAD OF INSERT ON range BEGIN
+  INSERT INTO range_data(track_id, start_ns, kind, dur_ns, name_id, step, corr_id) VALUES (
+    NEW.track_id, NEW.start_ns - (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns'),
+    NEW.depth * 16 + NEW.category, NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id);
+END;
 
 -- Device activity recorded by CUPTI (kernels, memcpys, memsets).
 CREATE TABLE kernel (

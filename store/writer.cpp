@@ -23,6 +23,7 @@
 #include <utility>
 
 #include "store/db.hpp"
+#include "store/range_table.hpp"
 
 namespace wb::store {
 namespace {
@@ -142,22 +143,6 @@ void remove_run_file(const std::filesystem::path& path) {
 // Binds with the raw API: the hot insert loops run millions of times per second, and every call is still
 // checked, through one branch on the combined result.
 inline int bind_i64(sqlite3_stmt* st, int i, std::int64_t v) { return sqlite3_bind_int64(st, i, v); }
-
-// 128 rows x 8 columns = 1024 parameters, far below SQLite's limit; 4x the rows per statement of 32 gave
-// about 15% more rows per writer CPU-second.
-constexpr std::size_t kRowsPerInsert = 128;
-
-const std::string& range_insert_sql(std::size_t rows) {
-  static const std::string one =
-      "INSERT INTO range(track_id, start_ns, end_ns, name_id, category, depth, step, corr_id) VALUES "
-      "(?, ?, ?, ?, ?, ?, ?, ?)";
-  static const std::string many = [] {
-    std::string sql = one;
-    for (std::size_t k = 1; k < kRowsPerInsert; ++k) sql += ", (?, ?, ?, ?, ?, ?, ?, ?)";
-    return sql;
-  }();
-  return rows == 1 ? one : many;
-}
 
 }  // namespace
 
@@ -505,37 +490,6 @@ void insert_rank(Db& db, const std::optional<RankRow>& rank, std::uint64_t dropp
       .run();
 }
 
-int bind_range(sqlite3_stmt* h, int base, const RangeRow& r) {
-  return bind_i64(h, base + 1, r.track) | bind_i64(h, base + 2, r.start_ns) | bind_i64(h, base + 3, r.end_ns) |
-         bind_i64(h, base + 4, r.name) | bind_i64(h, base + 5, r.category) | bind_i64(h, base + 6, r.depth) |
-         bind_i64(h, base + 7, r.step) | bind_i64(h, base + 8, static_cast<std::int64_t>(r.corr_id));
-}
-
-void insert_ranges(Db& db, const std::vector<RangeRow>& ranges) {
-  if (ranges.empty()) return;
-  // Many rows per statement: the per-statement cost (step, reset, VDBE setup) dominates small rows.
-  std::size_t i = 0;
-  const std::size_t n = ranges.size();
-  if (n >= kRowsPerInsert) {
-    sqlite3_stmt* h = db.prepare(range_insert_sql(kRowsPerInsert)).handle();
-    for (; i + kRowsPerInsert <= n; i += kRowsPerInsert) {
-      int rc = 0;
-      for (std::size_t k = 0; k < kRowsPerInsert; ++k) rc |= bind_range(h, static_cast<int>(8 * k), ranges[i + k]);
-      WB_SQLITE_CHECK(db.handle(), rc);
-      WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-      sqlite3_reset(h);
-    }
-  }
-  if (i < n) {
-    sqlite3_stmt* h = db.prepare(range_insert_sql(1)).handle();
-    for (; i < n; ++i) {
-      WB_SQLITE_CHECK(db.handle(), bind_range(h, 0, ranges[i]));
-      WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-      sqlite3_reset(h);
-    }
-  }
-}
-
 void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
   if (kernels.empty()) return;
   auto& st = db.prepare(
@@ -692,6 +646,21 @@ void Writer::reclaim_wal() {
   }
 }
 
+// The first ranges fix the file's time origin (their earliest start), so that stored starts are small.
+void Writer::insert_range_rows(Db& db, std::vector<RangeRow>& rows) {
+  if (rows.empty()) return;
+  sort_by_key(rows);
+  if (!time_origin_ns_) {
+    const auto first = std::min_element(rows.begin(), rows.end(), [](const RangeRow& a, const RangeRow& b) {
+      return a.start_ns < b.start_ns;
+    });
+    set_time_origin(db, first->start_ns);
+    time_origin_ns_ = first->start_ns;
+    origin_uncommitted_ = true;  // rolled back with the batch if it fails
+  }
+  insert_ranges(db, rows, *time_origin_ns_);
+}
+
 bool Writer::commit(Pending& batch) {
   std::uint64_t dropped_now = dropped_.load();
   if (batch.empty() && dropped_now == dropped_written_) return false;
@@ -702,7 +671,7 @@ bool Writer::commit(Pending& batch) {
     insert_tracks(db, batch.tracks);
     insert_meta(db, batch.meta);
     insert_rank(db, batch.rank, dropped_now);
-    insert_ranges(db, batch.ranges);
+    insert_range_rows(db, batch.ranges);
     insert_kernels(db, batch.kernels);
     insert_counters(db, batch.counters);
     insert_allreduces(db, batch.allreduces);
@@ -717,9 +686,12 @@ bool Writer::commit(Pending& batch) {
     insert_calibrations(db, batch.calibrations);
     if (dropped_now != dropped_written_) record_dropped_events(db, dropped_now, opts_.rank);
     tx.commit();
+    origin_uncommitted_ = false;
     dropped_written_ = dropped_now;
     return true;
   } catch (const std::exception& e) {
+    if (origin_uncommitted_) time_origin_ns_.reset();
+    origin_uncommitted_ = false;
     // Recording must never take training down: report once, count the lost rows, keep going.
     if (!failed_.exchange(true))
       std::fprintf(stderr, "wb: recording to %s failed, the run will be marked incomplete: %s\n",

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -137,6 +138,7 @@ class Writer {
   bool admit(std::size_t n);  // under mutex_: room for n more rows, else counts them as dropped
   std::size_t eager_rows() const;  // pending rows that start a commit before the interval is up
   bool commit(Pending& batch);  // true when the batch was committed
+  void insert_range_rows(Db& db, std::vector<RangeRow>& rows);
   void reclaim_wal();
 
   WriterOptions opts_;
@@ -160,6 +162,8 @@ class Writer {
   std::atomic<std::uint64_t> dropped_{0};
   std::atomic<bool> failed_{false};
   std::uint64_t dropped_written_ = 0;  // background thread only
+  std::optional<std::int64_t> time_origin_ns_;  // background thread only: set by the first ranges
+  bool origin_uncommitted_ = false;             // background thread only
   WriterStats stats_;                  // under mutex_
   std::thread thread_;
 };

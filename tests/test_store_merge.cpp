@@ -126,7 +126,13 @@ TEST_CASE("merge of 2 rank files remaps tracks and strings into one id space", "
   CHECK(counts.at("tensor") == 2);
   CHECK(counts.at("param") == 1);
   // The indexes were rebuilt.
-  CHECK(r.db().query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'range_track_start'") == 1);
+  CHECK(r.db().query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND name = 'kernel_track_start'") == 1);
+  // Ranges are keyed by track and start, so a window of one track is read through the key.
+  auto& plan = r.db().prepare("EXPLAIN QUERY PLAN SELECT * FROM range_data WHERE track_id = 1 AND start_ns > 5");
+  std::string detail;
+  while (plan.step()) detail += plan.column_text(3);
+  plan.reset();
+  CHECK_THAT(detail, Catch::Matchers::Contains("USING PRIMARY KEY (track_id=? AND start_ns>?)"));
 
   SECTION("an existing output is not overwritten unless asked") {
     REQUIRE_THROWS_AS(merge_run(run), StoreError);

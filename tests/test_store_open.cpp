@@ -3,7 +3,10 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "store/db.hpp"
 #include "store/reader.hpp"
@@ -135,7 +138,9 @@ TEST_CASE("a time beyond +-2^62 ns is a StoreError naming the file and the colum
   for (const Case& c : {Case{"UPDATE step SET start_ns = -6.08e154", "start_ns -6.08e+154"},  // a REAL, as the fuzzer found
                         Case{"UPDATE step SET end_ns = 9223372036854775807", "end_ns 9223372036854775807"},
                         Case{"UPDATE step SET data_wait_ns = -9223372036854775808", "data_wait_ns -9223372036854775808"},
-                        Case{"UPDATE range SET end_ns = 4611686018427387905", "end_ns 4611686018427387905"}}) {
+                        Case{"UPDATE range_data SET dur_ns = 4611686018427387905 - start_ns - "
+                             "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns')",
+                             "end_ns 4611686018427387905"}}) {
     CAPTURE(c.sql);
     std::filesystem::copy_file(path, dir / "bad.sqlite", std::filesystem::copy_options::overwrite_existing);
     {
@@ -270,9 +275,21 @@ TEST_CASE("a version-1 file opened for writing is migrated in place, in one tran
     for (const char* t : {"evaluation", "pipeline_span", "pipeline_step", "capture_window", "memory", "comm_calibration",
                           "split_trial"})
       c.erase(t);
+    c.at("meta") -= static_cast<std::int64_t>(r.meta().count("time_origin_ns"));  // version 5's one new key
     return c;
   };
+  auto ranges = [&] {
+    Reader r(path);
+    std::vector<RangeRow> out;
+    for (const auto& t : r.tracks()) {
+      auto rows = r.ranges(t.id);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    return out;
+  };
   const auto before = rows();
+  const auto ranges_before = ranges();
+  REQUIRE(ranges_before.size() == 3);
   {
     Db db = open_run(path, OpenMode::read_write);
     CHECK(db.query_int64("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
@@ -283,6 +300,8 @@ TEST_CASE("a version-1 file opened for writing is migrated in place, in one tran
   Reader r(path);
   CHECK(r.meta().at("schema_version") == std::to_string(kSchemaVersion));
   CHECK(rows() == before);
+  CHECK(ranges() == ranges_before);  // packed into range_data, every field as it was
+  CHECK(r.meta().at("time_origin_ns") == std::to_string(ranges_before.front().start_ns));
   CHECK(r.row_counts().at("memory") == 0);
 
   SECTION("a failed migration leaves the file at version 1") {
@@ -360,6 +379,45 @@ TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]")
   std::memcpy(&value, loss.data.data(), 4);
   CHECK_THAT(value, Catch::WithinRel(2.302585f, 1e-6f));
   CHECK(r.ranks().at(0).host == "fixture-host");
+}
+
+TEST_CASE("a version-1 file with ranges of equal key migrates them all, 1 ns apart", "[store]") {
+  // Versions 1-4 kept ranges in a plain table; version 5 keys them by (track, start, depth, category).
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  make_v1_run(path, "INSERT INTO range SELECT track_id, start_ns, end_ns + 7, name_id, category, depth, step, corr_id "
+                    "FROM range; INSERT INTO range SELECT * FROM range;");
+  auto all = [&](const std::filesystem::path& p) {
+    Reader r(p);
+    std::vector<RangeRow> out;
+    for (const auto& t : r.tracks()) {
+      auto rows = r.ranges(t.id);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    return out;
+  };
+  const auto before = all(path);  // read-only, through the temp view
+  REQUIRE(before.size() == 12);
+  { Db db = open_run(path, OpenMode::read_write); }
+  const auto after = all(path);
+  REQUIRE(after.size() == 12);
+  // Each of the 3 ranges was there 4 times; after the migration the 4 copies start 0, 1, 2 and 3 ns after
+  // the original and keep their ends - starts (two of each) and names.
+  std::multiset<std::tuple<std::uint32_t, std::int64_t, int, int>> want, have;
+  std::map<std::int64_t, int> starts_before, starts_after;
+  for (const auto& x : before) {
+    want.insert({x.name, x.end_ns - x.start_ns, x.category, x.depth});
+    ++starts_before[x.start_ns];
+  }
+  for (const auto& x : after) {
+    have.insert({x.name, x.end_ns - x.start_ns, x.category, x.depth});
+    ++starts_after[x.start_ns];
+  }
+  CHECK(have == want);
+  for (const auto& [start, n] : starts_before) {
+    CHECK(n == 4);
+    for (int k = 0; k < 4; ++k) CHECK(starts_after[start + k] == 1);
+  }
 }
 
 TEST_CASE("a version-1 file's kernels read with version 3's launch columns unknown, read-only and migrated", "[store]") {

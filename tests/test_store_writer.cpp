@@ -7,7 +7,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
+#include <set>
 #include <thread>
+#include <tuple>
 
 #include "store/db.hpp"
 #include "store/reader.hpp"
@@ -308,4 +311,50 @@ TEST_CASE("rows reach the file within the flush interval without any flush() cal
   CAPTURE(waited);
   CHECK(seen == 1000);
   CHECK(waited < 1.0);  // 100 ms interval; generous for a loaded machine, far below "never"
+}
+
+TEST_CASE("ranges that share a track, start, depth and category are all kept, 1 ns apart", "[store]") {
+  // A clock coarser than 1 ns (an imported trace's microseconds) gives such ranges; range_data's key is
+  // (track, start, depth * 16 + category), so the later one moves to the next free nanosecond.
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  std::vector<RangeRow> sent;
+  {
+    Writer w(options(path));
+    auto track = w.add_track(TrackKind::thread, "main");
+    auto a = w.intern("a"), b = w.intern("b");
+    // Three equal keys in one batch, one more in a later batch, and a different category at the same start.
+    sent = {RangeRow{track, a, 5000, 5000, 0, 1, 0, 0}, RangeRow{track, b, 5000, 6000, 0, 1, 0, 0},
+            RangeRow{track, a, 5000, 7000, 0, 1, 0, 0}, RangeRow{track, b, 5000, 5500, 1, 1, 0, 0}};
+    for (int i = 0; i < 200; ++i)  // enough for the 128-row statements, with a duplicate inside one
+      sent.push_back(RangeRow{track, a, 10'000 + (i / 2) * 10, 10'000 + (i / 2) * 10 + 3, 0, 2, 0, 0});
+    w.add(std::span<const RangeRow>(sent));
+    w.flush();
+    w.add(RangeRow{track, b, 5000, 9000, 0, 1, 0, 0});
+    w.finish();
+  }
+  Reader r(path);
+  const auto got = r.ranges(r.tracks().at(0).id);
+  REQUIRE(got.size() == sent.size() + 1);
+  REQUIRE(r.row_counts().at("range") == static_cast<std::int64_t>(sent.size() + 1));
+  // Every range is there with its name, end - start and category; equal keys got successive starts.
+  std::map<std::pair<std::int64_t, int>, int> at;  // (start, category) -> ranges with depth 1
+  for (const auto& g : got) {
+    if (g.depth == 1) ++at[{g.start_ns, g.category}];
+  }
+  CHECK(at == std::map<std::pair<std::int64_t, int>, int>{
+                  {{5000, 0}, 1}, {{5001, 0}, 1}, {{5002, 0}, 1}, {{5003, 0}, 1}, {{5000, 1}, 1}});
+  std::multiset<std::tuple<std::uint32_t, std::int64_t, int, int>> want, have;
+  for (const auto& s : sent) want.insert({s.name, s.end_ns - s.start_ns, s.category, s.depth});
+  want.insert({sent[1].name, 4000, 0, 1});  // the later batch's range (b, 9000 - 5000)
+  for (const auto& g : got) have.insert({g.name, g.end_ns - g.start_ns, g.category, g.depth});
+  CHECK(have == want);
+  // The 200 depth-2 ranges came in pairs at the same start: each pair is now 1 ns apart.
+  std::set<std::int64_t> starts;
+  for (const auto& g : got) {
+    if (g.depth == 2) starts.insert(g.start_ns);
+  }
+  CHECK(starts.size() == 200);
+  CHECK(starts.count(10'000) == 1);
+  CHECK(starts.count(10'001) == 1);
 }

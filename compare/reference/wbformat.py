@@ -21,7 +21,7 @@ import struct
 import numpy as np
 
 # Schema versions of store/schema.sql this reader understands.
-SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4)
+SUPPORTED_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)  # 5 packs ranges, which this reader does not read
 
 # The reference implementation refuses larger headers; so do we, to fail fast on garbage.
 MAX_HEADER_BYTES = 100 * 1000 * 1000
