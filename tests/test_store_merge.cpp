@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
 #include <tuple>
 
@@ -11,6 +12,7 @@
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 #include "store_test_util.hpp"
+#include "support/peers.hpp"
 
 using namespace wb::store;
 using wb::test::TempDir;
@@ -247,4 +249,52 @@ TEST_CASE("merge corrects a rank's clock drift linearly between its two offset m
   // Rank 0 is the reference clock: its times are untouched.
   CHECK(column("SELECT start_ns FROM step WHERE rank = 0 ORDER BY rowid") ==
         std::vector<std::int64_t>{t0 - 200'000'000, t0, t0 + 250'000'000, t0 + 500'000'000, t1, t1 + 300'000'000});
+}
+
+TEST_CASE("merge packs a version-1 rank file's ranges and a version-5 one's into one range_data", "[store]") {
+  // Rank 0 from a version-1 build (the frozen fixture: ranges in a plain table), rank 1 from this build.
+  TempDir dir;
+  auto run = dir / "run";
+  std::filesystem::create_directories(run);
+  {
+    std::ifstream in(std::filesystem::path(WB_SOURCE_DIR) / "tests" / "fixtures" / "store" / "run_v1.sql");
+    REQUIRE(in.good());
+    std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Db db(run / "rank-0.sqlite", OpenMode::create);
+    db.exec(sql + "UPDATE meta SET value = '2' WHERE key = 'world_size';");
+  }
+  {
+    WriterOptions o;
+    o.path = run / "rank-1.sqlite";
+    o.handle_signals = false;
+    o.rank = 1;
+    Writer w(o);
+    w.set_meta("world_size", "2");
+    w.set_meta("rank", "1");
+    auto t = w.add_track(TrackKind::thread, "main");
+    w.add(RangeRow{t, w.intern("conv1"), 1'000'000'000'000, 1'000'000'005'000, 0, 1, 0, 0});
+    w.add(RangeRow{t, w.intern("step"), 999'999'999'000, 1'000'000'009'000, 7, 0, 0, 0});
+    w.set_meta("complete", "1");
+    w.finish();
+  }
+  auto all = [](const std::filesystem::path& p) {
+    Reader r(p);
+    std::vector<std::tuple<std::string, std::int64_t, std::int64_t, int, int>> out;
+    for (const auto& t : r.tracks()) {
+      for (const auto& x : r.ranges(t.id)) out.emplace_back(r.string_at(x.name), x.start_ns, x.end_ns, x.category, x.depth);
+    }
+    return out;
+  };
+  auto want = all(run / "rank-0.sqlite");
+  REQUIRE(want.size() == 3);
+  for (const auto& x : all(run / "rank-1.sqlite")) want.push_back(x);
+  auto merged = merge_run(run, dir / "merged.sqlite");
+  auto got = all(merged.out);
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  CHECK(got == want);
+  Reader r(merged.out);
+  // The merged file's origin is rank 0's earliest start; rank 1's starts are stored against it.
+  CHECK(r.meta().at("time_origin_ns") == "1000");
+  CHECK(r.db().query_int64("SELECT min(start_ns) FROM range_data") == 0);
 }
