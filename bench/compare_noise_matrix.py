@@ -9,12 +9,13 @@ float32 noise), compared twice with the default migration-fp32 profile:
 A correct run must pass both ways; every FAIL on one is a false alarm. Faults planted into the replay
 (torch_step.py --fault NAME) must fail, first at the tensor where each shows.
 
-    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults] [--out DIR]
+    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults [--fault NAME,...]] [--out DIR]
 
 --quick runs two correct cases, seed 1 (the test suite runs it); the default runs the whole matrix:
 batch 2, 4, 8, 32 at 32x32; 224x224; 2 ranks; a pipeline with micro-batches of 2 and 4; --sync-bn
 global; --shard-fc 2; --threads 1 and 2; ONEDNN_MAX_CPU_ISA=AVX2; 3 seeds each. --faults adds the
-detection table at batch 4 and 32 and the sensitivity to a random error planted on one gradient.
+detection table at batch 4 and 32 and the sensitivity to a random error planted on one gradient;
+--fault limits the table to the faults named (and leaves the sensitivity out).
 The last line is the count of false FAILs before and after, and the margin: the worst error / bound
 of any tensor on a correct run (under 1 passes).
 """
@@ -157,12 +158,14 @@ def correct_cases(work, cases, seeds, fixed_map):
     return totals, margin
 
 
-def fault_cases(work, fixed_map):
+def fault_cases(work, fixed_map, only=None):
     print(f"\n{'fault':15} {'batch':>5}  {'expected':32} {'noise: first divergence':40} {'fixed: first divergence':36}")
     missed = 0
     for batch in (4, 32):
         run, _ = train(work, f"fault-b{batch}", f"--batch-size {batch}", 1, {})
         for fault, (expected, *alternatives) in FAULTS.items():
+            if only and fault not in only:
+                continue
             ref = work / f"fault-{fault}.safetensors"
             replay(run, ref, f"--fault {fault}")
             got = {}
@@ -175,7 +178,8 @@ def fault_cases(work, fixed_map):
             mark = "" if ok else ("  (alt)" if alt else "  MISSED")
             print(f"{fault:15} {batch:>5}  {expected:32} {got['noise'] + mark:40} {got['fixed']:36}", flush=True)
             ref.unlink(missing_ok=True)
-        sensitivity(work, run, batch, fixed_map)
+        if not only:
+            sensitivity(work, run, batch, fixed_map)
         run.unlink(missing_ok=True)
     return missed
 
@@ -219,6 +223,7 @@ def main():
     parser.add_argument("--only", help="run the cases whose name contains this")
     parser.add_argument("--faults", action="store_true", help="also the detection table and the sensitivity")
     parser.add_argument("--no-correct", action="store_true", help="skip the correct cases")
+    parser.add_argument("--fault", help="with --faults: only these faults (comma-separated), no sensitivity")
     parser.add_argument("--out", help="keep the work files here (default: a temporary folder)")
     args = parser.parse_args()
     cases = [c for c in MATRIX if (not args.quick or c[0] in QUICK) and (not args.only or args.only in c[0])]
@@ -231,7 +236,13 @@ def main():
     totals, margin = {"runs": 0, "fixed_runs": 0, "noise_runs": 0, "fixed_rows": 0, "noise_rows": 0}, (0.0, "-", "-")
     if not args.no_correct:
         totals, margin = correct_cases(work, cases, seeds, fixed_map)
-    missed = fault_cases(work, fixed_map) if args.faults else 0
+    only = None
+    if args.fault:
+        only = args.fault.split(",")
+        unknown = [f for f in only if f not in FAULTS]
+        if unknown:
+            parser.error(f"--fault {','.join(unknown)}: expected one of {', '.join(FAULTS)}")
+    missed = fault_cases(work, fixed_map, only) if args.faults else 0
     if not args.out:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\n{time.monotonic() - t0:.0f} s" + (f"; {missed} planted faults missed" if args.faults else ""))

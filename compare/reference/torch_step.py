@@ -80,7 +80,7 @@ LOSS_CONVENTIONS = ("mindspore", "torch")
 # Planted faults (--fault, for testing the comparison): each is one mistake a port could make, placed
 # at one known tensor, so a test can check that `wb compare` names that tensor as the first divergence.
 FAULTS = {
-    "bn_eps": "layer2.1.bn2 normalises with eps 1e-2 instead of 1e-5",
+    "bn_eps": "layer2.1.bn2 normalises with eps 1e-3 (Keras' default) instead of 1e-5",
     "conv_transpose": "layer3.0.conv2 convolves with its weight's kh and kw swapped",
     "missing_relu": "layer1.1 skips the relu after bn1 (its relu.0 passes the input through)",
     "stride": "layer2.0.conv2 has stride 1 instead of 2 (and the block's downsample, so the sum still fits)",
@@ -292,7 +292,7 @@ def plant_fault(model, fault, settings):
     import torch
     check_fault(fault, settings)
     if fault == "bn_eps":
-        model.get_submodule("layer2.1.bn2").eps = 1e-2
+        model.get_submodule("layer2.1.bn2").eps = 1e-3
     elif fault == "conv_transpose":
         conv = model.get_submodule("layer3.0.conv2")
         # An instance attribute shadows Conv2d.forward; hooks still see the module's call.
