@@ -14,6 +14,8 @@
 --   world_size      number of ranks in the job
 --   rank            the rank that wrote a per-rank file (absent in merged files)
 --   device          "cpu", "cuda:0", ...
+--   device_total_memory  the GPU's memory in bytes (CUDA runs, and imported GPU traces)
+--   compute_major   the GPU's compute capability major (CUDA runs, and imported GPU traces)
 --   complete        "1" when the run finished cleanly, "0" while recording or after a crash/I/O error
 --   dropped_events  events lost by the recorder (queue overflow or failed commits)
 CREATE TABLE meta (

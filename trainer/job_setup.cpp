@@ -95,6 +95,12 @@ Recording open_recording(const TrainConfig& cfg, Placement& place) {
   w.set_meta("world_size", std::to_string(place.world));
   w.set_meta("device", device.cuda ? "cuda" : "cpu");
   w.set_meta("device_name", device.cuda ? device.name : "cpu");
+  // What the TensorBoard plugin's memory and AMP rules read (as an imported trace's deviceProperties
+  // totalGlobalMem and computeMajor); a CPU has neither.
+  if (device.cuda) {
+    w.set_meta("device_total_memory", std::to_string(device.memory_bytes));
+    w.set_meta("compute_major", std::to_string(device.compute_major));
+  }
   w.set_meta("precision", device.cuda ? cfg.precision : "fp32");
   w.set_meta("channels_last", device.cuda && cfg.channels_last ? "1" : "0");
   w.set_meta("created_utc", utc_now());

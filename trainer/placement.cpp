@@ -46,7 +46,10 @@ DeviceChoice choose_device(const TrainConfig& cfg, const parallel::LaunchInfo& i
   d.cuda = true;
   d.index = index;
   d.shared = cfg.ranks_per_gpu > 1;
-  d.name = backend::cuda_device_name(d.index);
+  const backend::CudaDeviceInfo props = backend::cuda_device_info(d.index);
+  d.name = props.name;
+  d.memory_bytes = props.memory_bytes;
+  d.compute_major = props.compute_major;
   d.description = "cuda:" + std::to_string(d.index) + " (" + d.name + ", " + cfg.precision +
                   (cfg.channels_last ? ", channels-last" : "") + ")";
   return d;

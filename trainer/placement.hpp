@@ -2,6 +2,7 @@
 // on, the communicators it talks through, its data shard and its threads. The first phase of the job.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -17,6 +18,8 @@ struct DeviceChoice {
   int index = 0;
   bool shared = false;      // --ranks-per-gpu > 1: other local ranks use the same device
   std::string name;         // the GPU's name
+  std::int64_t memory_bytes = 0;  // the GPU's memory (totalGlobalMem), 0 on the CPU
+  int compute_major = 0;          // the GPU's compute capability major, 0 on the CPU
   std::string description;  // rank row and start-up line: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, bf16)"
 };
 

@@ -72,6 +72,11 @@ def memory(db):
         fail(f"parameters hold {params / 2**20:.1f} MiB; ResNet-50's 25.6M fp32 parameters need about 98 MiB")
     if peak <= params:
         fail("the peak is not above the parameters' bytes")
+    total = db.execute("SELECT value FROM meta WHERE key = 'device_total_memory'").fetchone()
+    print(f"device memory {int(total[0]) / 2**30:.1f} GiB (meta device_total_memory)" if total else
+          "device memory: no meta device_total_memory")
+    if not total or int(total[0]) <= peak:
+        fail("meta device_total_memory is missing or not above the run's peak")
 
 
 def main():

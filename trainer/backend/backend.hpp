@@ -236,9 +236,16 @@ int cuda_device_count();
 // Whether this build has the CUDA backend (make_cuda_backend can succeed where a device exists).
 bool have_cuda_backend();
 
-// The name of CUDA device `device` ("NVIDIA H100 80GB HBM3"). Throws BackendError when it cannot be
-// queried, or in a build without CUDA.
-std::string cuda_device_name(int device);
+// What a run file records of a CUDA device (cudaDeviceProp).
+struct CudaDeviceInfo {
+  std::string name;               // "NVIDIA H100 80GB HBM3"
+  std::int64_t memory_bytes = 0;  // totalGlobalMem
+  int compute_major = 0;          // 9 on Hopper
+};
+
+// CUDA device `device`'s properties. Throws BackendError when it cannot be queried, or in a build
+// without CUDA.
+CudaDeviceInfo cuda_device_info(int device);
 
 // The cuDNN + cuBLAS backend (trainer/backend/cuda/). Throws BackendError "built without CUDA",
 // "no CUDA device" or "device N out of range".

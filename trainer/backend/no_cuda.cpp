@@ -7,8 +7,8 @@ int cuda_device_count() { return 0; }
 
 bool have_cuda_backend() { return false; }
 
-std::string cuda_device_name(int device) {
-  throw BackendError("cuda backend: built without CUDA, so device " + std::to_string(device) + " has no name");
+CudaDeviceInfo cuda_device_info(int device) {
+  throw BackendError("cuda backend: built without CUDA, so device " + std::to_string(device) + " cannot be queried");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {

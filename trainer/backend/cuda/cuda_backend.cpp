@@ -328,10 +328,10 @@ int cuda_device_count() { return ::wb::cuda::device_count(); }
 
 bool have_cuda_backend() { return true; }
 
-std::string cuda_device_name(int device) {
+CudaDeviceInfo cuda_device_info(int device) {
   cudaDeviceProp prop{};
   WB_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
-  return prop.name;
+  return CudaDeviceInfo{prop.name, static_cast<std::int64_t>(prop.totalGlobalMem), prop.major};
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaOptions& options) {
