@@ -1,13 +1,12 @@
 #include "store/migrate.hpp"
 
-#include <sqlite3.h>
-
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "store/range_table.hpp"
+#include "store/row_decode.hpp"
 
 namespace wb::store {
 
@@ -100,17 +99,7 @@ void pack_ranges(Db& db, bool persist) {
     batch.clear();
   };
   while (st.step()) {
-    sqlite3_stmt* h = st.handle();
-    RangeRow r;
-    r.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
-    r.start_ns = sqlite3_column_int64(h, 1);
-    r.end_ns = sqlite3_column_int64(h, 2);
-    r.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
-    r.category = static_cast<std::uint8_t>(sqlite3_column_int(h, 4));
-    r.depth = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
-    r.step = sqlite3_column_int(h, 6);
-    r.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 7));
-    batch.push_back(r);
+    batch.push_back(detail::decoded(st, detail::range_from));  // a damaged time is a StoreError
     if (batch.size() == kBatch) flush();
   }
   st.reset();

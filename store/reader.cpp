@@ -1,6 +1,5 @@
 // Reader: the queries the app, the CLI and compare run on a run file. Bulk loads (all ranges of a track)
-// read rows with the raw SQLite API and choose between an index walk and a table scan by the track's
-// share of the table, since a scan costs about half as much per row as an index walk.
+// read rows with the raw SQLite API (row_decode.hpp); a track's ranges are one walk of range_data's key.
 #include "store/reader.hpp"
 
 #include <sqlite3.h>
@@ -12,9 +11,14 @@
 #include <string_view>
 
 #include "store/db.hpp"
+#include "store/row_decode.hpp"
 
 namespace wb::store {
 namespace {
+
+using detail::decoded;
+using detail::range_from;
+using detail::time_ns;
 
 // A REAL column that the Writer may have given the text 'nan' (SQLite cannot store a NaN REAL).
 double real_or_nan(sqlite3_stmt* h, int col) {
@@ -25,65 +29,9 @@ double real_or_nan(sqlite3_stmt* h, int col) {
   return sqlite3_column_double(h, col);
 }
 
-// Times and durations (ns) beyond +-2^62 (146 years) come only from a damaged or foreign file, and
-// differences of such values overflow: reading one is an error naming the column.
-constexpr std::int64_t kTimeLimitNs = std::int64_t{1} << 62;
-
-struct TimeOutOfRange {
-  int column;
-  std::string value;
-};
-
-// A time or duration column of the current row; throws TimeOutOfRange (collect names the file).
-std::int64_t time_ns(sqlite3_stmt* h, int col) {
-  if (sqlite3_column_type(h, col) == SQLITE_FLOAT) {  // SQLite would saturate a huge REAL to INT64_MIN/MAX
-    const double d = sqlite3_column_double(h, col);
-    if (!(d >= -static_cast<double>(kTimeLimitNs) && d <= static_cast<double>(kTimeLimitNs))) {
-      char text[32];
-      std::snprintf(text, sizeof text, "%g", d);
-      throw TimeOutOfRange{col, text};
-    }
-    return static_cast<std::int64_t>(d);
-  }
-  const std::int64_t v = sqlite3_column_int64(h, col);
-  if (v < -kTimeLimitNs || v > kTimeLimitNs) throw TimeOutOfRange{col, std::to_string(v)};
-  return v;
-}
-
-// decode(h) of the statement's current row; a time out of range becomes a StoreError naming the file
-// and the column (the statement is reset first).
-template <typename Decode>
-auto decoded(Statement& st, Decode&& decode) {
-  try {
-    return decode(st.handle());
-  } catch (const TimeOutOfRange& e) {
-    sqlite3_stmt* h = st.handle();
-    const char* file = sqlite3_db_filename(sqlite3_db_handle(h), "main");
-    const char* column = sqlite3_column_name(h, e.column);
-    StoreError error(std::string(file ? file : "run file") + ": " + (column ? column : "a time column") + " " +
-                     e.value + " is out of range (expected nanoseconds within +-2^62; the file is damaged or not a run file)");
-    st.reset();
-    throw error;
-  }
-}
-
 constexpr const char* kKernelColumns =
     "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes, "
     "blocks_per_sm, occupancy, launch_ns, launch_end_ns";
-
-// Reads the current row with the raw API: loading millions of ranges is the hot path of the app.
-RangeRow range_from(sqlite3_stmt* h) {
-  RangeRow r;
-  r.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
-  r.start_ns = time_ns(h, 1);
-  r.end_ns = time_ns(h, 2);
-  r.name = static_cast<std::uint32_t>(sqlite3_column_int64(h, 3));
-  r.category = static_cast<std::uint8_t>(sqlite3_column_int(h, 4));
-  r.depth = static_cast<std::uint8_t>(sqlite3_column_int(h, 5));
-  r.step = sqlite3_column_int(h, 6);
-  r.corr_id = static_cast<std::uint64_t>(sqlite3_column_int64(h, 7));
-  return r;
-}
 
 KernelRow kernel_from(sqlite3_stmt* h) {
   KernelRow k;

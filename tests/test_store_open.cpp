@@ -232,6 +232,17 @@ void make_v1_run(const std::filesystem::path& path, const std::string& extra_sql
   db.exec(sql + extra_sql);
 }
 
+// Every track's ranges, track after track, as the Reader gives them.
+std::vector<RangeRow> all_ranges(const std::filesystem::path& path) {
+  Reader r(path);
+  std::vector<RangeRow> out;
+  for (const auto& t : r.tracks()) {
+    auto rows = r.ranges(t.id);
+    out.insert(out.end(), rows.begin(), rows.end());
+  }
+  return out;
+}
+
 std::int64_t user_version(const std::filesystem::path& path) {
   Db db(path, OpenMode::read_only);
   return db.query_int64("PRAGMA user_version");
@@ -278,15 +289,7 @@ TEST_CASE("a version-1 file opened for writing is migrated in place, in one tran
     c.at("meta") -= static_cast<std::int64_t>(r.meta().count("time_origin_ns"));  // version 5's one new key
     return c;
   };
-  auto ranges = [&] {
-    Reader r(path);
-    std::vector<RangeRow> out;
-    for (const auto& t : r.tracks()) {
-      auto rows = r.ranges(t.id);
-      out.insert(out.end(), rows.begin(), rows.end());
-    }
-    return out;
-  };
+  auto ranges = [&] { return all_ranges(path); };
   const auto before = rows();
   const auto ranges_before = ranges();
   REQUIRE(ranges_before.size() == 3);
@@ -381,21 +384,26 @@ TEST_CASE("the frozen schema version 1 fixture opens and reads back", "[store]")
   CHECK(r.ranks().at(0).host == "fixture-host");
 }
 
+TEST_CASE("a version-1 file with a damaged range time fails its migration with one line and stays as it was",
+          "[store]") {
+  TempDir dir;
+  auto path = dir / "v1.sqlite";
+  make_v1_run(path, "UPDATE range SET end_ns = 1e300 WHERE start_ns = 1100;");
+  const std::string msg = wb::test::error_message<StoreError>([&] { Db db = open_run(path, OpenMode::read_write); });
+  CHECK_THAT(msg, Contains("v1.sqlite: end_ns 1e+300 is out of range"));
+  CHECK(msg.find('\n') == std::string::npos);
+  CHECK(user_version(path) == 1);  // rolled back: still version 1
+  Db db(path, OpenMode::read_only);
+  CHECK(db.query_int64("SELECT count(*) FROM range") == 3);
+}
+
 TEST_CASE("a version-1 file with ranges of equal key migrates them all, 1 ns apart", "[store]") {
   // Versions 1-4 kept ranges in a plain table; version 5 keys them by (track, start, depth, category).
   TempDir dir;
   auto path = dir / "v1.sqlite";
   make_v1_run(path, "INSERT INTO range SELECT track_id, start_ns, end_ns + 7, name_id, category, depth, step, corr_id "
                     "FROM range; INSERT INTO range SELECT * FROM range;");
-  auto all = [&](const std::filesystem::path& p) {
-    Reader r(p);
-    std::vector<RangeRow> out;
-    for (const auto& t : r.tracks()) {
-      auto rows = r.ranges(t.id);
-      out.insert(out.end(), rows.begin(), rows.end());
-    }
-    return out;
-  };
+  auto all = all_ranges;
   const auto before = all(path);  // read-only, through the temp view
   REQUIRE(before.size() == 12);
   { Db db = open_run(path, OpenMode::read_write); }
