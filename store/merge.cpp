@@ -191,10 +191,19 @@ void copy_rank(Db& db, const RankFile& f) {
                                      : db.query_int64("SELECT coalesce(min(start_ns), 0) FROM src.range"));
   }
   const std::string origin = std::to_string(time_origin(db));
+  // The source's ranges with absolute times and their key's kind: a version-5 file's as stored (ranges
+  // of equal track, start, depth and category told apart in kind's high bits); an older file's numbered
+  // the same way here, since its plain table allowed such ranges.
+  const std::string source =
+      version >= 5 ? "(SELECT track_id, start_ns + " + std::to_string(meta_int(f, "time_origin_ns", 0)) +
+                         " AS start_ns, start_ns + dur_ns + " + std::to_string(meta_int(f, "time_origin_ns", 0)) +
+                         " AS end_ns, kind, name_id, step, corr_id FROM src.range_data)"
+                   : "(SELECT track_id, start_ns, end_ns, depth * 16 + category + 4096 * (row_number() OVER "
+                     "(PARTITION BY track_id, start_ns, depth, category) - 1) AS kind, name_id, step, corr_id FROM src.range)";
   db.exec("INSERT INTO main.range_data(track_id, start_ns, kind, dur_ns, name_id, step, corr_id) "
-          "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + " - " + origin + ", x.depth * 16 + x.category, " +
+          "SELECT x.track_id + " + track_offset + ", " + t("start_ns") + " - " + origin + ", x.kind, " +
           t("end_ns") + " - " + t("start_ns") + ", smap.new, x.step, " +
-          corr + " FROM src.range x CROSS JOIN smap ON smap.old = x.name_id");
+          corr + " FROM " + source + " x CROSS JOIN smap ON smap.old = x.name_id");
   auto known = [&](const char* column) {  // -1 (unknown) stays -1
     return std::string("CASE WHEN x.") + column + " < 0 THEN -1 ELSE " + t(column) + " END";
   };

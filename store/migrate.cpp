@@ -106,10 +106,12 @@ void pack_ranges(Db& db, bool persist) {
   flush();
   db.exec("DROP TABLE range_v4");
   db.exec(std::string("CREATE VIEW range AS SELECT track_id, start_ns + ") + kOriginV5 + " AS start_ns, start_ns + dur_ns + " +
-          kOriginV5 + " AS end_ns, name_id, kind & 15 AS category, kind >> 4 AS depth, step, corr_id FROM range_data");
+          kOriginV5 + " AS end_ns, name_id, kind & 15 AS category, (kind >> 4) & 255 AS depth, step, corr_id FROM range_data");
   db.exec(std::string("CREATE TRIGGER range_insert INSTEAD OF INSERT ON range BEGIN INSERT INTO range_data(track_id, "
                       "start_ns, kind, dur_ns, name_id, step, corr_id) VALUES (NEW.track_id, NEW.start_ns - ") +
-          kOriginV5 + ", NEW.depth * 16 + NEW.category, NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id); END");
+          kOriginV5 + ", NEW.depth * 16 + NEW.category + 4096 * (SELECT count(*) FROM range_data WHERE track_id = "
+          "NEW.track_id AND start_ns = NEW.start_ns - " + kOriginV5 + " AND kind & 4095 = NEW.depth * 16 + NEW.category), "
+          "NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id); END");
 }
 
 // The column names of a column list ("a INTEGER NOT NULL, b REAL" -> "a, b").

@@ -201,12 +201,12 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, const ProgressFn& prog
     in_track = c.step() ? static_cast<std::uint64_t>(c.column_int64(0)) : 0;
     c.reset();
   }
-  // range_data's key is (track, start, depth * 16 + category): the track's rows come in start order, an
+  // range_data's key is (track, start, depth * 16 + category + 4096 x seq): the track's rows come in start order, an
   // enclosing range before the ranges it contains. track_id is bound rather than read from every row
   // (each column read costs at millions of rows); "? AS track" keeps range_from's column positions.
   auto& st = db_->prepare(
       "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
-      "kind >> 4 AS depth, step, corr_id FROM range_data WHERE track_id = ?1");
+      "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data WHERE track_id = ?1");
   st.bind(1, track).bind(2, time_origin_ns());
   auto rows = collect<RangeRow>(st, range_from, progress, in_track);
   auto before = [](const RangeRow& a, const RangeRow& b) {
@@ -230,7 +230,7 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, st
   const std::int64_t origin = time_origin_ns();
   auto& st = db_->prepare(
       "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
-      "kind >> 4 AS depth, step, corr_id FROM range_data "
+      "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data "
       "WHERE track_id = ?1 AND start_ns >= ?3 AND start_ns <= ?4 AND start_ns + dur_ns >= ?5");
   st.bind(1, track).bind(2, origin).bind(3, t0_ns - it->second - origin).bind(4, t1_ns - origin).bind(5, t0_ns - origin);
   auto rows = collect<RangeRow>(st, range_from);

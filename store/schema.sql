@@ -55,13 +55,14 @@ CREATE TABLE track (
 CREATE TABLE range_data (
   track_id INTEGER NOT NULL,  -- track.id (kind 'thread')
   start_ns INTEGER NOT NULL,  -- start - meta.time_origin_ns
-  kind     INTEGER NOT NULL,  -- depth * 16 + category
+  kind     INTEGER NOT NULL,  -- depth * 16 + category, + 4096 for each earlier range of equal key (below)
   dur_ns   INTEGER NOT NULL,  -- end - start
   name_id  INTEGER NOT NULL,  -- string.id: module name ("layer1.0.conv1") or phase name
   step     INTEGER NOT NULL,  -- training step, -1 outside a step
   corr_id  INTEGER NOT NULL,  -- correlation id shared with the kernels it launched, 0 = none
   -- Two ranges of one track with the same start, depth and category (possible only with a clock coarser
-  -- than 1 ns, e.g. an imported trace's microseconds) are both kept: the later one starts 1 ns later.
+  -- than 1 ns, e.g. an imported trace's microseconds) are both kept, times unchanged: the later one's
+  -- kind has 4096 added (kind >> 12 numbers them).
   PRIMARY KEY (track_id, start_ns, kind)
 ) WITHOUT ROWID;
 CREATE VIEW range AS SELECT
@@ -70,14 +71,17 @@ CREATE VIEW range AS SELECT
   start_ns + dur_ns + (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns') AS end_ns,
   name_id,                                                                             -- string.id
   kind & 15 AS category,  -- 0 forward, 1 backward, 2 optimizer, 3 loss, 4 data, 5 h2d, 6 comm, 7 step
-  kind >> 4 AS depth,     -- nesting level on the track, 0 = outermost
+  (kind >> 4) & 255 AS depth,  -- nesting level on the track, 0 = outermost
   step,                   -- training step, -1 outside a step
   corr_id                 -- correlation id shared with the kernels it launched, 0 = none
 FROM range_data;
 CREATE TRIGGER range_insert INSTEAD OF INSERT ON range BEGIN
   INSERT INTO range_data(track_id, start_ns, kind, dur_ns, name_id, step, corr_id) VALUES (
     NEW.track_id, NEW.start_ns - (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns'),
-    NEW.depth * 16 + NEW.category, NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id);
+    NEW.depth * 16 + NEW.category + 4096 * (SELECT count(*) FROM range_data WHERE track_id = NEW.track_id AND
+      start_ns = NEW.start_ns - (SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'time_origin_ns') AND
+      kind & 4095 = NEW.depth * 16 + NEW.category),
+    NEW.end_ns - NEW.start_ns, NEW.name_id, NEW.step, NEW.corr_id);
 END;
 
 -- Device activity recorded by CUPTI (kernels, memcpys, memsets).

@@ -261,7 +261,8 @@ TEST_CASE("merge packs a version-1 rank file's ranges and a version-5 one's into
     REQUIRE(in.good());
     std::string sql((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     Db db(run / "rank-0.sqlite", OpenMode::create);
-    db.exec(sql + "UPDATE meta SET value = '2' WHERE key = 'world_size';");
+    // Every range twice: a plain table allowed ranges of equal track, start, depth and category.
+    db.exec(sql + "UPDATE meta SET value = '2' WHERE key = 'world_size'; INSERT INTO range SELECT * FROM range;");
   }
   {
     WriterOptions o;
@@ -273,6 +274,7 @@ TEST_CASE("merge packs a version-1 rank file's ranges and a version-5 one's into
     w.set_meta("rank", "1");
     auto t = w.add_track(TrackKind::thread, "main");
     w.add(RangeRow{t, w.intern("conv1"), 1'000'000'000'000, 1'000'000'005'000, 0, 1, 0, 0});
+    w.add(RangeRow{t, w.intern("bn1"), 1'000'000'000'000, 1'000'000'000'000, 0, 1, 0, 0});  // the same key
     w.add(RangeRow{t, w.intern("step"), 999'999'999'000, 1'000'000'009'000, 7, 0, 0, 0});
     w.set_meta("complete", "1");
     w.finish();
@@ -286,7 +288,7 @@ TEST_CASE("merge packs a version-1 rank file's ranges and a version-5 one's into
     return out;
   };
   auto want = all(run / "rank-0.sqlite");
-  REQUIRE(want.size() == 3);
+  REQUIRE(want.size() == 6);
   for (const auto& x : all(run / "rank-1.sqlite")) want.push_back(x);
   auto merged = merge_run(run, dir / "merged.sqlite");
   auto got = all(merged.out);
