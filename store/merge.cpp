@@ -186,8 +186,10 @@ void copy_rank(Db& db, const RankFile& f) {
   const int version = static_cast<int>(meta_int(f, "schema_version", 1));
   // Ranges go straight into range_data, packed against the merged file's time origin: the first rank
   // file's, or its earliest start when it is older than version 5. src.range reads either version.
+  const std::int64_t src_origin_ns = meta_int(f, "time_origin_ns", 0);
+  const std::string src_origin = std::to_string(src_origin_ns);
   if (db.query_int64("SELECT EXISTS (SELECT 1 FROM main.range_data)") == 0) {
-    set_time_origin(db, version >= 5 ? meta_int(f, "time_origin_ns", 0)
+    set_time_origin(db, version >= 5 ? src_origin_ns
                                      : db.query_int64("SELECT coalesce(min(start_ns), 0) FROM src.range"));
   }
   const std::string origin = std::to_string(time_origin(db));
@@ -195,8 +197,7 @@ void copy_rank(Db& db, const RankFile& f) {
   // of equal track, start, depth and category told apart in kind's high bits); an older file's numbered
   // the same way here, since its plain table allowed such ranges.
   const std::string source =
-      version >= 5 ? "(SELECT track_id, start_ns + " + std::to_string(meta_int(f, "time_origin_ns", 0)) +
-                         " AS start_ns, start_ns + dur_ns + " + std::to_string(meta_int(f, "time_origin_ns", 0)) +
+      version >= 5 ? "(SELECT track_id, start_ns + " + src_origin + " AS start_ns, start_ns + dur_ns + " + src_origin +
                          " AS end_ns, kind, name_id, step, corr_id FROM src.range_data)"
                    : "(SELECT track_id, start_ns, end_ns, depth * 16 + category + 4096 * (row_number() OVER "
                      "(PARTITION BY track_id, start_ns, depth, category) - 1) AS kind, name_id, step, corr_id FROM src.range)";

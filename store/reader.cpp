@@ -33,6 +33,20 @@ constexpr const char* kKernelColumns =
     "track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, block_x, block_y, block_z, bytes, "
     "blocks_per_sm, occupancy, launch_ns, launch_end_ns";
 
+// range_data's rows of track ?1 as `range`'s columns (range_from's positions), times shifted by the
+// origin ?2; the caller adds its WHERE, starting with "track_id = ?1".
+constexpr const char* kRangeDataSelect =
+    "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
+    "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data ";
+
+// By start, an enclosing range (lower depth) before the ranges it contains; equal ones keep their order.
+void sort_by_start(std::vector<RangeRow>& rows) {
+  auto before = [](const RangeRow& a, const RangeRow& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+  };
+  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
+}
+
 KernelRow kernel_from(sqlite3_stmt* h) {
   KernelRow k;
   k.track = static_cast<std::uint32_t>(sqlite3_column_int64(h, 0));
@@ -204,15 +218,10 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, const ProgressFn& prog
   // range_data's key is (track, start, depth * 16 + category + 4096 x seq): the track's rows come in start order, an
   // enclosing range before the ranges it contains. track_id is bound rather than read from every row
   // (each column read costs at millions of rows); "? AS track" keeps range_from's column positions.
-  auto& st = db_->prepare(
-      "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
-      "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data WHERE track_id = ?1");
+  auto& st = db_->prepare(std::string(kRangeDataSelect) + "WHERE track_id = ?1");
   st.bind(1, track).bind(2, time_origin_ns());
   auto rows = collect<RangeRow>(st, range_from, progress, in_track);
-  auto before = [](const RangeRow& a, const RangeRow& b) {
-    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
-  };
-  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
+  sort_by_start(rows);
   return rows;
 }
 
@@ -228,16 +237,11 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, st
     it = max_range_ns_.emplace(track, longest).first;
   }
   const std::int64_t origin = time_origin_ns();
-  auto& st = db_->prepare(
-      "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
-      "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data "
-      "WHERE track_id = ?1 AND start_ns >= ?3 AND start_ns <= ?4 AND start_ns + dur_ns >= ?5");
+  auto& st = db_->prepare(std::string(kRangeDataSelect) +
+                          "WHERE track_id = ?1 AND start_ns >= ?3 AND start_ns <= ?4 AND start_ns + dur_ns >= ?5");
   st.bind(1, track).bind(2, origin).bind(3, t0_ns - it->second - origin).bind(4, t1_ns - origin).bind(5, t0_ns - origin);
   auto rows = collect<RangeRow>(st, range_from);
-  auto before = [](const RangeRow& a, const RangeRow& b) {
-    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
-  };
-  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
+  sort_by_start(rows);
   return rows;
 }
 
