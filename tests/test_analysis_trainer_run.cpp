@@ -6,8 +6,10 @@
 //     every transform of every sample on the data-worker threads;
 //   - the Chrome export of a 2-rank run is valid JSON holding exactly the ranges of the run file;
 //   - a recorder pool too small for the run drops events, and every lost event is counted and shown.
+//   - wb whatif replays a 2-rank run as recorded, and a change on every rank's path moves every step.
 // The runs are made once, on first use, and shared by the test cases.
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -403,4 +405,37 @@ TEST_CASE("a recorder pool too small for the run drops events, counts every one 
   CHECK(stored + n >= expected);
   CHECK(stored + n <= expected + kSteps);
   CHECK(stored < expected);
+}
+
+TEST_CASE("wb whatif replays a 2-rank run as recorded and moves every step by a change on every rank's path",
+          "[analysis][trainer][mpi]") {
+  const fs::path run = Runs::get().two_ranks();
+  auto whatif = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"whatif", run.string(), "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Result r = wb_cli(args);
+    INFO("wb whatif exited " << r.exit_code << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.out);
+  };
+  // The graph replayed with no change gives back the recorded steps (steps 1 and 2: step 0 left out).
+  const auto same = whatif({});
+  CHECK(same["steps_used"] == 2);
+  const double measured = same["measured_step_ns"].get<double>();
+  CHECK(measured > 0.0);
+  CHECK_THAT(same["replay_step_ns"].get<double>(), WithinAbs(measured, 1e-6 * measured));
+  // The optimizer runs after the wait for the allreduces on every rank: 50 ms more there is 50 ms more per
+  // step (less only where a data wait in the recording would now be shorter).
+  const auto slower = whatif({"--add", "class:optimizer:+50000"});
+  CHECK(slower["changes"][0]["matched"].get<int>() == 2 * 3);
+  CHECK_THAT(slower["predicted_step_ns"].get<double>() - measured, WithinAbs(50e6, 1e6));
+  // Its path holds both steps' ends through an optimizer.
+  bool optimizer_on_path = false;
+  for (const auto& seg : slower["path"]) optimizer_on_path = optimizer_on_path || seg["name"] == "optimizer";
+  CHECK(optimizer_on_path);
+  // A change that matches nothing is one line and exit status 2, never a silent no-op.
+  Result r = wb_cli({"whatif", run.string(), "--add", "layer9.*:+1000"});
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("'layer9.*:+1000' matches nothing") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }

@@ -44,7 +44,7 @@ const Option kOptions[] = {
     {"data_workers", &TrainConfig::data_workers, "N: worker threads assembling batches (default 2)"},
     {"prefetch", &TrainConfig::prefetch, "N: capacity of the ready-batch queue (default 4)"},
     {"data_delay_us", &TrainConfig::data_delay_us, "US: artificial per-sample delay in the workers (starvation experiments)"},
-    {"slow_rank", &TrainConfig::slow_rank, "R:MODULE:US: rank R sleeps US us at the end of MODULE's forward each step (straggler experiments)"},
+    {"slow_rank", &TrainConfig::slow_rank, "R:MODULE:US: rank R (or every rank: all) sleeps US us at the end of MODULE's forward each step (straggler experiments)"},
     {"slow_step", &TrainConfig::slow_step, "S:US: every rank sleeps US us at the end of step S (a planted slow step, for --capture)"},
     {"synthetic_samples", &TrainConfig::synthetic_samples, "N: size of the synthetic data set (default 2048)"},
     {"num_classes", &TrainConfig::num_classes, "N: classes (default 10)"},
@@ -353,10 +353,11 @@ SlowRank parse_slow_rank(const std::string& text) {
     throw ConfigError(what + ": expected R:MODULE:US (rank, module, microseconds), e.g. 1:layer3.0.conv2:20000");
   }
   SlowRank s;
-  s.rank = parse_number<int>(text.substr(0, a), what + ": rank");
+  s.rank = text.substr(0, a) == "all" ? SlowRank::kAll : parse_number<int>(text.substr(0, a), what + ": rank");
   s.module = text.substr(a + 1, b - a - 1);
   s.us = parse_number<std::int64_t>(text.substr(b + 1), what + ": microseconds");
-  if (s.rank < 0 || s.us <= 0) throw ConfigError(what + ": expected a rank >= 0 and a positive delay");
+  if ((s.rank < 0 && s.rank != SlowRank::kAll) || s.us <= 0)
+    throw ConfigError(what + ": expected a rank >= 0 (or all) and a positive delay");
   const auto names = model::ResNet50::module_names();
   if (std::find(names.begin(), names.end(), s.module) == names.end()) {
     throw ConfigError(what + ": no module named '" + s.module + "' (torchvision names such as layer3.0.conv2)");

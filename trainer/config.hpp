@@ -139,13 +139,15 @@ struct Shard {
 Shard parse_shard(const std::string& text);
 
 // --slow-rank "R:MODULE:US": rank R sleeps US microseconds at the end of MODULE's forward in every
-// step, a planted straggler whose cause (that op) the analyses must find.
+// step, a planted straggler whose cause (that op) the analyses must find. "all:MODULE:US": every rank
+// does, a planted slow layer (what `wb whatif` predicts).
 struct SlowRank {
+  static constexpr int kAll = -2;
   int rank = -1;
   std::string module;
   std::int64_t us = 0;
 };
-// Throws ConfigError naming the flag unless the text is R:MODULE:US with R >= 0 and US > 0 (the module
+// Throws ConfigError naming the flag unless the text is R:MODULE:US with R >= 0 (or all) and US > 0 (the module
 // name is checked against the model where it is used).
 SlowRank parse_slow_rank(const std::string& text);
 

@@ -16,7 +16,7 @@ FaultInjection::FaultInjection(const TrainConfig& cfg, int rank)
 }
 
 void FaultInjection::arm(StepObserver& observer) const {
-  if (!slow_rank_ || slow_rank_->rank != rank_) return;
+  if (!slow_rank_ || (slow_rank_->rank != rank_ && slow_rank_->rank != SlowRank::kAll)) return;
   const int module = layout::module_id(slow_rank_->module);  // validate() checked the name
   if (module >= 0) observer.slow_down(module, slow_rank_->us);
 }

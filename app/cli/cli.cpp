@@ -48,6 +48,7 @@ Args::Args(int argc, char** argv, std::string usage, std::initializer_list<FlagS
         inline_value = argv[++i];
       }
       values_[std::string(name)] = *inline_value;
+      all_.emplace_back(std::string(name), *inline_value);
     } else {
       if (inline_value) fail(std::string(name) + " takes no value");
       values_[std::string(name)] = "";
@@ -71,6 +72,13 @@ const std::vector<std::string>& Args::positionals(std::size_t min, int max) cons
 }
 
 bool Args::has(std::string_view flag) const { return values_.find(flag) != values_.end(); }
+
+std::vector<std::string> Args::values(std::string_view flag) const {
+  std::vector<std::string> out;
+  for (const auto& [name, v] : all_)
+    if (name == flag) out.push_back(v);
+  return out;
+}
 
 std::optional<std::string> Args::value(std::string_view flag) const {
   auto it = values_.find(flag);

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace wb::cli {
@@ -45,7 +46,9 @@ class Args {
   const std::vector<std::string>& positionals() const { return positional_; }
 
   bool has(std::string_view flag) const;
-  std::optional<std::string> value(std::string_view flag) const;
+  std::optional<std::string> value(std::string_view flag) const;  // the last one given
+  // Every value given for a flag that may repeat, in order.
+  std::vector<std::string> values(std::string_view flag) const;
   std::string value_or(std::string_view flag, std::string fallback) const;
   // Integer flag value; UsageError naming the flag when it is not an integer in [min, max].
   std::optional<std::int64_t> int_value(std::string_view flag, std::int64_t min = std::numeric_limits<std::int64_t>::min(),
@@ -59,6 +62,7 @@ class Args {
   std::string usage_;
   std::vector<std::string> positional_;
   std::map<std::string, std::string, std::less<>> values_;
+  std::vector<std::pair<std::string, std::string>> all_;
 };
 
 }  // namespace wb::cli

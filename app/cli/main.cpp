@@ -19,7 +19,8 @@
   X("import", import, "read a torch.profiler trace (Kineto or legacy JSON) into a run file")          \
   X("report", report, "profile tables and warnings: ops, steps, input starvation, allreduce overlap") \
   X("suggest-split", suggest_split, "predicted allreduce split points (DP, MG-WFBP, DDP 25 MB, MindSpore)") \
-  X("tune-split", tune_split, "measure the model's best splits in short alternated trial runs; keep the fastest")
+  X("tune-split", tune_split, "measure the model's best splits in short alternated trial runs; keep the fastest") \
+  X("whatif", whatif, "predict the step time and critical path with ops, collectives or input made slower or faster")
 
 namespace wb::cli {
 #define WB_DECLARE(name, handler, help) int cmd_##handler(int argc, char** argv);
