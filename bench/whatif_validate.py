@@ -2,20 +2,20 @@
 """`wb whatif`'s predictions against measured runs with the change planted.
 
     bench/whatif_validate.py [--nproc N] [--image PX] [--batch B] [--steps S] [--warmup W] [--rounds R]
-                             [--data-delay-us D] [--out DIR]
+                             [--slow-us US] [--data-delay-us D] [--out DIR]
 
 One base wb-train run (synthetic data, profiled) is the run the predictions are made from. Each change is
 predicted from it with `wb whatif --json`, then planted in real runs with wb-train's own flags:
-  - a slow layer on one rank:   --slow-rank 1:layer3.0.conv2:20000  /  --add 'rank:1&layer3.0.conv2&class:forward:+20000'
-  - a slow layer on every rank: --slow-rank all:layer3.0.conv2:20000 / --add 'layer3.0.conv2&class:forward:+20000'
+  - a slow layer on one rank:   --slow-rank 1:layer3.0.conv2:US     /  --add 'rank:1&layer3.0.conv2&class:forward:+US'
+  - a slow layer on every rank: --slow-rank all:layer3.0.conv2:US   /  --add 'layer3.0.conv2&class:forward:+US'
   - a slower input pipeline:    --data-delay-us D (per sample)       /  --add 'data:+D*B'
-  - three allreduce splits:     --allreduce-split S                  /  --split S (the single bucket, the split
-                                                                       model's pick and its DP optimum)
+  - three allreduce splits:     --allreduce-split S                  /  --split S (the single bucket and the
+                                                                       split model's two best other candidates)
 Measured: R rounds; in each, every change runs once between two base runs (base, change, base, change,
 ..., base; the order of the changes reversed every other round); a run's step is the mean over its ranks'
 steps from W on, and a change's measured ratio is the median over rounds of its step over the mean of the
-two base runs around it. The predicted ratio is
-whatif's predicted step over the base run's measured step. Error: |predicted ratio / measured ratio - 1|.
+two base runs around it. The predicted ratio is whatif's predicted step over the base run's measured
+step. Error: |predicted ratio / measured ratio - 1|.
 The last line is the median and worst error over the changes.
 """
 import argparse
@@ -51,13 +51,22 @@ def whatif(run, flags, warmup):
 
 
 def model_splits(run):
-    """The single bucket, the split model's pick and its optimal (DP) split, each once."""
+    """The single bucket and the split model's two best other candidates: its pick, then its optimal (DP)
+    split, MG-WFBP's or DDP's 25 MB buckets, whichever differ."""
     out = subprocess.run([f"{BIN}/wb", "suggest-split", run], check=True, capture_output=True, text=True).stdout
-    picked = ["none"]
+    found = {}
     for line in out.splitlines():
         m = re.search(r"--allreduce-split (\S+)", line)
-        if m and ("model's pick" in line or "optimal (DP)" in line) and m.group(1) not in picked:
-            picked.append(m.group(1))
+        if not m:
+            continue
+        for key in ("model's pick", "optimal (DP)", "MG-WFBP", "DDP 25 MB", "current"):
+            if key in line:
+                found.setdefault(key, m.group(1))
+    picked = ["none"]
+    for key in ("model's pick", "optimal (DP)", "MG-WFBP", "DDP 25 MB"):
+        s = found.get(key)
+        if s and s not in picked and s != found.get("current") and len(picked) < 3:
+            picked.append(s)
     return picked
 
 
@@ -69,6 +78,7 @@ def main():
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--slow-us", type=int, default=100000, help="the planted slow layer's sleep per step")
     p.add_argument("--data-delay-us", type=int, default=80000)
     p.add_argument("--out", default=os.path.join(ROOT, "runs", "whatif-validate"))
     args = p.parse_args()
@@ -77,11 +87,12 @@ def main():
     base = os.path.join(args.out, "base.sqlite")
     train(args, [], base)
     d = args.data_delay_us
+    u = args.slow_us
     changes = [
-        ("slow layer3.0.conv2 on rank 1, +20 ms", ["--slow-rank", "1:layer3.0.conv2:20000"],
-         ["--add", "rank:1&layer3.0.conv2&class:forward:+20000"]),
-        ("slow layer3.0.conv2 on every rank, +20 ms", ["--slow-rank", "all:layer3.0.conv2:20000"],
-         ["--add", "layer3.0.conv2&class:forward:+20000"]),
+        (f"slow layer3.0.conv2 on rank 1, +{u // 1000} ms", ["--slow-rank", f"1:layer3.0.conv2:{u}"],
+         ["--add", f"rank:1&layer3.0.conv2&class:forward:+{u}"]),
+        (f"slow layer3.0.conv2 on every rank, +{u // 1000} ms", ["--slow-rank", f"all:layer3.0.conv2:{u}"],
+         ["--add", f"layer3.0.conv2&class:forward:+{u}"]),
         (f"slower input, +{d} us per sample", ["--data-delay-us", str(d)], ["--add", f"data:+{d * args.batch}"]),
     ]
     for s in model_splits(base):

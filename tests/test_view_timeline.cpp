@@ -1,6 +1,6 @@
 // The timeline's arithmetic with known answers: time <-> pixel mapping, zoom at the cursor, pan,
 // sub-pixel merging (checked against a brute-force cover of the visible events), hit-testing, queue
-// depth per pixel column, ticks and range-selection statistics.
+// depth per pixel column, ticks, range-selection statistics and the step whose critical path is outlined.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -272,4 +272,22 @@ TEST_CASE("range-selection statistics clip events to the selection", "[app]") {
   CHECK(out[1].count == 2);
   CHECK(out[2].name == 3);  // [60,65)
   CHECK(out[2].inside_ns == 5);
+}
+
+TEST_CASE("the Timeline outlines the critical path of the step under the cursor, or of the pinned step", "[app]") {
+  wb::analysis::CriticalPath cp;
+  for (int s = 0; s < 3; ++s) {
+    wb::analysis::StepPath p;
+    p.step = s + 4;
+    p.start_ns = 100 * s;
+    p.end_ns = 100 * s + 90;  // 10 ns between steps
+    cp.steps.push_back(p);
+  }
+  CHECK(path_step_at(cp, -1, 150.0)->step == 5);
+  CHECK(path_step_at(cp, -1, 100.0)->step == 5);
+  CHECK(path_step_at(cp, -1, 95.0) == nullptr);   // between steps
+  CHECK(path_step_at(cp, -1, 1000.0) == nullptr);  // after the last
+  CHECK(path_step_at(cp, 6, 10.0)->step == 6);     // pinned wins over the cursor
+  CHECK(path_step_at(cp, 3, 10.0) == nullptr);     // a step without a path
+  CHECK(path_step_at(wb::analysis::CriticalPath{}, -1, 10.0) == nullptr);
 }

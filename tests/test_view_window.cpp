@@ -109,6 +109,24 @@ TEST_CASE("a single-rank run renders its overview and timeline", "[app]") {
   }
 }
 
+TEST_CASE("the Timeline outlines a step's critical path across ranks in its own colour", "[app]") {
+  Runs& r = runs();
+  auto shot = [&](const std::string& step) {
+    fs::path png = r.dir / ("path-" + step + ".png");
+    REQUIRE(run(with_display(kBin + "wb-view " + shell_quote(r.two.string()) + " --view timeline --path-step " + step +
+                             " --screenshot " + shell_quote(png.string()) + " --size 1400x860"),
+                r.dir / "path.log") == 0);
+    return load_png(png);
+  };
+  // The path's orange (255, 150, 40): outlines, lines and its label. Step 2 has a path (every rank
+  // recorded it with its allreduces); step 9 does not exist, so nothing is outlined.
+  const double with_path = shot("2").share_near(255, 150, 40, 2);
+  const double without = shot("9").share_near(255, 150, 40, 2);
+  CAPTURE(with_path, without);
+  CHECK(with_path > 0.0005);  // about 600 pixels of 1400x860: two lanes of outlines across the step
+  CHECK(without < 0.0002);
+}
+
 TEST_CASE("a bad file shows the error popup in the screenshot and exits 2", "[app]") {
   Runs& r = runs();
   struct Case {

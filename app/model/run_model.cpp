@@ -143,6 +143,10 @@ void analyze_run(RunModel& model, LoadProgress* progress, const std::filesystem:
     model.tb = analysis::tb_overview(run);
     model.hta = analysis::hta_analyses(run);
   }
+  set_stage(progress, "critical path", 0.95);
+  model.critical = analysis::critical_path(run);
+  for (int r : run.rank_ids()) model.main_tracks[r] = run.main_track(r);
+  check_cancel(progress, path);
   set_stage(progress, "split model", 0.97);
   try {
     model.split_model = analysis::build_split_model(run);

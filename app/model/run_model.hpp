@@ -18,6 +18,7 @@
 
 #include "app/model/timeline_logic.hpp"
 #include "profiler/analysis/allreduce.hpp"
+#include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/hta.hpp"
 #include "profiler/analysis/memory.hpp"
 #include "profiler/analysis/op_stats.hpp"
@@ -64,6 +65,8 @@ struct RunModel {
   std::optional<analysis::PipelineAnalysis> pipeline;  // pipeline runs only
   std::optional<analysis::PipelinePlanInfo> pipeline_plan;  // known as soon as the file is open
   std::vector<store::ComparisonRow> comparisons;
+  analysis::CriticalPath critical;          // the critical path across ranks (data-parallel runs)
+  std::map<int, std::uint32_t> main_tracks;  // rank -> the thread track of its training loop
   double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
   double analysis_seconds = 0.0;  // the analyses after that
 

@@ -312,4 +312,11 @@ TimeView shifted(const TimeView& view, double offset_ns) {
   return v;
 }
 
+const analysis::StepPath* path_step_at(const analysis::CriticalPath& path, int pinned, double t_ns) {
+  for (const auto& s : path.steps)
+    if (pinned >= 0 ? s.step == pinned : static_cast<double>(s.start_ns) <= t_ns && t_ns < static_cast<double>(s.end_ns))
+      return &s;
+  return nullptr;
+}
+
 }  // namespace wb::app_model

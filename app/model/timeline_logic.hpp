@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "profiler/analysis/critical_path.hpp"
 #include "store/rows.hpp"
 
 namespace wb::app_model {
@@ -128,5 +129,9 @@ Alignment align_runs(std::span<const store::StepRow> first, std::int64_t first_t
                      std::int64_t second_t_min, std::optional<int> step);
 // The first run's window seen on the second run's clock.
 TimeView shifted(const TimeView& view, double offset_ns);
+
+// The step whose critical path the Timeline outlines: step `pinned` when it has a path (pinned >= 0),
+// else the step whose path spans t_ns (the time under the cursor, or the window's middle); null when none.
+const analysis::StepPath* path_step_at(const analysis::CriticalPath& path, int pinned, double t_ns);
 
 }  // namespace wb::app_model

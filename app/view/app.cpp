@@ -107,6 +107,7 @@ void App::set_model(std::shared_ptr<const RunModel> m) {
   model = std::move(m);
   timeline = TimelineState{};
   timeline.color_by_ratio = options_.color_by_ratio;
+  timeline.path_step = options_.path_step;
   ops = OpsState{};
   ops.layers_only = options_.layers_only;
   tuner.split.clear();

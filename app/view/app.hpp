@@ -83,6 +83,13 @@ struct TimelineState {
   // "time vs second run": the first run's layer ranges coloured by their time per step over the second
   // run's (green faster .. red slower, app_model::ratio_heat), everything else grey.
   bool color_by_ratio = false;
+  // The critical path across ranks (RunModel::critical) of the step under the cursor, outlined over the
+  // main-thread lanes, or of the step pinned (>= 0) by a click in its panel or --path-step.
+  bool show_path = true;
+  int path_step = -1;
+  int path_shown = -1;                     // the step outlined this frame, -1 for none
+  bool path_zoomed = false;                // the view was zoomed to the pinned step once
+  std::map<std::uint32_t, float> lane_y;   // this frame: track -> top of its lane (drawn lanes only)
   std::map<std::pair<std::uint32_t, std::uint8_t>, double> ratio_heat;  // (name, category) -> heat
   const app_model::RunModel* ratio_model = nullptr;                     // the run ratio_heat is for
 };
@@ -171,6 +178,7 @@ class App {
     std::optional<std::pair<int, int>> tuner_drag; // drag the handle of split FROM to TO with injected mouse input
     std::optional<std::int64_t> comparison;        // show this stored comparison in Precision
     bool color_by_ratio = false;                   // Timeline: colour layers by time vs the second run
+    int path_step = -1;                            // Timeline: outline this step's critical path, zoomed to it
     bool layers_only = false;                      // Ops: layer ranges only
     int precision_kind = -1;                       // Precision: rows of this compare::TensorKind only
   };

@@ -52,6 +52,7 @@ const char* kUsage =
     "                          with predicted against measured (a screenshot waits for all of it)\n"
     "  --tuner-drag FROM:TO    drag the tuner's handle of split point FROM to TO with injected mouse input\n"
     "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
+    "  --path-step N           Timeline: outline step N's critical path across ranks and zoom to the step\n"
     "  --color-by-ratio        Timeline: colour the layers by their time per step over the --compare run's\n"
     "  --layers                Ops: layer ranges only (against an imported PyTorch trace: layer by layer)\n"
     "  --precision-kind KIND   Precision: rows of one kind only (act, grad, param, ...)\n"
@@ -112,6 +113,13 @@ Args parse(int argc, char** argv) {
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || id < 1)
         throw UsageError("--comparison " + v + ": expected the id of a stored comparison (1, 2, ...)");
       a.app.comparison = id;
+    } else if (s == "--path-step") {
+      std::string v = value("--path-step");
+      int step = -1;
+      auto r = std::from_chars(v.data(), v.data() + v.size(), step);
+      if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || step < 0)
+        throw UsageError("--path-step " + v + ": expected a step number (0, 1, ...)");
+      a.app.path_step = step;
     } else if (s == "--color-by-ratio") {
       a.app.color_by_ratio = true;
     } else if (s == "--layers") {

@@ -61,6 +61,7 @@ class EventLane : public Lane {
     if (it != m.levels.end()) levels_ = &it->second;
   }
   int rank() const override { return track_.rank; }
+  std::uint32_t track_id() const override { return track_.id; }
   float height(float row_h) const override {
     return row_h * static_cast<float>(std::max<std::size_t>(levels_ ? levels_->size() : 0, 1)) + 4.0f;
   }

@@ -39,6 +39,7 @@ class Lane {
   virtual ~Lane() = default;
   virtual std::string label() const = 0;
   virtual int rank() const = 0;
+  virtual std::uint32_t track_id() const { return 0; }  // the thread or stream track drawn; 0 for other lanes
   virtual std::pair<std::int64_t, std::int64_t> time_range() const = 0;
   virtual float height(float row_h) const = 0;
   // Draws into [y, y + height) and shows a tooltip for what is under the mouse.

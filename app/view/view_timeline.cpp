@@ -79,6 +79,7 @@ void go_to(const RunModel& m, TimelineState& st, const EventRef& ref) {
 }
 
 void second_run_controls(App& app, TimelineState& st, const RunModel& m);
+void path_panel(TimelineState& st, const RunModel& m);
 
 void toolbar(App& app, TimelineState& st, const RunModel& m) {
   if (ImGui::Button("Fit all")) st.fitted = false;
@@ -123,6 +124,10 @@ void toolbar(App& app, TimelineState& st, const RunModel& m) {
   else ImGui::TextColored(to_vec4(color::kDim), "-");
   ImGui::SameLine(0, 20);
   second_run_controls(app, st, m);
+  if (!m.critical.steps.empty()) {
+    ImGui::SameLine(0, 20);
+    ImGui::Checkbox("critical path", &st.show_path);
+  }
   ImGui::SameLine(0, 20);
   ImGui::TextColored(to_vec4(color::kDim), "window %s   wheel: zoom   drag: pan   shift+drag: select range   click: select",
                      fmt_ns(st.view.span_ns()).c_str());
@@ -171,6 +176,10 @@ void details_panel(TimelineState& st, const RunModel& m) {
     return;
   }
   if (!st.selected) {
+    if (st.path_shown >= 0) {
+      path_panel(st, m);
+      return;
+    }
     ImGui::TextColored(to_vec4(color::kDim), "Click an event for its details; shift+drag across lanes for statistics of a time range.");
     return;
   }
@@ -301,6 +310,7 @@ float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const 
     }
     if (folded(st, key)) continue;
     float h = lane->height(f.row_h);
+    if (lane->track_id() != 0) ctx.state.lane_y[lane->track_id()] = y;
     if (y + h >= f.lanes_top && y <= f.p0.y + f.size.y) {
       dl->AddRectFilled(ImVec2(f.p0.x, y), ImVec2(f.x0 - 2, y + h), IM_COL32(30, 31, 37, 255));
       std::string label = lane->label();
@@ -475,6 +485,7 @@ std::optional<EventRef> draw_lanes(const std::array<LaneGroup, 2>& groups, int g
   if (st.hovered && corr_of(m, *st.hovered) != 0) linked = corr_of(m, *st.hovered);
 
   dl->PushClipRect(ImVec2(f.p0.x, f.lanes_top), ImVec2(f.p0.x + f.size.x, f.p0.y + f.size.y), true);
+  st.lane_y.clear();
   float y = f.lanes_top - st.scroll_y;
   GroupFrame frame{dl, f.p0, f.size, f.x0, f.width, f.row_h, f.lanes_top, f.mouse, f.in_lanes, f.hovered};
   for (int g = 0; g < group_count; ++g) {
@@ -536,6 +547,99 @@ void draw_range_selection(const TimelineState& st, const TimelineFrame& f) {
   dl->AddText(ImVec2(a + 4, f.lanes_top - f.lh - 1), color::kSelect, s.c_str());
 }
 
+constexpr ImU32 kPathColor = IM_COL32(255, 150, 40, 255);
+
+// The critical path of one step over the main-thread lanes: each segment outlined on its rank's op row
+// (depth 1), a line where the path passes from one rank to another, and its length by the ruler.
+void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFrame& f) {
+  st.path_shown = -1;
+  if (!st.show_path || !m.ready() || m.critical.steps.empty()) return;
+  const double t = f.in_lanes ? st.view.to_time(f.mouse.x - f.x0) : 0.5 * (st.view.t0_ns + st.view.t1_ns);
+  const analysis::StepPath* p = app_model::path_step_at(m.critical, st.path_step, t);
+  if (p == nullptr) return;
+  st.path_shown = p->step;
+  ImDrawList* dl = f.dl;
+  dl->PushClipRect(ImVec2(f.x0, f.lanes_top), ImVec2(f.x0 + f.width, f.p0.y + f.size.y), true);
+  std::optional<ImVec2> prev;  // the end of the previous segment's box, mid-height
+  for (const auto& seg : p->segments) {
+    auto track = m.main_tracks.find(seg.rank);
+    if (track == m.main_tracks.end()) continue;
+    auto ly = st.lane_y.find(track->second);
+    if (ly == st.lane_y.end()) {
+      prev.reset();
+      continue;  // the rank is folded
+    }
+    const float y0 = ly->second + 2.0f + f.row_h, y1 = y0 + f.row_h - 1.0f;
+    float x0 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.start_ns)));
+    float x1 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.end_ns)));
+    x1 = std::max(x1, x0 + 1.0f);
+    const bool idle = seg.kind == "gap" || seg.kind == "comm";  // gaps and hand-offs: a thin line
+    if (idle) {
+      dl->AddLine(ImVec2(x0, (y0 + y1) * 0.5f), ImVec2(x1, (y0 + y1) * 0.5f), kPathColor, 2.0f);
+    } else {
+      dl->AddRectFilled(ImVec2(x0, y0), ImVec2(x1, y1), with_alpha(kPathColor, 60));
+      dl->AddRect(ImVec2(x0 - 1, y0 - 1), ImVec2(x1 + 1, y1 + 1), kPathColor, 0, 0, 2.0f);
+    }
+    const ImVec2 start(x0, (y0 + y1) * 0.5f);
+    if (prev && std::abs(prev->y - start.y) > 1.0f) dl->AddLine(*prev, start, kPathColor, 2.0f);
+    prev = ImVec2(x1, (y0 + y1) * 0.5f);
+  }
+  dl->PopClipRect();
+}
+
+// On the ruler (drawn after it): which step's path is outlined.
+void draw_path_label(const TimelineState& st, const RunModel& m, const TimelineFrame& f) {
+  const analysis::StepPath* p = st.path_shown >= 0 ? app_model::path_step_at(m.critical, st.path_shown, 0.0) : nullptr;
+  if (p == nullptr) return;
+  const std::string label = "critical path, step " + std::to_string(p->step) + ": " +
+                            fmt_ns(static_cast<double>(p->end_ns - p->start_ns)) +
+                            (st.path_step >= 0 ? " (pinned)" : " (the step under the cursor)");
+  const ImVec2 size = ImGui::CalcTextSize(label.c_str());
+  const ImVec2 at(f.x0 + f.width - size.x - 6, f.p0.y + 2);
+  f.dl->AddRectFilled(ImVec2(at.x - 6, f.p0.y), ImVec2(at.x + size.x + 6, at.y + size.y + 2), IM_COL32(30, 31, 37, 255));
+  f.dl->AddText(at, kPathColor, label.c_str());
+}
+
+// The outlined step's path segment by segment; a click on a row pins the step and zooms to the segment.
+void path_panel(TimelineState& st, const RunModel& m) {
+  const analysis::StepPath* p = app_model::path_step_at(m.critical, st.path_shown, 0.0);
+  if (p == nullptr) return;
+  const double total = static_cast<double>(std::max<std::int64_t>(1, p->end_ns - p->start_ns));
+  ImGui::TextColored(to_vec4(kPathColor), "Critical path of step %d: %s, %zu segments (the chain of work that set the step's end)",
+                     p->step, fmt_ns(total).c_str(), p->segments.size());
+  ImGui::SameLine();
+  if (st.path_step >= 0 && ImGui::SmallButton("unpin")) st.path_step = -1;
+  if (!ImGui::BeginTable("##path", 5, ImGuiTableFlags_RowBg | ImGuiTableFlags_ScrollY | ImGuiTableFlags_BordersInnerV,
+                         ImVec2(0, ImGui::GetContentRegionAvail().y)))
+    return;
+  ImGui::TableSetupScrollFreeze(0, 1);
+  for (const char* h : {"segment", "rank", "kind", "time", "% of step"}) ImGui::TableSetupColumn(h);
+  ImGui::TableHeadersRow();
+  for (std::size_t i = 0; i < p->segments.size(); ++i) {
+    const auto& seg = p->segments[i];
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::PushID(static_cast<int>(i));
+    if (ImGui::Selectable(seg.name.c_str(), false, ImGuiSelectableFlags_SpanAllColumns)) {
+      st.path_step = p->step;
+      const double d = static_cast<double>(seg.end_ns - seg.start_ns);
+      const double pad = std::max(d * 1.5, 20000.0);
+      st.view.t0_ns = static_cast<double>(seg.start_ns) - pad;
+      st.view.t1_ns = static_cast<double>(seg.end_ns) + pad;
+    }
+    ImGui::PopID();
+    ImGui::TableNextColumn();
+    ImGui::Text("%d", seg.rank);
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(seg.kind.c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt_ns(static_cast<double>(seg.end_ns - seg.start_ns)).c_str());
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(fmt_pct(static_cast<double>(seg.end_ns - seg.start_ns) / total).c_str());
+  }
+  ImGui::EndTable();
+}
+
 }  // namespace
 
 void draw_timeline(App& app) {
@@ -547,7 +651,7 @@ void draw_timeline(App& app) {
   }
   toolbar(app, st, m);
 
-  const float details_h = (st.selected || st.range_sel) ? 170.0f : ImGui::GetTextLineHeightWithSpacing() + 8;
+  const float details_h = (st.selected || st.range_sel || st.path_shown >= 0) ? 170.0f : ImGui::GetTextLineHeightWithSpacing() + 8;
   ImVec2 avail = ImGui::GetContentRegionAvail();
   TimelineFrame f;
   f.p0 = ImGui::GetCursorScreenPos();
@@ -567,6 +671,14 @@ void draw_timeline(App& app) {
   f.in_lanes = f.hovered && f.mouse.x >= f.x0 && f.mouse.y > f.p0.y + f.ruler_h;
 
   place_view(st, m, f.width);
+  if (st.path_step >= 0 && !st.path_zoomed && m.ready()) {  // pinned before the run was open: show the step
+    st.path_zoomed = true;
+    if (const auto* p = app_model::path_step_at(m.critical, st.path_step, 0.0)) {
+      const double pad = 0.02 * static_cast<double>(p->end_ns - p->start_ns);
+      st.view.t0_ns = static_cast<double>(p->start_ns) - pad;
+      st.view.t1_ns = static_cast<double>(p->end_ns) + pad;
+    }
+  }
   handle_input(st, m, f);
 
   ImDrawList* dl = f.dl;
@@ -576,11 +688,13 @@ void draw_timeline(App& app) {
   const RunModel* second = (app.second && st.show_second) ? app.second.get() : nullptr;
   const std::array<LaneGroup, 2> groups = lane_groups(st, m, second);
   const std::optional<EventRef> hovered_event = draw_lanes(groups, second ? 2 : 1, st, m, f);
+  draw_critical_path(st, m, f);
 
   // The ruler: ticks relative to the start of the run, occurrence markers, the selection.
   draw_ticks(st, m, f);
   draw_occurrence_markers(st, m, f);
   draw_range_selection(st, f);
+  draw_path_label(st, m, f);
   if (f.in_lanes) dl->AddLine(ImVec2(f.mouse.x, f.lanes_top), ImVec2(f.mouse.x, f.p0.y + f.size.y), IM_COL32(255, 255, 255, 60));
   dl->AddLine(ImVec2(f.x0 - 1, f.p0.y), ImVec2(f.x0 - 1, f.p0.y + f.size.y), color::kGrid);
   dl->PopClipRect();

@@ -20,19 +20,26 @@ std::string kind_of(std::uint8_t category) { return std::string(store::category_
 
 // A step's ranges on a rank's main thread at the level under the step range, and its collectives.
 std::map<int, RankStep> gather(const RunData& run, int step, const std::vector<int>& ranks,
-                               const std::map<std::pair<int, int>, std::vector<const store::AllreduceRow*>>& comm) {
+                               const std::map<std::pair<int, int>, std::vector<const store::AllreduceRow*>>& comm,
+                               const std::map<std::pair<int, int>, const store::StepRow*>& step_rows,
+                               const std::map<int, std::pair<std::uint32_t, std::int64_t>>& main_tracks) {
   std::map<int, RankStep> out;
   for (int r : ranks) {
-    const store::StepRow* row = nullptr;
-    for (const auto& s : run.steps)
-      if (s.rank == r && s.step == step) row = &s;
-    if (row == nullptr) continue;
+    auto found = step_rows.find({r, step});
+    if (found == step_rows.end()) continue;
+    const store::StepRow* row = found->second;
     RankStep rs;
     rs.start = row->start_ns;
     rs.end = row->end_ns;
-    for (const auto& g : run.ranges_of(run.main_track(r))) {
+    // The main thread's ranges by start: those starting in the step, and any before it that reach into it
+    // (found by a bounded look back: the longest range of the track).
+    const auto& rows = run.ranges_of(main_tracks.at(r).first);
+    auto it = std::lower_bound(rows.begin(), rows.end(), rs.start - main_tracks.at(r).second,
+                               [](const store::RangeRow& g, std::int64_t t) { return g.start_ns < t; });
+    for (; it != rows.end() && it->start_ns < rs.end; ++it) {
+      const auto& g = *it;
       if (g.category == static_cast<std::uint8_t>(store::Category::step) || g.depth > 1) continue;
-      if (g.end_ns <= rs.start || g.start_ns >= rs.end) continue;
+      if (g.end_ns <= rs.start) continue;
       rs.ops.push_back(&g);
     }
     if (auto it = comm.find({r, step}); it != comm.end()) rs.comm = it->second;
@@ -135,11 +142,23 @@ CriticalPath critical_path(const RunData& run) {
     std::sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->start_ns < b->start_ns; });
   std::size_t world = 0;
   for (const auto& [s, rs] : ranks_of_step) world = std::max(world, rs.size());
+  std::map<std::pair<int, int>, const store::StepRow*> step_rows;  // (rank, step)
+  for (const auto& s : run.steps) step_rows[{s.rank, s.step}] = &s;
+  std::map<int, std::pair<std::uint32_t, std::int64_t>> main_tracks;  // rank -> (main track, its longest range under a step)
+  for (const auto& [key, rows] : comm)
+    if (!main_tracks.count(key.first)) {
+      const std::uint32_t track = run.main_track(key.first);
+      std::int64_t longest = 0;
+      for (const auto& g : run.ranges_of(track))
+        if (g.category != static_cast<std::uint8_t>(store::Category::step) && g.depth <= 1)
+          longest = std::max(longest, g.end_ns - g.start_ns);
+      main_tracks[key.first] = {track, longest};
+    }
   std::map<std::pair<std::string, std::string>, PathOp> ops;
   for (const auto& [step, rank_set] : ranks_of_step) {
     if (rank_set.size() != world) continue;
     const std::vector<int> ranks(rank_set.begin(), rank_set.end());
-    std::map<int, RankStep> rs = gather(run, step, ranks, comm);
+    std::map<int, RankStep> rs = gather(run, step, ranks, comm, step_rows, main_tracks);
     if (rs.size() != world) continue;
     StepPath path;
     path.step = step;

@@ -281,9 +281,15 @@ class Replay {
     for (const auto& [r, track] : main_tracks_) {
       if (const auto* t = run_.track(track)) out.tracks.push_back(*t);
       auto& rows = out.ranges[track];
-      for (const auto& row : run_.ranges_of(track)) {
-        const RankStep* rs = step_of(r, row);
-        if (rs == nullptr) continue;
+      std::vector<const RankStep*> steps;  // this rank's replayed steps, by start
+      for (const auto& [step, ranks] : steps_) steps.push_back(&ranks.at(r));
+      std::sort(steps.begin(), steps.end(), [](auto* a, auto* b) { return a->row->start_ns < b->row->start_ns; });
+      std::size_t k = 0;
+      for (const auto& row : run_.ranges_of(track)) {  // by start, as the steps
+        while (k < steps.size() && steps[k]->row->end_ns <= row.start_ns) ++k;
+        if (k == steps.size()) break;
+        const RankStep* rs = steps[k];
+        if (row.start_ns < rs->row->start_ns) continue;
         store::RangeRow m = row;
         if (row.category == static_cast<std::uint8_t>(store::Category::step)) {
           m.start_ns = rs->start2;
@@ -334,15 +340,6 @@ class Replay {
         for (const auto* a : rs.comm)
           for (std::size_t c = 0; c < changes_.size(); ++c)
             if (matches_collective(changes_[c], r, a->bucket)) ++matched_[c];
-  }
-
-  const RankStep* step_of(int rank, const store::RangeRow& row) const {
-    for (const auto& [step, ranks] : steps_) {
-      auto it = ranks.find(rank);
-      if (it != ranks.end() && row.start_ns >= it->second.row->start_ns && row.start_ns < it->second.row->end_ns)
-        return &it->second;
-    }
-    return nullptr;
   }
 
   // Each step's ops and the changed ranges inside them.
