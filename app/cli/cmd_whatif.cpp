@@ -28,21 +28,14 @@ std::string signed_pct(double change, double base) {
 void write_path_ops(const analysis::CriticalPath& before, const analysis::CriticalPath& after, std::ostream& out) {
   if (after.steps.empty()) return;
   struct Row {
-    std::string kind;
     double before = 0.0, after = 0.0;
   };
-  std::map<std::string, Row> rows;
+  std::map<std::pair<std::string, std::string>, Row> rows;  // (name, kind)
   const double nb = static_cast<double>(std::max<std::size_t>(1, before.steps.size()));
   const double na = static_cast<double>(after.steps.size());
-  for (const auto& op : before.ops) {
-    rows[op.name].kind = op.kind;
-    rows[op.name].before = static_cast<double>(op.total_ns) / nb;
-  }
-  for (const auto& op : after.ops) {
-    rows[op.name].kind = op.kind;
-    rows[op.name].after = static_cast<double>(op.total_ns) / na;
-  }
-  std::vector<std::pair<std::string, Row>> sorted(rows.begin(), rows.end());
+  for (const auto& op : before.ops) rows[{op.name, op.kind}].before = static_cast<double>(op.total_ns) / nb;
+  for (const auto& op : after.ops) rows[{op.name, op.kind}].after = static_cast<double>(op.total_ns) / na;
+  std::vector<std::pair<std::pair<std::string, std::string>, Row>> sorted(rows.begin(), rows.end());
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return std::max(a.second.after, a.second.before) > std::max(b.second.after, b.second.before);
   });
@@ -51,8 +44,8 @@ void write_path_ops(const analysis::CriticalPath& before, const analysis::Critic
       << format_ns(path_after) << " replayed with the changes): the ops most on it\n";
   analysis::Table t({"on the path", "kind", "recorded", "with the changes", "% of path after"});
   for (std::size_t i = 0; i < sorted.size() && i < 12; ++i) {
-    const auto& [name, r] = sorted[i];
-    t.add({name, r.kind, format_ns(r.before), format_ns(r.after), analysis::fmt("%.1f%%", path_after > 0 ? 100.0 * r.after / path_after : 0.0)});
+    const auto& [key, r] = sorted[i];
+    t.add({key.first, key.second, format_ns(r.before), format_ns(r.after), analysis::fmt("%.1f%%", path_after > 0 ? 100.0 * r.after / path_after : 0.0)});
   }
   t.print(out);
 }
