@@ -114,7 +114,7 @@ struct StepRow {
 // One measurement of the communicator's calibration (schema.sql, comm_calibration).
 struct CommCalibrationRow {
   std::int32_t rank = 0;
-  std::string kind;        // allreduce, compute, compute_during_allreduce, allreduce_during_compute
+  std::string kind;        // allreduce, compute, compute_during_allreduce, allreduce_during_compute, compute_while_waiting
   std::int64_t bytes = 0;  // message size (0 for compute)
   std::int32_t reps = 0;
   std::int64_t median_ns = 0;

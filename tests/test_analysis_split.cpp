@@ -308,3 +308,30 @@ TEST_CASE("the calibrated model simulates every rank, and a collective starts wh
   CHECK(text.str().find("cost model: the communicator's calibration, simulated across 2 ranks") != std::string::npos);
   CHECK(text.str().find("The model's pick:") != std::string::npos);
 }
+
+TEST_CASE("a rank waiting in a collective for a later rank is slowed as its calibration says", "[analysis]") {
+  // The run above with a compute_while_waiting row: a convolution of 1000 ns takes 1500 while the rank's
+  // communication thread waits for a late peer, s = 0.5.
+  analysis::RunData run = calibrated_run();
+  for (int r = 0; r < 2; ++r) run.calibration.push_back(store::CommCalibrationRow{r, "compute_while_waiting", 4096, 10, 1500, 1400});
+  const SplitModel m = analysis::build_split_model(run);
+  REQUIRE(m.wait_calibrated);
+  CHECK_THAT(m.wait_slowdown, WithinAbs(0.5, 1e-12));
+  // Rank 0 joined {p1} at 1000 and waited until rank 1 joined at 1500: 500 ns at s = 0.5 lose 166.67 of
+  // work; then the collective 1500..1600 at s = 1 loses 50: 1783.33 of work. Rank 1 joined last: it never
+  // waited, 1950 as without the row.
+  CHECK_THAT(m.ranks[0].compute_work, WithinAbs(2000.0 - 500.0 / 3.0 - 50.0, 1e-6));
+  CHECK_THAT(m.ranks[1].compute_work, WithinAbs(1950, 1e-9));
+  // The run's own split replayed: rank 0 waits 1000..1500 (333.33 of work done), computes at half speed to
+  // 2100 (1633.33), is ready with p0 at 2250; rank 1 as before at 2750: {p0} 2750..2950, the measured step.
+  const analysis::Prediction own = analysis::predict(m, m.current_split);
+  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2750, 1e-9));
+  CHECK_THAT(own.step_ns, WithinAbs(10'000, 1e-9));
+  // Without the row the wait costs the collective's own s (as in files calibrated before the row existed).
+  const SplitModel old = analysis::build_split_model(calibrated_run());
+  CHECK_FALSE(old.wait_calibrated);
+  CHECK_THAT(old.ranks[0].compute_work, WithinAbs(1700, 1e-9));
+  std::ostringstream text;
+  analysis::write_split_suggestions(run, text);
+  CHECK(text.str().find("while a rank waits in a collective for a later rank: backward slowed x1.50") != std::string::npos);
+}

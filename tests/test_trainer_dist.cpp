@@ -144,6 +144,7 @@ TEST_CASE("2 ranks: --check-sync passes 20 steps and the merged run file holds b
     CHECK(kinds["compute"] == 1);
     CHECK(kinds["allreduce_during_compute"] == 4);
     CHECK(kinds["compute_during_allreduce"] == 4);
+    CHECK(kinds["compute_while_waiting"] == 1);
   }
 }
 

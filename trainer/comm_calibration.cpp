@@ -129,6 +129,35 @@ void time_together(parallel::Communicator& comm, float* buf, std::int64_t bytes,
   if (failure) std::rethrow_exception(failure);
 }
 
+// Compute while this rank's communication thread waits in a collective for ranks that join it one
+// convolution later, as a rank that joins a bucket first waits in backward (MPI polls while it waits).
+// Ranks of one parity wait (their collective starts at once, on a second thread, while they time a
+// convolution); the others join after a convolution of their own. `waiting_even` picks the parity.
+std::vector<std::int64_t> time_waiting(parallel::Communicator& comm, float* buf, ConvLoad& conv, bool waiting_even, int reps) {
+  const bool waiting = (comm.rank() % 2 == 0) == waiting_even;
+  std::vector<std::int64_t> ns;
+  for (int i = 0; i < reps; ++i) {
+    comm.barrier();
+    if (!waiting) {
+      conv.run_once();
+      comm.allreduce(buf, 1024, parallel::ReduceOp::sum);
+      continue;
+    }
+    std::exception_ptr failure;
+    std::thread t([&] {
+      try {
+        comm.allreduce(buf, 1024, parallel::ReduceOp::sum);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    });
+    ns.push_back(conv.run_once());
+    t.join();
+    if (failure) std::rethrow_exception(failure);
+  }
+  return ns;
+}
+
 }  // namespace
 
 std::vector<CommCalibrationRow> calibrate_comm(parallel::Communicator& comm, backend::Backend& be,
@@ -170,6 +199,13 @@ std::vector<CommCalibrationRow> calibrate_comm(parallel::Communicator& comm, bac
     rows.push_back(row_of(rank, "compute_during_allreduce", b, compute_ns));
     rows.push_back(row_of(rank, "allreduce_during_compute", b, comm_ns));
   }
+  // Every rank waits in turn (with one rank, nobody is late: the row measures the collective's own cost).
+  std::vector<std::int64_t> waiting_ns;
+  for (bool even : {true, false}) {
+    auto ns = time_waiting(comm, buf, conv, even, 5);
+    waiting_ns.insert(waiting_ns.end(), ns.begin(), ns.end());
+  }
+  rows.push_back(row_of(rank, "compute_while_waiting", 4096, waiting_ns));
   comm.barrier();
   return rows;
 }
@@ -188,7 +224,7 @@ std::string describe_calibration(const std::vector<CommCalibrationRow>& rows) {
     return std::string(buf);
   };
   std::string sizes, during;
-  std::int64_t compute = 0;
+  std::int64_t compute = 0, waiting = 0;
   std::map<std::int64_t, std::int64_t> slowed;
   for (const auto& r : rows) {
     if (r.kind == "allreduce") sizes += (sizes.empty() ? "" : ", ") + bytes(r.bytes) + " " + time(r.median_ns);
@@ -196,12 +232,19 @@ std::string describe_calibration(const std::vector<CommCalibrationRow>& rows) {
       during += (during.empty() ? "" : ", ") + bytes(r.bytes) + " " + time(r.median_ns);
     if (r.kind == "compute") compute = r.median_ns;
     if (r.kind == "compute_during_allreduce") slowed[r.bytes] = r.median_ns;
+    if (r.kind == "compute_while_waiting") waiting = r.median_ns;
   }
   std::string tail = "; while computing: " + during + "; compute x";
   for (const auto& [b, ns] : slowed) {
     char f[48];
     std::snprintf(f, sizeof f, "%s%.2f (%s)", b == slowed.begin()->first ? "" : ", x",
                   compute > 0 ? static_cast<double>(ns) / static_cast<double>(compute) : 0.0, bytes(b).c_str());
+    tail += f;
+  }
+  if (waiting > 0 && compute > 0) {
+    char f[64];
+    std::snprintf(f, sizeof f, "; compute x%.2f while waiting for a late rank",
+                  static_cast<double>(waiting) / static_cast<double>(compute));
     tail += f;
   }
   return "allreduce " + sizes + tail;

@@ -11,6 +11,9 @@
 //                             thread marks a bucket ready and a communication thread, woken, allreduces
 //                             it; from the mark (or the previous collective's end) to the collective's end
 //   compute_during_allreduce  bytes = bucket size; the convolutions meanwhile
+//   compute_while_waiting     bytes = 4096; a convolution while this rank's communication thread waits in
+//                             a collective that the other ranks join one convolution later (as the rank
+//                             that joins a bucket first waits in backward)
 #pragma once
 
 #include <cstdint>

@@ -259,6 +259,8 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
     c.add({format_bytes(m.latency.back().first), format_ns(m.latency.back().second),
            format_ns(allreduce_during_ns(m, m.latency.back().first)), fmt("x%.2f", 1.0 + compute_slowdown(m, m.latency.back().first))});
     c.print(out);
+    if (m.wait_calibrated)
+      out << "  while a rank waits in a collective for a later rank: backward slowed " << fmt("x%.2f", 1.0 + m.wait_slowdown) << "\n";
   }
   Table t({"strategy", "split", "buckets", "comm end", "exposed", "pred. step"});
   const auto suggestions = suggest_splits(m);

@@ -161,7 +161,11 @@ Prediction simulate(const SplitModel& m, std::span<const int> split) {
     plan.start_ns = std::max(plan.ready_ns, stream_free);
     plan.end_ns = plan.start_ns + (during_compute ? allreduce_during_ns(m, plan.bytes) : allreduce_ns(m, plan.bytes));
     const double slow = compute_slowdown(m, plan.bytes);
-    for (std::size_t r = 0; r < sim.size(); ++r) sim[r].slowed.push_back({join[r], plan.end_ns, slow});
+    for (std::size_t r = 0; r < sim.size(); ++r) {
+      // A rank that joins before the last one waits for it (polling), then the collective runs.
+      if (join[r] < plan.start_ns) sim[r].slowed.push_back({join[r], plan.start_ns, m.wait_calibrated ? m.wait_slowdown : slow});
+      sim[r].slowed.push_back({std::max(join[r], plan.start_ns), plan.end_ns, slow});
+    }
     stream_free = plan.end_ns;
     out.buckets.push_back(plan);
   }
@@ -443,6 +447,8 @@ bool apply_calibration(const std::vector<store::CommCalibrationRow>& rows, Split
   std::map<std::int64_t, double> alone, during;
   std::map<std::int64_t, std::pair<double, int>> slowed;  // bytes -> (sum of s, ranks)
   std::map<int, double> compute;
+  double waiting_sum = 0.0;
+  int waiting_n = 0;
   for (const auto& r : rows) {
     const auto ns = static_cast<double>(r.median_ns);
     if (r.kind == "allreduce") alone[r.bytes] = std::max(alone[r.bytes], ns);
@@ -450,7 +456,12 @@ bool apply_calibration(const std::vector<store::CommCalibrationRow>& rows, Split
     else if (r.kind == "compute") compute[r.rank] = ns;
   }
   for (const auto& r : rows) {
-    if (r.kind != "compute_during_allreduce" || !compute.count(r.rank) || compute[r.rank] <= 0) continue;
+    if (!compute.count(r.rank) || compute[r.rank] <= 0) continue;
+    if (r.kind == "compute_while_waiting") {
+      waiting_sum += std::clamp(static_cast<double>(r.median_ns) / compute[r.rank] - 1.0, 0.0, 20.0);
+      ++waiting_n;
+    }
+    if (r.kind != "compute_during_allreduce") continue;
     auto& [sum, n] = slowed[r.bytes];
     sum += std::clamp(static_cast<double>(r.median_ns) / compute[r.rank] - 1.0, 0.0, 20.0);
     ++n;
@@ -461,6 +472,8 @@ bool apply_calibration(const std::vector<store::CommCalibrationRow>& rows, Split
   m.latency_during.assign(during.begin(), during.end());
   m.slowdown.clear();
   for (const auto& [bytes, sn] : slowed) m.slowdown.emplace_back(static_cast<double>(bytes), sn.first / sn.second);
+  m.wait_calibrated = waiting_n > 0;
+  m.wait_slowdown = waiting_n > 0 ? waiting_sum / waiting_n : 0.0;
   return true;
 }
 
@@ -503,11 +516,20 @@ void add_rank_timings(const std::map<std::pair<int, int>, std::vector<store::All
     }
     tail_sum += static_cast<double>(latest_end - earliest);
     ++steps;
+    std::map<int, std::int64_t> last_join;  // bucket -> when its last rank joined: the collective's start
+    for (int r : ranks)
+      for (const auto& row : by_step.at({r, step}))
+        last_join[row.bucket] = std::max(last_join.count(row.bucket) ? last_join[row.bucket] : INT64_MIN, row.start_ns);
     for (int r : ranks) {
       const auto& [t, ready] = measured.at({step, r});
       std::vector<CommSpan> comm;
-      for (const auto& row : by_step.at({r, step}))
-        comm.push_back({row.start_ns, row.end_ns, compute_slowdown(m, static_cast<double>(row.bytes))});
+      for (const auto& row : by_step.at({r, step})) {
+        // Waiting for the later ranks, then the collective itself.
+        const double s = compute_slowdown(m, static_cast<double>(row.bytes));
+        const std::int64_t start = std::clamp(last_join[row.bucket], row.start_ns, row.end_ns);
+        if (start > row.start_ns) comm.push_back({row.start_ns, start, m.wait_calibrated ? m.wait_slowdown : s});
+        comm.push_back({start, row.end_ns, s});
+      }
       SplitModel::RankTiming& acc = sums[r];
       acc.rank = r;
       acc.ready_work.resize(p, 0.0);

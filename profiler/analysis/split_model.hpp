@@ -7,9 +7,11 @@
 // is predicted from it: the allreduce time per size measured alone after a barrier, how much longer it
 // takes while compute runs, and how much compute slows while a collective runs. The prediction is then a
 // simulation across ranks: each rank's backward is its measured work (the slowdown its own collectives
-// caused taken out), slowed again wherever the candidate's collectives run on that rank (from the moment
-// the rank joins one to its end); a collective starts when the last rank joins it and the previous one
-// has ended. Without the calibration, the older alpha-beta fit to the run's own allreduce spans is used,
+// caused taken out), slowed again wherever the candidate's collectives run on that rank: from the moment
+// the rank joins one until the last rank joins, as much as its communication thread waiting (polling)
+// for a later rank slows compute (calibrated apart: a peer that joins one convolution late), then as much
+// as the collective of that size does; a collective starts when the last rank joins it and the previous
+// one has ended. Without the calibration, the older alpha-beta fit to the run's own allreduce spans is used,
 // and said to be unreliable: those spans include the wait for the slowest rank. A split is MindSpore's all_reduce_fusion_config
 // (allreduce::SplitPoints, allreduce/split_points.hpp): ascending indices s1 < s2 < ... < sk into the
 // forward-ordered parameter list, making buckets [0,s1), [s1,s2), ..., [sk,P); backward produces the
@@ -48,6 +50,9 @@ struct SplitModel {
                                                           // collective's end while backward runs
   std::vector<std::pair<double, double>> slowdown;        // (bytes, s): compute takes (1 + s) times longer
                                                           // while a collective of that size runs
+  double wait_slowdown = 0.0;  // s while the rank's communication thread waits in a collective for a later
+                               // rank (from its join to the collective's start), when wait_calibrated;
+  bool wait_calibrated = false;  // else (calibrations without compute_while_waiting) the collective's own s
   struct RankTiming {
     int rank = 0;
     double offset_ns = 0.0;          // its backward start after the earliest rank's, mean over steps
