@@ -244,3 +244,28 @@ TEST_CASE("a split handle dragged with injected mouse input moves the split and 
     CHECK(other.tuner.split == std::vector<int>{8});
   }
 }
+
+TEST_CASE("wb tune-split's trials are summarised per candidate: rounds, median, change against current", "[app]") {
+  using wb::store::SplitTrialRow;
+  std::vector<SplitTrialRow> rows;
+  auto add = [&](int round, const char* cand, const char* split, std::int64_t median, int rc = 0) {
+    rows.push_back(SplitTrialRow{round, cand, split, 10, median, 900, 950, rc, "r.sqlite", "2026-11-28T00:00:00Z"});
+  };
+  add(0, "current", "81,132,144", 1000);
+  add(0, "single bucket", "none", 880);
+  add(1, "single bucket", "none", 920);
+  add(1, "current", "81,132,144", 1100);
+  add(2, "current", "81,132,144", 960);
+  add(2, "single bucket", "none", 0, 3);  // a failed trial
+  const auto s = wb::app_model::summarize_trials(rows);
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].candidate == "current");
+  CHECK(s[0].rounds == std::vector<std::int64_t>{1000, 1100, 960});
+  CHECK(s[0].median_ns == 1000);
+  CHECK(s[0].vs_current == 0.0);
+  CHECK(s[1].split == "none");
+  CHECK(s[1].rounds == std::vector<std::int64_t>{880, 920, -1});
+  CHECK(s[1].median_ns == 900);  // the two that ran
+  CHECK_THAT(s[1].vs_current, Catch::Matchers::WithinAbs(-0.1, 1e-12));
+  CHECK(wb::app_model::summarize_trials({}).empty());
+}

@@ -65,4 +65,28 @@ std::string split_flags(const std::vector<int>& split) {
   return std::string(allreduce::kSplitFlag) + " " + allreduce::SplitPoints::format(split);
 }
 
+std::vector<TrialSummary> summarize_trials(const std::vector<store::SplitTrialRow>& trials) {
+  std::vector<TrialSummary> out;
+  for (const auto& t : trials) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const TrialSummary& s) { return s.candidate == t.candidate; });
+    if (it == out.end()) {
+      out.push_back(TrialSummary{t.candidate, t.split, t.predicted_step_ns, {}, -1, 0.0});
+      it = out.end() - 1;
+    }
+    it->rounds.push_back(t.exit_code == 0 ? t.median_step_ns : -1);
+  }
+  for (auto& s : out) {
+    std::vector<std::int64_t> ok;
+    for (auto v : s.rounds)
+      if (v >= 0) ok.push_back(v);
+    std::sort(ok.begin(), ok.end());
+    if (!ok.empty()) s.median_ns = ok.size() % 2 == 1 ? ok[ok.size() / 2] : (ok[ok.size() / 2 - 1] + ok[ok.size() / 2]) / 2;
+  }
+  auto current = std::find_if(out.begin(), out.end(), [](const TrialSummary& s) { return s.candidate == "current"; });
+  if (current != out.end() && current->median_ns > 0)
+    for (auto& s : out)
+      if (s.median_ns >= 0) s.vs_current = static_cast<double>(s.median_ns) / static_cast<double>(current->median_ns) - 1.0;
+  return out;
+}
+
 }  // namespace wb::app_model

@@ -4,9 +4,12 @@
 // on the left), one column each, so split s sits between the columns of parameters s and s-1.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "store/rows.hpp"
 
 namespace wb::app_model {
 
@@ -31,5 +34,16 @@ std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x,
 
 // "--allreduce-split 85,160"; an empty split is the single bucket, "--allreduce-split none".
 std::string split_flags(const std::vector<int>& split);
+
+// wb tune-split's measured trials (the split_trial table) per candidate, in the order they first ran.
+struct TrialSummary {
+  std::string candidate;  // "current", "DDP-style 10 MB buckets", "try 1", ...
+  std::string split;      // as --allreduce-split takes it
+  std::int64_t predicted_ns = -1;
+  std::vector<std::int64_t> rounds;  // the median step of each round's trial; -1 for a failed one
+  std::int64_t median_ns = -1;       // over the rounds that ran; -1 when none did
+  double vs_current = 0.0;           // median over the current split's median, less 1 (0 when unknown)
+};
+std::vector<TrialSummary> summarize_trials(const std::vector<store::SplitTrialRow>& trials);
 
 }  // namespace wb::app_model

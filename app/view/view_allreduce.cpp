@@ -255,6 +255,61 @@ void rerun_panel(App& app) {
   }
 }
 
+// wb tune-split's trials recorded in the run: per candidate its rounds, median and change against the
+// current split, as measured; a click on a row puts its split in the tuner.
+void trials_table(App& app, const RunModel& m, const analysis::SplitModel& sm) {
+  const std::vector<app_model::TrialSummary> trials = app_model::summarize_trials(m.run.split_trials);
+  if (trials.empty()) {
+    ImGui::TextColored(to_vec4(color::kDim), "No measured trials yet: wb tune-split %s trains the best candidates in short",
+                       m.title().c_str());
+    ImGui::TextColored(to_vec4(color::kDim), "alternated runs and records them here.");
+    return;
+  }
+  std::size_t rounds = 0;
+  for (const auto& t : trials) rounds = std::max(rounds, t.rounds.size());
+  const int columns = static_cast<int>(4 + rounds);
+  if (!ImGui::BeginTable("##trials", columns, ImGuiTableFlags_RowBg | ImGuiTableFlags_BordersInnerV | ImGuiTableFlags_SizingFixedFit))
+    return;
+  ImGui::TableSetupColumn("candidate");
+  ImGui::TableSetupColumn("predicted");
+  for (std::size_t r = 0; r < rounds; ++r) ImGui::TableSetupColumn(("round " + std::to_string(r + 1)).c_str());
+  ImGui::TableSetupColumn("median");
+  ImGui::TableSetupColumn("vs current");
+  ImGui::TableHeadersRow();
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    const auto& t = trials[i];
+    ImGui::TableNextRow();
+    ImGui::TableNextColumn();
+    ImGui::PushID(static_cast<int>(i));
+    if (ImGui::Selectable(t.candidate.c_str(), false, ImGuiSelectableFlags_SpanAllColumns)) {
+      try {
+        std::vector<int> split = allreduce::SplitPoints::parse(t.split, "trial split").points();
+        analysis::validate_split(split, sm.size());
+        app.tuner.split = std::move(split);
+        app.tuner.compare_label = "measured: " + t.candidate;
+      } catch (const std::exception&) {
+        // a split for another model: left out of the tuner
+      }
+    }
+    if (ImGui::IsItemHovered()) ImGui::SetTooltip("--allreduce-split %s", t.split.c_str());
+    ImGui::PopID();
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(t.predicted_ns >= 0 ? fmt_ns(static_cast<double>(t.predicted_ns)).c_str() : "-");
+    for (std::size_t r = 0; r < rounds; ++r) {
+      ImGui::TableNextColumn();
+      if (r >= t.rounds.size()) continue;
+      if (t.rounds[r] < 0) ImGui::TextColored(to_vec4(color::kBad), "failed");
+      else ImGui::TextUnformatted(fmt_ns(static_cast<double>(t.rounds[r])).c_str());
+    }
+    ImGui::TableNextColumn();
+    ImGui::TextUnformatted(t.median_ns >= 0 ? fmt_ns(static_cast<double>(t.median_ns)).c_str() : "-");
+    ImGui::TableNextColumn();
+    if (t.candidate != "current" && t.median_ns >= 0)
+      ImGui::TextColored(to_vec4(t.vs_current < 0 ? color::kGood : color::kBad), "%+.1f%%", 100.0 * t.vs_current);
+  }
+  ImGui::EndTable();
+}
+
 }  // namespace
 
 void draw_allreduce(App& app) {
@@ -332,6 +387,8 @@ void draw_allreduce(App& app) {
   ImGui::BeginChild("##sugg", ImVec2(0, 0), false);
   section("Suggestions (same model)");
   suggestions_table(app, sm);
+  section("Measured trials (wb tune-split; click one to load its split)");
+  trials_table(app, m, sm);
   ImGui::EndChild();
 }
 
