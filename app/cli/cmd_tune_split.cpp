@@ -13,6 +13,7 @@
 
 #include "app/cli/cli.hpp"
 #include "app/model/child_process.hpp"
+#include "app/model/tuner_logic.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/split_model.hpp"
 #include "store/reader.hpp"
@@ -31,13 +32,7 @@ struct Candidate {
   double alpha_beta_ns = 0.0;          // the alpha-beta fit's prediction, for comparison
 };
 
-// The median of the values other than -1 (a failed trial); -1 when none is left.
-std::int64_t median_of(std::vector<std::int64_t> v) {
-  v.erase(std::remove(v.begin(), v.end(), -1), v.end());
-  if (v.empty()) return -1;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
-}
+using app_model::trial_median;
 
 // The median step of a trial run: over every rank's steps from `warmup` on.
 std::int64_t median_step(const fs::path& run, int warmup) {
@@ -45,7 +40,7 @@ std::int64_t median_step(const fs::path& run, int warmup) {
   std::vector<std::int64_t> d;
   for (const auto& s : reader.steps())
     if (s.step >= warmup) d.push_back(s.end_ns - s.start_ns);
-  return median_of(std::move(d));
+  return trial_median(std::move(d));
 }
 
 std::string ms(double ns) { return ns < 0 ? "failed" : analysis::format_ns(ns); }
@@ -121,7 +116,7 @@ std::size_t choose(const std::vector<Candidate>& cands) {
       const auto a = cands[i].measured[r], b = cands[0].measured[r];
       every_round = every_round && a >= 0 && (b < 0 || a < b);
     }
-    if (every_round && (pick == 0 || median_of(cands[i].measured) < median_of(cands[pick].measured))) pick = i;
+    if (every_round && (pick == 0 || trial_median(cands[i].measured) < trial_median(cands[pick].measured))) pick = i;
   }
   return pick;
 }
@@ -131,13 +126,13 @@ void print_results(const std::vector<Candidate>& cands, std::size_t pick, int ro
   for (int r = 0; r < rounds; ++r) header.push_back("round " + std::to_string(r + 1));
   header.insert(header.end(), {"median", "vs current"});
   analysis::Table t(header);
-  const double current = static_cast<double>(median_of(cands[0].measured));
+  const double current = static_cast<double>(trial_median(cands[0].measured));
   for (std::size_t i = 0; i < cands.size(); ++i) {
     const Candidate& c = cands[i];
     std::vector<std::string> row = {c.name + (i == pick ? " *" : ""), std::to_string(c.prediction.buckets.size()),
                                     ms(c.prediction.step_ns), ms(c.alpha_beta_ns)};
     for (auto v : c.measured) row.push_back(ms(static_cast<double>(v)));
-    const double med = static_cast<double>(median_of(c.measured));
+    const double med = static_cast<double>(trial_median(c.measured));
     row.push_back(ms(med));
     row.push_back(med > 0 && current > 0 ? analysis::fmt("%+.1f%%", 100.0 * (med / current - 1.0)) : "-");
     t.add(row);
@@ -206,7 +201,7 @@ int cmd_tune_split(int argc, char** argv) {
       store::save_split_trial(run_path, row);
     }
   }
-  if (median_of(cands[0].measured) < 0) {
+  if (trial_median(cands[0].measured) < 0) {
     std::cerr << "wb tune-split: every trial of the current split failed (wb-train's last lines are above); nothing to "
                  "compare the candidates with\n";
     return 1;

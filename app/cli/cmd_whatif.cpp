@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <iostream>
 #include <map>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "allreduce/split_points.hpp"
 #include "app/cli/cli.hpp"
 #include "profiler/analysis/report.hpp"
 #include "profiler/analysis/split_model.hpp"
@@ -134,18 +134,12 @@ int cmd_whatif(int argc, char** argv) {
   if (auto s = args.value("--split")) {
     const analysis::SplitModel m = analysis::build_split_model(run);
     std::vector<int> split;
-    if (*s != "none") {
-      std::stringstream in(*s);
-      std::string part;
-      while (std::getline(in, part, ',')) {
-        try {
-          split.push_back(std::stoi(part));
-        } catch (const std::exception&) {
-          args.fail("--split '" + *s + "': expected ascending parameter indices such as 85,160, or none");
-        }
-      }
+    try {
+      split = allreduce::SplitPoints::parse(*s, "--split").points();
+      analysis::validate_split(split, m.size());
+    } catch (const std::exception& e) {
+      args.fail(e.what());
     }
-    analysis::validate_split(split, m.size());
     const double now = analysis::predict(m, m.current_split).step_ns;
     const double then = analysis::predict(m, split).step_ns;
     split_delta = then - now;

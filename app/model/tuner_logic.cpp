@@ -65,6 +65,13 @@ std::string split_flags(const std::vector<int>& split) {
   return std::string(allreduce::kSplitFlag) + " " + allreduce::SplitPoints::format(split);
 }
 
+std::int64_t trial_median(std::vector<std::int64_t> v) {
+  v.erase(std::remove(v.begin(), v.end(), -1), v.end());
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 std::vector<TrialSummary> summarize_trials(const std::vector<store::SplitTrialRow>& trials) {
   std::vector<TrialSummary> out;
   for (const auto& t : trials) {
@@ -75,13 +82,7 @@ std::vector<TrialSummary> summarize_trials(const std::vector<store::SplitTrialRo
     }
     it->rounds.push_back(t.exit_code == 0 ? t.median_step_ns : -1);
   }
-  for (auto& s : out) {
-    std::vector<std::int64_t> ok;
-    for (auto v : s.rounds)
-      if (v >= 0) ok.push_back(v);
-    std::sort(ok.begin(), ok.end());
-    if (!ok.empty()) s.median_ns = ok.size() % 2 == 1 ? ok[ok.size() / 2] : (ok[ok.size() / 2 - 1] + ok[ok.size() / 2]) / 2;
-  }
+  for (auto& s : out) s.median_ns = trial_median(s.rounds);
   auto current = std::find_if(out.begin(), out.end(), [](const TrialSummary& s) { return s.candidate == "current"; });
   if (current != out.end() && current->median_ns > 0)
     for (auto& s : out)

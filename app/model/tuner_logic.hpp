@@ -35,6 +35,10 @@ std::optional<std::size_t> split_near_x(const std::vector<int>& split, double x,
 // "--allreduce-split 85,160"; an empty split is the single bucket, "--allreduce-split none".
 std::string split_flags(const std::vector<int>& split);
 
+// The median of the values other than -1 (a failed trial); -1 when none is left. Of an even count, the
+// mean of the middle two.
+std::int64_t trial_median(std::vector<std::int64_t> v);
+
 // wb tune-split's measured trials (the split_trial table) per candidate, in the order they first ran.
 struct TrialSummary {
   std::string candidate;  // "current", "DDP-style 10 MB buckets", "try 1", ...
