@@ -16,6 +16,7 @@
 
 #include "store/db.hpp"
 #include "store/migrate.hpp"
+#include "store/summary.hpp"
 
 namespace wb::store {
 namespace {
@@ -347,6 +348,7 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     complete = complete && skipped.empty();
 
     create_indexes(db);
+    build_summary(db);  // the timeline's level-of-detail pyramid (summary.hpp)
     write_merge_meta(db, world_size, complete, dropped, skipped);
   } catch (...) {
     std::filesystem::remove(tmp);

@@ -245,6 +245,11 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, st
   return rows;
 }
 
+void Reader::known_longest(std::uint32_t track, std::int64_t range_ns, std::int64_t kernel_ns) {
+  max_range_ns_[track] = range_ns;
+  max_kernel_ns_[track] = kernel_ns;
+}
+
 std::vector<KernelRow> Reader::kernels(std::uint32_t track, const ProgressFn& progress) {
   auto& st = db_->prepare(std::string("SELECT ") + kKernelColumns + " FROM kernel WHERE track_id = ? ORDER BY start_ns");
   st.bind(1, track);

@@ -48,6 +48,9 @@ class Reader {
   std::vector<RangeRow> ranges(std::uint32_t track, const ProgressFn& progress = {});
   // Ranges of a track that overlap [t0_ns, t1_ns], in the same order.
   std::vector<RangeRow> ranges(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns);
+  // The longest range (or kernel) of a track, when known (store::SummaryTrack::longest_ns): the window
+  // reads below then skip the scan of the whole track that finds it.
+  void known_longest(std::uint32_t track, std::int64_t range_ns, std::int64_t kernel_ns);
   std::vector<KernelRow> kernels(std::uint32_t track, const ProgressFn& progress = {});
   std::vector<KernelRow> kernels(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns);
   // Kernels launched by one host range (same corr_id).

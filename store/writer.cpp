@@ -24,6 +24,7 @@
 
 #include "store/db.hpp"
 #include "store/range_table.hpp"
+#include "store/summary.hpp"
 
 namespace wb::store {
 namespace {
@@ -261,6 +262,14 @@ Writer::~Writer() {
     if (opts_.build_indexes && !opts_.bulk_load) create_indexes(*db_);
   } catch (const StoreError& e) {
     std::fprintf(stderr, "wb: %s: could not build indexes (queries will scan): %s\n", opts_.path.c_str(), e.what());
+  }
+  // The timeline's level-of-detail pyramid; a per-rank file gets it when merged, and a file without it
+  // when the viewer first opens it.
+  try {
+    if (opts_.build_indexes && !failed_.load()) build_summary(*db_);
+  } catch (const StoreError& e) {
+    std::fprintf(stderr, "wb: %s: could not build the timeline summary (wb-view builds it on open): %s\n",
+                 opts_.path.c_str(), e.what());
   }
   // Fold the WAL back so the closed run is one self-contained file a user can copy.
   try {

@@ -166,3 +166,68 @@ TEST_CASE("the app shows an error for a bad file and stays usable", "[app]") {
   REQUIRE(app.model);
   CHECK(app.model->run.rank_ids().size() == 2);
 }
+
+TEST_CASE("a run opened windowed draws from its summary, then reads each window's rows as they are in the file", "[app]") {
+  wb::test::TempDir dir;
+  SyntheticRun spec;
+  spec.ranks = 2;
+  spec.steps = 4;
+  spec.ranges_per_rank = 40000;
+  const std::int64_t written = write_synthetic_run(dir / "run.sqlite", spec);
+  auto full = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::full);
+  auto m = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::windowed);
+  REQUIRE(m->windowed());
+  CHECK_FALSE(full->windowed());
+  // Opened without its rows: the counts and the extent come from the summary, and equal the full open's.
+  CHECK(m->range_count == written);
+  CHECK(m->run.ranges.empty());
+  CHECK(m->t_min_ns == full->t_min_ns);
+  CHECK(m->t_max_ns == full->t_max_ns);
+
+  Headless ui;
+  App::Options opt;
+  opt.persist_recent = false;
+  opt.view = ViewId::timeline;
+  App app(opt);
+  app.set_model(m);
+  int vertices = 0;
+  for (int i = 0; i < 3; ++i) vertices = ui.frame(app);
+  CHECK(vertices > 1000);  // the summary's buckets, not an empty lane
+  CHECK(app.timeline.lanes.size() == 8);  // as the full open: per rank main, worker, queue, allreduce
+
+  // Zoom to a window of a few thousand ranges: its rows are read in the background and swapped in.
+  const double mid = 0.5 * static_cast<double>(m->t_min_ns + m->t_max_ns);
+  const double span = static_cast<double>(m->t_max_ns - m->t_min_ns) / 40.0;
+  app.timeline.view.t0_ns = mid - span / 2;
+  app.timeline.view.t1_ns = mid + span / 2;
+  ui.frame(app);
+  const auto& v = app.timeline.view;
+  for (int i = 0; i < 3000 && !app.model->window->shows(v.t0_ns, v.t1_ns, v.width_px); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ui.frame(app);
+  }
+  ui.frame(app);
+  REQUIRE(app.model->window->shows(v.t0_ns, v.t1_ns, v.width_px));
+  const RunModel& slice = *app.model;
+  REQUIRE(slice.windowed());
+  CHECK(static_cast<double>(slice.rows_t0_ns) <= v.t0_ns);
+  CHECK(static_cast<double>(slice.rows_t1_ns) >= v.t1_ns);
+  // Every range of the full open that overlaps the rows' window is in the slice, and nothing else is.
+  std::int64_t expected = 0;
+  for (const auto& [track, rows] : full->run.ranges) {
+    std::vector<wb::store::RangeRow> want;
+    for (const auto& r : rows)
+      if (r.end_ns >= slice.rows_t0_ns && r.start_ns <= slice.rows_t1_ns) want.push_back(r);
+    expected += static_cast<std::int64_t>(want.size());
+    CAPTURE(track);
+    CHECK(slice.run.ranges_of(track) == want);
+  }
+  CHECK(expected > 1000);
+  CHECK(slice.range_count == written);  // the run's count, not the window's
+  CHECK(app.timeline.lanes.size() == 8);
+
+  // The views that need every row say so, and point to wb report.
+  app.show_view(ViewId::ops);
+  for (int i = 0; i < 2; ++i) ui.frame(app);
+  CHECK_FALSE(app.error_shown());
+}

@@ -5,6 +5,8 @@
 #include <limits>
 
 #include "store/reader.hpp"
+#include "store/summary.hpp"
+#include "store/migrate.hpp"
 
 namespace wb::app_model {
 
@@ -24,6 +26,41 @@ std::optional<std::uint32_t> RunModel::find_name(std::string_view text) const {
   for (std::uint32_t i = 0; i < run.strings.size(); ++i)
     if (run.strings[i] == text) return i;
   return std::nullopt;
+}
+
+std::shared_ptr<RunModel> copy_without_rows(const RunModel& from) {
+  auto m = std::make_shared<RunModel>();
+  const auto& r = from.run;
+  auto& run = m->run;
+  run.path = r.path;
+  run.meta = r.meta;
+  run.config = r.config;
+  run.strings = r.strings;
+  run.ranks = r.ranks;
+  run.tracks = r.tracks;
+  run.counters = r.counters;
+  run.steps = r.steps;
+  run.allreduces = r.allreduces;
+  run.params = r.params;
+  run.evaluations = r.evaluations;
+  run.capture_windows = r.capture_windows;
+  run.calibration = r.calibration;
+  run.split_trials = r.split_trials;
+  run.pipeline_spans = r.pipeline_spans;
+  run.pipeline_steps = r.pipeline_steps;
+  m->t_min_ns = from.t_min_ns;
+  m->t_max_ns = from.t_max_ns;
+  m->range_count = from.range_count;
+  m->kernel_count = from.kernel_count;
+  m->counter_count = from.counter_count;
+  m->device = from.device;
+  m->queue_capacity = from.queue_capacity;
+  m->pipeline_plan = from.pipeline_plan;
+  m->comparisons = from.comparisons;
+  m->main_tracks = from.main_tracks;
+  m->open_seconds = from.open_seconds;
+  m->analysed.store(from.analysed.load());
+  return m;
 }
 
 void LoadProgress::set_stage(std::string text) {
@@ -160,16 +197,106 @@ void analyze_run(RunModel& model, LoadProgress* progress, const std::filesystem:
   }
 }
 
+// Whether the run opens windowed; builds and saves the summary a windowed open needs when the file lacks
+// it (then the summarised row count decides). A file that cannot take the summary opens in full.
+bool decide_windowed(const std::filesystem::path& path, LoadProgress* progress, OpenMode mode) {
+  if (mode == OpenMode::full) return false;
+  std::int64_t rows = 0;
+  bool has = false;
+  {
+    store::Reader reader(path);
+    has = store::has_summary(reader.db());
+    if (has)
+      for (const auto& t : store::summary_tracks(reader.db())) rows += t.rows;
+    if (!has && reader.meta()["schema_version"] != std::to_string(store::kSchemaVersion)) {
+      if (mode == OpenMode::windowed)
+        std::fprintf(stderr, "wb-view: %s: a file of an older schema opens in full (wb merge or a new recording writes the current one)\n",
+                     path.c_str());
+      return false;
+    }
+  }
+  if (!has) {
+    if (mode == OpenMode::automatic && std::filesystem::file_size(path) < 256u << 20) return false;  // a small file: in full
+    set_stage(progress, "summarising the timeline (once; saved in the file)", 0.0);
+    try {
+      store::Db db(path, store::OpenMode::read_write);
+      store::ProgressFn on_track;
+      if (progress)
+        on_track = [progress](std::uint64_t done, std::uint64_t total) {
+          progress->fraction.store(0.9 * static_cast<double>(done) / static_cast<double>(std::max<std::uint64_t>(total, 1)));
+        };
+      if (!store::build_summary(db, on_track, progress ? &progress->cancel : nullptr)) check_cancel(progress, path);
+      for (const auto& t : store::summary_tracks(db)) rows += t.rows;
+    } catch (const store::StoreError& e) {
+      std::fprintf(stderr, "wb-view: %s: the timeline summary could not be saved, opening every row: %s\n", path.c_str(), e.what());
+      return false;
+    }
+  }
+  return mode == OpenMode::windowed || rows > kWindowedEvents;
+}
+
+// A windowed open: every table but the events, and the summary's coarse levels; no analyses.
+std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path, LoadProgress* progress,
+                                              const std::function<void(std::shared_ptr<const RunModel>)>& on_open,
+                                              std::chrono::steady_clock::time_point t_start) {
+  set_stage(progress, "reading the run without its events", 0.9);
+  auto lean = std::make_shared<RunModel>();
+  {
+    store::Reader reader(path);
+    analysis::LoadOptions options;
+    options.events = false;
+    lean->run = analysis::load_run(reader, options);
+    lean->comparisons = reader.comparisons();
+  }
+  auto& run = lean->run;
+  for (const auto& [id, rows] : run.counters) lean->counter_count += static_cast<std::int64_t>(rows.size());
+  set_stage(progress, "reading the timeline summary", 0.95);
+  auto window = std::make_shared<TimelineWindow>(path, lean);
+  for (const auto& t : window->tracks()) {
+    const auto* track = run.track(t.track);
+    (track && track->kind == store::TrackKind::stream ? lean->kernel_count : lean->range_count) += t.rows;
+  }
+  auto [lo, hi] = window->extent();
+  for (const auto& st : run.steps) lo = std::min(lo, st.start_ns), hi = std::max(hi, st.end_ns);
+  for (const auto& [id, rows] : run.counters)
+    if (!rows.empty()) lo = std::min(lo, rows.front().t_ns), hi = std::max(hi, rows.back().t_ns);
+  for (const auto& a : run.allreduces) lo = std::min({lo, a.ready_ns, a.start_ns}), hi = std::max(hi, a.end_ns);
+  if (lo > hi) lo = hi = 0;
+  lean->t_min_ns = lo;
+  lean->t_max_ns = hi;
+  auto it = run.meta.find("device");
+  lean->device = it != run.meta.end() ? it->second : (run.ranks.empty() ? "" : run.ranks.front().device);
+  if (run.config.contains("prefetch") && run.config["prefetch"].is_number_integer())
+    lean->queue_capacity = run.config["prefetch"].get<int>();
+  try {
+    lean->pipeline_plan = analysis::pipeline_plan(run);
+  } catch (const analysis::AnalysisError&) {
+    lean->pipeline_plan.reset();
+  }
+  for (int r : run.rank_ids()) lean->main_tracks[r] = run.main_track(r);
+  lean->open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+  lean->analysed.store(true);
+  auto model = copy_without_rows(*lean);
+  model->window = window;
+  if (on_open) on_open(model);
+  set_stage(progress, "done", 1.0);
+  return model;
+}
+
 }  // namespace
 
 std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress,
-                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open) {
+                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open,
+                                               OpenMode mode) {
   using clock = std::chrono::steady_clock;
   auto t_start = clock::now();
+  set_stage(progress, "opening", 0.0);
+  if (decide_windowed(path, progress, mode)) {
+    return open_windowed(path, progress, on_open, t_start);
+  }
   auto model = std::make_shared<RunModel>();
   auto& run = model->run;
 
-  set_stage(progress, "opening", 0.0);
   store::Reader reader(path);
   // Reading rows is ~70 % of the open: analysis::load_run reads the host and device tracks on a few
   // threads, each with its own connection.
@@ -204,13 +331,13 @@ std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path
   return model;
 }
 
-RunLoader::RunLoader(std::filesystem::path path) : path_(std::move(path)) {
-  thread_ = std::thread([this] {
+RunLoader::RunLoader(std::filesystem::path path, OpenMode mode) : path_(std::move(path)) {
+  thread_ = std::thread([this, mode] {
     try {
       auto model = load_run_model(path_, &progress_, [this](std::shared_ptr<const RunModel> m) {
         std::lock_guard lock(mutex_);
         opened_ = std::move(m);
-      });
+      }, mode);
       std::lock_guard lock(mutex_);
       result_ = std::move(model);
     } catch (const std::exception& e) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "app/model/timeline_logic.hpp"
+#include "app/model/timeline_window.hpp"
 #include "profiler/analysis/allreduce.hpp"
 #include "profiler/analysis/critical_path.hpp"
 #include "profiler/analysis/hta.hpp"
@@ -67,6 +68,13 @@ struct RunModel {
   std::vector<store::ComparisonRow> comparisons;
   analysis::CriticalPath critical;          // the critical path across ranks (data-parallel runs)
   std::map<int, std::uint32_t> main_tracks;  // rank -> the thread track of its training loop
+  // A run opened windowed (too large to hold, or --windowed): `run` holds no host ranges, kernels or
+  // memory events but those of one time window, [rows_t0_ns, rows_t1_ns] (empty before the first read),
+  // the timeline draws the rest from the window's summary, and the analyses are not run.
+  std::shared_ptr<TimelineWindow> window;
+  std::int64_t rows_t0_ns = 0;
+  std::int64_t rows_t1_ns = -1;
+  bool windowed() const { return window != nullptr; }
   double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
   double analysis_seconds = 0.0;  // the analyses after that
 
@@ -77,6 +85,15 @@ struct RunModel {
   // The string id of a name, or nullopt.
   std::optional<std::uint32_t> find_name(std::string_view text) const;
 };
+
+// A model with `from`'s run minus its host ranges, kernels and memory events, its extent and the facts
+// known at open (device, queue capacity, pipeline plan, counts), without levels or analyses.
+std::shared_ptr<RunModel> copy_without_rows(const RunModel& from);
+
+// How a run opens: every row in memory (full), or window by window from its summary (windowed; see
+// TimelineWindow). automatic picks windowed for runs of more than kWindowedEvents ranges and kernels.
+enum class OpenMode { automatic, full, windowed };
+inline constexpr std::int64_t kWindowedEvents = 20'000'000;
 
 // Shared between a loader thread and the UI.
 struct LoadProgress {
@@ -91,13 +108,16 @@ struct LoadProgress {
 // Reads and analyses a run file. Throws store::StoreError for a missing, foreign, truncated or
 // other-version file (the message names the file), analysis::AnalysisError for unusable contents.
 // on_open, when given, receives the model as soon as the timeline can draw (before the analyses).
+// A file without the summary a windowed open needs gets it built once, with progress, and saved in the
+// file; a file that cannot take it (read-only, or of an older schema) opens in full instead.
 std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress = nullptr,
-                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open = {});
+                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open = {},
+                                               OpenMode mode = OpenMode::automatic);
 
 // One load on a background thread.
 class RunLoader {
  public:
-  explicit RunLoader(std::filesystem::path path);
+  explicit RunLoader(std::filesystem::path path, OpenMode mode = OpenMode::automatic);
   ~RunLoader();  // cancels and joins
   RunLoader(const RunLoader&) = delete;
   RunLoader& operator=(const RunLoader&) = delete;

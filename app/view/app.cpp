@@ -84,7 +84,7 @@ void App::remember(const std::filesystem::path& path) {
 }
 
 void App::open(const std::filesystem::path& run) {
-  loader_ = std::make_unique<RunLoader>(run);
+  loader_ = std::make_unique<RunLoader>(run, options_.open_mode);
   loader_published_ = false;
 }
 
@@ -199,6 +199,18 @@ void App::poll_loaders() {
     if (!precision.error.empty()) show_error(precision.error);
     precision.loader.reset();
   }
+  if (model && model->windowed())
+    if (auto slice = model->window->take()) {
+      // The rows of a new window: the same run and view, other row indices.
+      model = std::move(slice);
+      timeline.lanes.clear();
+      timeline.lanes_for = nullptr;
+      timeline.hovered.reset();
+      timeline.selected.reset();
+      timeline.occurrences.clear();
+      timeline.occurrence = -1;
+      timeline.find_done.clear();
+    }
   if (model && model->ready() && !loader_) {
     ensure_tuner();
     if (options_.comparison && !comparison_opened_) {
@@ -233,6 +245,8 @@ void App::frame() {
         const bool needs_analyses = v != ViewId::timeline && v != ViewId::precision;
         if ((!model && v != ViewId::precision) || (model && !model->ready() && needs_analyses)) {
           draw_loading();
+        } else if (model && model->windowed() && needs_analyses) {
+          draw_windowed_note();
         } else {
           switch (v) {
             case ViewId::overview: draw_overview(*this); break;
@@ -256,6 +270,15 @@ void App::frame() {
   draw_file_browser();
   draw_error_popup();
   ImGui::End();
+}
+
+void App::draw_windowed_note() {
+  ImGui::TextWrapped("%s has %s ranges and kernels: it opened windowed, so the Timeline reads only the rows it draws "
+                     "and memory stays bounded. This view needs every row in memory.",
+                     model->title().c_str(), fmt_num(static_cast<double>(model->range_count + model->kernel_count), 3).c_str());
+  ImGui::Spacing();
+  ImGui::TextColored(to_vec4(color::kDim), "For its figures: wb report %s   (or reopen with wb-view --full %s)",
+                     model->run.path.string().c_str(), model->run.path.string().c_str());
 }
 
 void App::draw_loading() {

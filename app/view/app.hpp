@@ -181,6 +181,7 @@ class App {
     int path_step = -1;                            // Timeline: outline this step's critical path, zoomed to it
     bool layers_only = false;                      // Ops: layer ranges only
     int precision_kind = -1;                       // Precision: rows of this compare::TensorKind only
+    app_model::OpenMode open_mode = app_model::OpenMode::automatic;  // --full / --windowed
   };
   explicit App(Options options);
   ~App();
@@ -244,6 +245,7 @@ class App {
   void draw_file_browser();
   void draw_error_popup();
   void draw_loading();
+  void draw_windowed_note();
   void remember(const std::filesystem::path& path);
   void poll_tuner();
   bool scripted_busy() const;

@@ -45,7 +45,11 @@ class UsageError : public std::runtime_error {
 const char* kUsage =
     "usage: wb-view [RUN.sqlite] [--view overview|timeline|ops|queue|allreduce|precision|memory]\n"
     "               [--compare RUN2.sqlite] [--reference REF.safetensors|.npz|.npy|DIR|RUN]\n"
-    "               [--screenshot OUT.png [--size WxH]]\n"
+    "               [--screenshot OUT.png [--size WxH]] [--full | --windowed]\n"
+    "  --full                  hold every row in memory, however large the run (every view works)\n"
+    "  --windowed              read the timeline window by window from the run's summary, however small the\n"
+    "                          run (the default above 20M ranges and kernels; the other views then point to\n"
+    "                          wb report)\n"
     "scripted actions (what a click would do, for scripts and tests):\n"
     "  --tuner-splits a,b,...  the AllReduce tuner's split points once the run is loaded ('none': one bucket)\n"
     "  --tuner-run             press \"Run with these splits\": wb-train re-runs with them, the new run opens\n"
@@ -120,6 +124,10 @@ Args parse(int argc, char** argv) {
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || step < 0)
         throw UsageError("--path-step " + v + ": expected a step number (0, 1, ...)");
       a.app.path_step = step;
+    } else if (s == "--full") {
+      a.app.open_mode = wb::app_model::OpenMode::full;
+    } else if (s == "--windowed") {
+      a.app.open_mode = wb::app_model::OpenMode::windowed;
     } else if (s == "--color-by-ratio") {
       a.app.color_by_ratio = true;
     } else if (s == "--layers") {

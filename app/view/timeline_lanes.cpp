@@ -63,7 +63,9 @@ class EventLane : public Lane {
   int rank() const override { return track_.rank; }
   std::uint32_t track_id() const override { return track_.id; }
   float height(float row_h) const override {
-    return row_h * static_cast<float>(std::max<std::size_t>(levels_ ? levels_->size() : 0, 1)) + 4.0f;
+    std::size_t rows = levels_ ? levels_->size() : 0;
+    if (model_.windowed()) rows = std::max<std::size_t>(rows, static_cast<std::size_t>(model_.window->depths(track_.id)));
+    return row_h * static_cast<float>(std::max<std::size_t>(rows, 1)) + 4.0f;
   }
   std::pair<std::int64_t, std::int64_t> time_range() const override {
     std::int64_t lo = INT64_MAX, hi = INT64_MIN;
@@ -74,6 +76,11 @@ class EventLane : public Lane {
   }
 
   void draw(LaneContext& ctx, float y) override {
+    if (model_.windowed() && (static_cast<double>(model_.rows_t0_ns) > ctx.view.t0_ns ||
+                              static_cast<double>(model_.rows_t1_ns) < ctx.view.t1_ns)) {
+      draw_summary(ctx, y);  // the rows of this window are not read (yet, or too many to read)
+      return;
+    }
     if (!levels_) return;
     const float x1_lane = ctx.x0 + static_cast<float>(ctx.view.width_px);
     for (std::size_t d = 0; d < levels_->size(); ++d) {
@@ -125,7 +132,54 @@ class EventLane : public Lane {
     }
   }
 
+  // A windowed run's summary buckets (store/summary.hpp), merged into runs of at least a pixel: the colour
+  // of the name holding most of the time, dimmer the less of the run is busy.
+  void draw_summary(LaneContext& ctx, float y) {
+    const auto& window = *model_.window;
+    const auto view = window.summary_for(ctx.view.t0_ns, ctx.view.t1_ns, ctx.view.ns_per_px());
+    const int depths = window.depths(track_.id);
+    const double t0 = ctx.view.t0_ns, t1 = ctx.view.t1_ns;
+    for (int d = 0; d < depths; ++d) {
+      auto it = view->buckets.find({track_.id, d});
+      if (it == view->buckets.end()) continue;
+      const auto& buckets = it->second;
+      const float ly = y + 2.0f + static_cast<float>(d) * ctx.row_h;
+      const float ly1 = ly + ctx.row_h - 1.0f;
+      auto b = std::lower_bound(buckets.begin(), buckets.end(), t0,
+                                [](const store::SummaryBucket& x, double t) { return static_cast<double>(x.end_ns) <= t; });
+      while (b != buckets.end() && static_cast<double>(b->start_ns) <= t1) {
+        // One drawn run: buckets while they start within a pixel of the run's start.
+        const double x0 = ctx.view.to_px(static_cast<double>(b->start_ns));
+        double x1 = ctx.view.to_px(static_cast<double>(b->end_ns));
+        std::int64_t count = 0, busy = 0, span = 0, best = -1;
+        store::SummaryBucket top = *b;
+        for (; b != buckets.end() && static_cast<double>(b->start_ns) <= t1 && ctx.view.to_px(static_cast<double>(b->start_ns)) < x0 + 1.0;
+             ++b) {
+          x1 = std::max(x1, ctx.view.to_px(static_cast<double>(b->end_ns)));
+          count += b->count;
+          busy += b->busy_ns;
+          span += b->end_ns - b->start_ns;
+          if (b->busy_ns > best) best = b->busy_ns, top = *b;
+        }
+        const double fill = std::clamp(static_cast<double>(busy) / static_cast<double>(std::max<std::int64_t>(span, 1)), 0.0, 1.0);
+        const float bx0 = std::max(ctx.x0 + static_cast<float>(x0), ctx.x0 - 2.0f);
+        const float bx1 = std::min(ctx.x0 + static_cast<float>(std::max(x1, x0 + 1.0)), ctx.x0 + static_cast<float>(ctx.view.width_px) + 2.0f);
+        const ImU32 c = with_alpha(summary_color(top.name, top.category), static_cast<int>(60 + 195 * fill));
+        ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
+        if (ctx.mouse_in && ctx.mouse.y >= ly && ctx.mouse.y < ly1 + 1.0f && ctx.mouse.x >= bx0 && ctx.mouse.x < bx1) {
+          ImGui::BeginTooltip();
+          ImGui::Text("%lld %s start here, busy %.0f%% of %s", static_cast<long long>(count), is_kernel() ? "kernels" : "ranges",
+                      100.0 * fill, fmt_ns(static_cast<double>(span)).c_str());
+          ImGui::Text("mostly %s", model_.run.name(top.name).c_str());
+          ImGui::TextColored(to_vec4(color::kDim), "%s", window.reading() ? "reading this window's rows..." : "zoom in to read the rows");
+          ImGui::EndTooltip();
+        }
+      }
+    }
+  }
+
  protected:
+  virtual ImU32 summary_color(std::uint32_t name, std::uint8_t category) const = 0;
   virtual bool is_kernel() const = 0;
   virtual ImU32 color(const LaneContext& ctx, std::uint32_t row) const = 0;
   virtual std::string name(std::uint32_t row) const = 0;
@@ -140,6 +194,7 @@ class EventLane : public Lane {
 class HostLane final : public EventLane {
  public:
   HostLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.run.ranges_of(t.id)) {}
+  ImU32 summary_color(std::uint32_t name, std::uint8_t category) const override { return op_color(category, name); }
   std::string label() const override { return model_.run.name(track_.name); }
 
  protected:
@@ -175,17 +230,23 @@ class HostLane final : public EventLane {
 
 class StreamLane final : public EventLane {
  public:
-  StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.run.kernels.at(t.id)) {}
+  StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(kernels_of(m, t.id)) {}
+  ImU32 summary_color(std::uint32_t name, std::uint8_t kind) const override { return kernel_color(name, kind); }
   std::string label() const override { return "GPU " + model_.run.name(track_.name); }
 
  protected:
   bool is_kernel() const override { return true; }
-  ImU32 color(const LaneContext&, std::uint32_t row) const override {
-    const auto& k = rows_[row];
-    if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memcpy)) return category_color(5);
-    if (k.kind == static_cast<std::uint8_t>(store::KernelKind::memset)) return IM_COL32(150, 150, 150, 255);
-    float f = 0.75f + static_cast<float>(((k.name * 2654435761u) >> 16) % 9) * 0.05f;
+  ImU32 color(const LaneContext&, std::uint32_t row) const override { return kernel_color(rows_[row].name, rows_[row].kind); }
+  static ImU32 kernel_color(std::uint32_t name, std::uint8_t kind) {
+    if (kind == static_cast<std::uint8_t>(store::KernelKind::memcpy)) return category_color(5);
+    if (kind == static_cast<std::uint8_t>(store::KernelKind::memset)) return IM_COL32(150, 150, 150, 255);
+    float f = 0.75f + static_cast<float>(((name * 2654435761u) >> 16) % 9) * 0.05f;
     return scale_rgb(IM_COL32(120, 165, 220, 255), f);
+  }
+  static const std::vector<store::KernelRow>& kernels_of(const RunModel& m, std::uint32_t track) {
+    static const std::vector<store::KernelRow> none;
+    auto it = m.run.kernels.find(track);
+    return it == m.run.kernels.end() ? none : it->second;
   }
   std::string name(std::uint32_t row) const override { return model_.run.name(rows_[row].name); }
   bool highlighted(const LaneContext& ctx, std::uint32_t row) const override {
@@ -538,8 +599,10 @@ std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
     std::vector<const store::TrackRow*> threads, streams, queues;
     for (const auto& t : m.run.tracks) {
       if (t.rank != rank) continue;
-      if (t.kind == store::TrackKind::thread && m.levels.count(t.id)) threads.push_back(&t);
-      else if (t.kind == store::TrackKind::stream && m.run.kernels.count(t.id)) streams.push_back(&t);
+      // A windowed run has a lane for every track its summary has, rows read or not.
+      const bool summarised = m.windowed() && m.window->depths(t.id) > 0;
+      if (t.kind == store::TrackKind::thread && (m.levels.count(t.id) || summarised)) threads.push_back(&t);
+      else if (t.kind == store::TrackKind::stream && (m.run.kernels.count(t.id) || summarised)) streams.push_back(&t);
       else if (t.kind == store::TrackKind::queue && m.run.counters.count(t.id)) queues.push_back(&t);
     }
     std::stable_sort(threads.begin(), threads.end(), [&](auto* a, auto* b) { return (a->id == main) > (b->id == main); });

@@ -680,6 +680,7 @@ void draw_timeline(App& app) {
     }
   }
   handle_input(st, m, f);
+  if (m.windowed()) m.window->want(st.view.t0_ns, st.view.t1_ns, f.width);
 
   ImDrawList* dl = f.dl;
   dl->PushClipRect(f.p0, ImVec2(f.p0.x + f.size.x, f.p0.y + f.size.y), true);

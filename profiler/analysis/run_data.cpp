@@ -87,13 +87,13 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.ranks = reader.ranks();
   run.tracks = reader.tracks();
   auto& db = reader.db();
-  run.kernel_rows = db.query_int64("SELECT count(*) FROM kernel");
-  const std::int64_t total = options.progress ? db.query_int64("SELECT count(*) FROM range") + run.kernel_rows : 0;
+  run.kernel_rows = options.events ? db.query_int64("SELECT count(*) FROM kernel") : 0;
+  const std::int64_t total = options.progress && options.events ? db.query_int64("SELECT count(*) FROM range") + run.kernel_rows : 0;
 
   std::vector<const store::TrackRow*> event_tracks;  // thread and stream tracks
   for (const auto& t : run.tracks) {
     if (t.kind == store::TrackKind::queue) run.counters[t.id] = reader.counters(t.id);
-    else event_tracks.push_back(&t);
+    else if (options.events) event_tracks.push_back(&t);
   }
   // Each thread takes the next track until none is left; the calling thread reads through `reader`,
   // the others through a connection of their own.
@@ -148,7 +148,7 @@ RunData load_run(store::Reader& reader, const LoadOptions& options) {
   run.params = reader.params();
   run.pipeline_spans = reader.pipeline_spans();
   run.pipeline_steps = reader.pipeline_steps();
-  run.memory = reader.memory();
+  if (options.events) run.memory = reader.memory();
   check_cancel();
   return run;
 }

@@ -80,6 +80,9 @@ struct LoadOptions {
   std::function<void(std::int64_t done, std::int64_t total)> progress;
   // Polled between tracks: once it holds true, load_run stops and throws LoadCancelled.
   const std::atomic<bool>* cancel = nullptr;
+  // false: leave out the rows that grow with the run's length (host ranges, kernels, memory events), for
+  // a viewer that reads the timeline window by window (app_model::TimelineWindow). kernel_rows is 0.
+  bool events = true;
 };
 
 // Every row the analyses read. Throws store::StoreError for a bad file (the message names it).

@@ -1,0 +1,110 @@
+// The timeline of a run too large to hold in memory: opened from the run file's level-of-detail summaries
+// (store/summary.hpp) and read window by window. Each frame the Timeline says which time it shows; when
+// the rows of that window are few enough (kRowBudget), they are read on a background thread through the
+// range key and published as a RunModel of their own (the lanes draw it as they draw a whole run); until
+// then, and whenever the window holds more, the lanes draw the summary at about a bucket per pixel, read
+// on the same thread when the coarse levels held from the open are not fine enough.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "store/summary.hpp"
+
+namespace wb::app_model {
+
+struct RunModel;
+
+// Summary buckets of one level for a time window, per (track, depth).
+struct SummaryView {
+  std::int64_t t0_ns = 0;  // the window they cover
+  std::int64_t t1_ns = 0;
+  std::int64_t bucket_ns = 0;  // the widest bucket among them
+  std::map<std::pair<std::uint32_t, int>, std::vector<store::SummaryBucket>> buckets;
+};
+
+class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
+ public:
+  // A window's rows are read once it holds at most this many (estimated from the summary).
+  static constexpr std::int64_t kRowBudget = 400'000;
+  // Levels with at most this many buckets are read at the open and held.
+  static constexpr std::int64_t kCoarseBuckets = 4096;
+
+  // Reads the summary's tracks and coarse levels from `path` (which must have them) and starts the reader
+  // thread. `lean` is the model without rows that every window's model copies (copy_without_rows); its
+  // own `window` stays null. Hold the window in a shared_ptr (take() hands out shared_from_this).
+  TimelineWindow(const std::filesystem::path& path, std::shared_ptr<const RunModel> lean);
+  ~TimelineWindow();  // stops and joins the reader thread
+  TimelineWindow(const TimelineWindow&) = delete;
+  TimelineWindow& operator=(const TimelineWindow&) = delete;
+
+  const std::vector<store::SummaryTrack>& tracks() const { return tracks_; }
+  // Depths a thread or stream track has (its lane's rows); 0 for a track without any.
+  int depths(std::uint32_t track) const;
+  std::int64_t rows() const { return rows_; }  // every range and kernel summarised
+  // The extent of everything summarised (first > second when nothing is).
+  std::pair<std::int64_t, std::int64_t> extent() const { return extent_; }
+  // Rows starting in [t0, t1], estimated from the coarse levels (whole buckets: an upper bound).
+  std::int64_t estimate_rows(std::int64_t t0_ns, std::int64_t t1_ns) const;
+
+  // Called by the Timeline every frame with the window it draws: starts a read when neither the rows
+  // nor a summary fine enough for it are there or on their way. Cheap when nothing is needed.
+  void want(double t0_ns, double t1_ns, double width_px);
+  // True when what that window needs is here: its rows, or a summary fine enough for it.
+  bool shows(double t0_ns, double t1_ns, double width_px) const;
+  // The model holding the rows of the latest window read (its `window` is this), once, then null until
+  // the next read finishes.
+  std::shared_ptr<const RunModel> take();
+  // The buckets to draw for a window ns_per_px wide per pixel: the finest summary read that covers it,
+  // else the coarse levels. Never null.
+  std::shared_ptr<const SummaryView> summary_for(double t0_ns, double t1_ns, double ns_per_px) const;
+  bool reading() const { return busy_.load(); }
+  double last_read_seconds() const { return last_read_s_.load(); }
+
+ private:
+  struct Request {
+    bool rows = false;  // rows, else a summary level
+    std::int64_t t0_ns = 0, t1_ns = 0;            // what is read: the window with a margin
+    std::int64_t want_t0 = 0, want_t1 = 0;        // the window drawn
+    double ns_per_px = 1.0;
+    std::int64_t level = 0;  // summary requests: the bucket width wanted (a power of two of ns)
+  };
+  Request plan(double t0_ns, double t1_ns, double width_px) const;
+  bool satisfied_locked(const Request& r) const;  // under mutex_
+  void run();
+  void read_rows(const Request& r);
+  void read_summary(const Request& r);
+  int level_for(double ns_per_px) const;  // the level whose widest bucket is about a pixel
+
+  std::filesystem::path path_;
+  std::shared_ptr<const RunModel> lean_;
+  std::vector<store::SummaryTrack> tracks_;
+  std::map<std::uint32_t, int> depths_;
+  std::int64_t rows_ = 0;
+  std::pair<std::int64_t, std::int64_t> extent_{0, 0};
+  std::shared_ptr<const SummaryView> coarse_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::optional<Request> pending_;
+  std::optional<Request> in_flight_;  // the request being read (under mutex_)
+  std::pair<std::int64_t, std::int64_t> rows_span_{0, -1};  // the rows of the latest read cover this
+  std::shared_ptr<RunModel> fresh_;  // read, not yet taken; its window is set when taken (no cycle)
+  std::shared_ptr<const SummaryView> fine_;
+  std::int64_t fine_level_ = -1;  // the bucket width fine_ was read for
+  bool stop_ = false;
+  std::atomic<bool> busy_{false};
+  std::atomic<double> last_read_s_{0.0};
+  std::thread thread_;
+};
+
+}  // namespace wb::app_model

@@ -1,0 +1,66 @@
+#pragma once
+// Level-of-detail summaries of a run file's timeline, so a viewer can draw any zoom of a run of any size
+// without reading its rows: per thread or stream track and nesting depth, a pyramid of time buckets.
+// Level 0 has buckets of `bucket_ns`; each level above halves their number (level L: bucket_ns << L) up
+// to a single bucket. A bucket holds the ranges (or kernels) that start in it, the busy time of that
+// depth inside it, and the name holding most of that time.
+//
+// The summaries are derived from the rows and rebuilt from them at will (build_summary), so they live
+// outside the versioned schema, in two tables created when first built:
+//   summary_track  (track_id, depth, origin_ns, bucket_ns, levels, rows, longest_ns, first_ns, last_ns)
+//   summary_bucket (track_id, depth, level, bucket, count, busy_ns, name_id, category), keyed by its
+//                  first four
+// A bucket with nothing in it is not stored. meta.summary_version says the tables are complete.
+//
+// Level 0's bucket is a power of two of nanoseconds, at least 1 us, chosen so level 0 has at most 65,536
+// buckets and the stored ones hold 32 rows or more on average: a viewer reads a summary of any window
+// in a few thousand rows, and the rows themselves once a window holds few enough.
+
+#include <atomic>
+#include <cstdint>
+#include <vector>
+
+#include "store/db.hpp"
+#include "store/reader.hpp"
+
+namespace wb::store {
+
+inline constexpr int kSummaryVersion = 1;  // bump when the tables change: older ones are rebuilt
+
+struct SummaryTrack {
+  std::uint32_t track = 0;
+  int depth = 0;
+  std::int64_t origin_ns = 0;  // bucket 0 of every level starts here (the run's clock)
+  std::int64_t bucket_ns = 0;  // level 0's bucket width
+  int levels = 0;              // levels 0 .. levels - 1; the last has one bucket
+  std::int64_t rows = 0;       // ranges or kernels at this depth
+  std::int64_t longest_ns = 0; // the longest of them (bounds a window's key scan: Reader::known_longest)
+  std::int64_t first_ns = 0;   // the first start and the last end among them
+  std::int64_t last_ns = 0;
+  std::int64_t width(int level) const { return bucket_ns << level; }
+};
+
+struct SummaryBucket {
+  std::int64_t start_ns = 0;  // the bucket's extent on the run's clock
+  std::int64_t end_ns = 0;
+  std::int64_t count = 0;     // rows that start in it
+  std::int64_t busy_ns = 0;   // time inside it covered by this depth's rows (kernels: summed, may exceed)
+  std::uint32_t name = 0;     // string.id of the name holding most of that time
+  std::uint8_t category = 0;  // its category (a range's store::Category, a kernel's store::KernelKind)
+};
+
+// True when `db` holds complete summaries of this summary version.
+bool has_summary(Db& db);
+
+// Builds the summaries of every thread and stream track of `db` (opened read-write), replacing any, in
+// one transaction. progress(rows read, rows in total) is called as tracks go by; a set `cancel` stops
+// the build (nothing is written) and returns false.
+bool build_summary(Db& db, const ProgressFn& progress = {}, const std::atomic<bool>* cancel = nullptr);
+
+// What the summaries of an open file hold: every (track, depth) summarised, ordered by track and depth.
+std::vector<SummaryTrack> summary_tracks(Db& db);
+// The stored buckets of one (track, depth) at `level` that overlap [t0_ns, t1_ns], in time order.
+std::vector<SummaryBucket> summary_buckets(Db& db, const SummaryTrack& track, int level, std::int64_t t0_ns,
+                                           std::int64_t t1_ns);
+
+}  // namespace wb::store
