@@ -132,48 +132,70 @@ class EventLane : public Lane {
     }
   }
 
-  // A windowed run's summary buckets (store/summary.hpp), merged into runs of at least a pixel: the colour
-  // of the name holding most of the time, dimmer the less of the run is busy.
+  // A windowed run's summary buckets (store/summary.hpp) in runs of at least kMinBoxPx: the colour of the
+  // category (or kernel kind) holding most of the time, dimmer the less of the run is busy. Neighbouring
+  // runs of one colour and about one fill are one box, so a frame draws a few boxes a row, not a pixel's.
   void draw_summary(LaneContext& ctx, float y) {
     const auto& window = *model_.window;
     const auto view = window.summary_for(ctx.view.t0_ns, ctx.view.t1_ns, ctx.view.ns_per_px());
     const int depths = window.depths(track_.id);
     const double t0 = ctx.view.t0_ns, t1 = ctx.view.t1_ns;
+    const float clip_y0 = ctx.dl->GetClipRectMin().y, clip_y1 = ctx.dl->GetClipRectMax().y;
+    struct Run {
+      double x0 = 0.0, x1 = 0.0;
+      std::int64_t count = 0, busy = 0, span = 0, best = -1;
+      store::SummaryBucket top;
+      double fill() const { return std::clamp(static_cast<double>(busy) / static_cast<double>(std::max<std::int64_t>(span, 1)), 0.0, 1.0); }
+    };
     for (int d = 0; d < depths; ++d) {
-      auto it = view->buckets.find({track_.id, d});
-      if (it == view->buckets.end()) continue;
-      const auto& buckets = it->second;
       const float ly = y + 2.0f + static_cast<float>(d) * ctx.row_h;
       const float ly1 = ly + ctx.row_h - 1.0f;
+      auto it = view->buckets.find({track_.id, d});
+      if (it == view->buckets.end() || ly1 < clip_y0 || ly > clip_y1) continue;
+      const auto& buckets = it->second;
+      std::vector<Run> runs;
       auto b = std::lower_bound(buckets.begin(), buckets.end(), t0,
                                 [](const store::SummaryBucket& x, double t) { return static_cast<double>(x.end_ns) <= t; });
-      while (b != buckets.end() && static_cast<double>(b->start_ns) <= t1) {
-        // One drawn run: buckets while they start within a pixel of the run's start.
-        const double x0 = ctx.view.to_px(static_cast<double>(b->start_ns));
-        double x1 = ctx.view.to_px(static_cast<double>(b->end_ns));
-        std::int64_t count = 0, busy = 0, span = 0, best = -1;
-        store::SummaryBucket top = *b;
-        for (; b != buckets.end() && static_cast<double>(b->start_ns) <= t1 && ctx.view.to_px(static_cast<double>(b->start_ns)) < x0 + 1.0;
-             ++b) {
-          x1 = std::max(x1, ctx.view.to_px(static_cast<double>(b->end_ns)));
-          count += b->count;
-          busy += b->busy_ns;
-          span += b->end_ns - b->start_ns;
-          if (b->busy_ns > best) best = b->busy_ns, top = *b;
+      for (; b != buckets.end() && static_cast<double>(b->start_ns) <= t1; ++b) {
+        const double bx0 = ctx.view.to_px(static_cast<double>(b->start_ns));
+        const double bx1 = ctx.view.to_px(static_cast<double>(b->end_ns));
+        if (runs.empty() || bx0 >= runs.back().x0 + kMinBoxPx || bx0 > runs.back().x1 + 1.0) {
+          runs.emplace_back();
+          runs.back().x0 = bx0;
         }
-        const double fill = std::clamp(static_cast<double>(busy) / static_cast<double>(std::max<std::int64_t>(span, 1)), 0.0, 1.0);
-        const float bx0 = std::max(ctx.x0 + static_cast<float>(x0), ctx.x0 - 2.0f);
-        const float bx1 = std::min(ctx.x0 + static_cast<float>(std::max(x1, x0 + 1.0)), ctx.x0 + static_cast<float>(ctx.view.width_px) + 2.0f);
-        const ImU32 c = with_alpha(summary_color(top.name, top.category), static_cast<int>(60 + 195 * fill));
-        ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), c);
-        if (ctx.mouse_in && ctx.mouse.y >= ly && ctx.mouse.y < ly1 + 1.0f && ctx.mouse.x >= bx0 && ctx.mouse.x < bx1) {
-          ImGui::BeginTooltip();
-          ImGui::Text("%lld %s start here, busy %.0f%% of %s", static_cast<long long>(count), is_kernel() ? "kernels" : "ranges",
-                      100.0 * fill, fmt_ns(static_cast<double>(span)).c_str());
-          ImGui::Text("mostly %s", model_.run.name(top.name).c_str());
-          ImGui::TextColored(to_vec4(color::kDim), "%s", window.reading() ? "reading this window's rows..." : "zoom in to read the rows");
-          ImGui::EndTooltip();
-        }
+        Run& r = runs.back();
+        r.x1 = std::max(r.x1, bx1);
+        r.count += b->count;
+        r.busy += b->busy_ns;
+        r.span += b->end_ns - b->start_ns;
+        if (b->busy_ns > r.best) r.best = b->busy_ns, r.top = *b;
+      }
+      // Boxes: runs that touch, of one colour and a fill within 1/8, are drawn as one.
+      std::size_t i = 0;
+      while (i < runs.size()) {
+        std::size_t j = i + 1;
+        const ImU32 c = summary_color(runs[i].top.name, runs[i].top.category);
+        const int level = static_cast<int>(runs[i].fill() * 8.0);
+        while (j < runs.size() && runs[j].x0 <= runs[j - 1].x1 + 1.0 &&
+               summary_color(runs[j].top.name, runs[j].top.category) == c && static_cast<int>(runs[j].fill() * 8.0) == level)
+          ++j;
+        const float bx0 = std::max(ctx.x0 + static_cast<float>(runs[i].x0), ctx.x0 - 2.0f);
+        const float bx1 = std::min(ctx.x0 + static_cast<float>(std::max(runs[j - 1].x1, runs[i].x0 + 1.0)),
+                                   ctx.x0 + static_cast<float>(ctx.view.width_px) + 2.0f);
+        ctx.dl->AddRectFilled(ImVec2(bx0, ly), ImVec2(bx1, ly1), with_alpha(c, 60 + 195 * level / 8));
+        if (ctx.mouse_in && ctx.mouse.y >= ly && ctx.mouse.y < ly1 + 1.0f && ctx.mouse.x >= bx0 && ctx.mouse.x < bx1)
+          for (std::size_t k = i; k < j; ++k) {
+            const Run& r = runs[k];
+            if (ctx.mouse.x < ctx.x0 + static_cast<float>(r.x0) || ctx.mouse.x >= ctx.x0 + static_cast<float>(std::max(r.x1, r.x0 + 1.0))) continue;
+            ImGui::BeginTooltip();
+            ImGui::Text("%lld %s start here, busy %.0f%% of %s", static_cast<long long>(r.count), is_kernel() ? "kernels" : "ranges",
+                        100.0 * r.fill(), fmt_ns(static_cast<double>(r.span)).c_str());
+            ImGui::Text("mostly %s", model_.run.name(r.top.name).c_str());
+            ImGui::TextColored(to_vec4(color::kDim), "%s", window.reading() ? "reading this window's rows..." : "zoom in to read the rows");
+            ImGui::EndTooltip();
+            break;
+          }
+        i = j;
       }
     }
   }
@@ -194,7 +216,7 @@ class EventLane : public Lane {
 class HostLane final : public EventLane {
  public:
   HostLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(m.run.ranges_of(t.id)) {}
-  ImU32 summary_color(std::uint32_t name, std::uint8_t category) const override { return op_color(category, name); }
+  ImU32 summary_color(std::uint32_t, std::uint8_t category) const override { return category_color(category); }
   std::string label() const override { return model_.run.name(track_.name); }
 
  protected:
@@ -231,7 +253,7 @@ class HostLane final : public EventLane {
 class StreamLane final : public EventLane {
  public:
   StreamLane(const RunModel& m, const store::TrackRow& t) : EventLane(m, t), rows_(kernels_of(m, t.id)) {}
-  ImU32 summary_color(std::uint32_t name, std::uint8_t kind) const override { return kernel_color(name, kind); }
+  ImU32 summary_color(std::uint32_t, std::uint8_t kind) const override { return kernel_color(0, kind); }
   std::string label() const override { return "GPU " + model_.run.name(track_.name); }
 
  protected:

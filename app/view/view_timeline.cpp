@@ -560,30 +560,54 @@ void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFram
   st.path_shown = p->step;
   ImDrawList* dl = f.dl;
   dl->PushClipRect(ImVec2(f.x0, f.lanes_top), ImVec2(f.x0 + f.width, f.p0.y + f.size.y), true);
-  std::optional<ImVec2> prev;  // the end of the previous segment's box, mid-height
+  // Segments under a pixel merge with their neighbours on the same row (a step can have 100,000s), and
+  // those out of the window are skipped: the path costs the pixels, not the segments.
+  struct Box {
+    float x0, x1, y0, y1;
+    bool idle;
+  };
+  std::optional<Box> box;
+  std::optional<ImVec2> prev;  // the end of the previous box, mid-height
+  const float left = f.x0 - 4.0f, right = f.x0 + f.width + 4.0f;
+  auto flush = [&] {
+    if (!box) return;
+    const Box& b = *box;
+    if (b.x1 >= left && b.x0 <= right) {
+      const float x0 = std::max(b.x0, left), x1 = std::min(b.x1, right);
+      if (b.idle) {
+        dl->AddLine(ImVec2(x0, (b.y0 + b.y1) * 0.5f), ImVec2(x1, (b.y0 + b.y1) * 0.5f), kPathColor, 2.0f);
+      } else {
+        dl->AddRectFilled(ImVec2(x0, b.y0), ImVec2(x1, b.y1), with_alpha(kPathColor, 60));
+        dl->AddRect(ImVec2(x0 - 1, b.y0 - 1), ImVec2(x1 + 1, b.y1 + 1), kPathColor, 0, 0, 2.0f);
+      }
+      const ImVec2 start(x0, (b.y0 + b.y1) * 0.5f);
+      if (prev && std::abs(prev->y - start.y) > 1.0f) dl->AddLine(*prev, start, kPathColor, 2.0f);
+    }
+    prev = ImVec2(std::clamp(b.x1, left, right), (b.y0 + b.y1) * 0.5f);
+    box.reset();
+  };
   for (const auto& seg : p->segments) {
     auto track = m.main_tracks.find(seg.rank);
     if (track == m.main_tracks.end()) continue;
     auto ly = st.lane_y.find(track->second);
     if (ly == st.lane_y.end()) {
+      flush();
       prev.reset();
       continue;  // the rank is folded
     }
     const float y0 = ly->second + 2.0f + f.row_h, y1 = y0 + f.row_h - 1.0f;
-    float x0 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.start_ns)));
-    float x1 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.end_ns)));
-    x1 = std::max(x1, x0 + 1.0f);
+    const float x0 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.start_ns)));
+    const float x1 = std::max(f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.end_ns))), x0 + 1.0f);
     const bool idle = seg.kind == "gap" || seg.kind == "comm";  // gaps and hand-offs: a thin line
-    if (idle) {
-      dl->AddLine(ImVec2(x0, (y0 + y1) * 0.5f), ImVec2(x1, (y0 + y1) * 0.5f), kPathColor, 2.0f);
-    } else {
-      dl->AddRectFilled(ImVec2(x0, y0), ImVec2(x1, y1), with_alpha(kPathColor, 60));
-      dl->AddRect(ImVec2(x0 - 1, y0 - 1), ImVec2(x1 + 1, y1 + 1), kPathColor, 0, 0, 2.0f);
+    if (box && box->y0 == y0 && x0 <= box->x1 + 1.0f && (box->idle == idle || x1 - x0 < 1.5f)) {
+      box->x1 = std::max(box->x1, x1);
+      box->idle = box->idle && idle;
+      continue;
     }
-    const ImVec2 start(x0, (y0 + y1) * 0.5f);
-    if (prev && std::abs(prev->y - start.y) > 1.0f) dl->AddLine(*prev, start, kPathColor, 2.0f);
-    prev = ImVec2(x1, (y0 + y1) * 0.5f);
+    flush();
+    box = Box{x0, x1, y0, y1, idle};
   }
+  flush();
   dl->PopClipRect();
 }
 
