@@ -55,6 +55,7 @@ bool open_and_draw(const std::filesystem::path& file, wb::app_model::OpenMode op
   ImGuiIO& io = ImGui::GetIO();
   io.IniFilename = nullptr;
   io.DisplaySize = ImVec2(1600, 1000);
+  io.BackendFlags |= ImGuiBackendFlags_RendererHasVtxOffset;  // as wb-view's OpenGL 3.2 renderer
   unsigned char* pixels;
   int w, h;
   io.Fonts->GetTexDataAsRGBA32(&pixels, &w, &h);
@@ -77,14 +78,17 @@ bool open_and_draw(const std::filesystem::path& file, wb::app_model::OpenMode op
   struct Zoom {
     const char* name;
     double span;
+    double pan = 0.0;  // then panned by this many windows
   } zooms[] = {{"zoomed out (whole run)", full * 1.04},
                {"mid (1/50 of the run)", full / 50},
-               {"1/5000 of the run", full / 5000},
+               {"1/2000 of the run", full / 2000},
+               {"1/20000 of the run", full / 20000},
+               {"panned a window right", full / 20000, 1.0},
                {"in (50 us)", 50'000.0}};
   bool ok = model->open_seconds < goal_open;
   for (const auto& z : zooms) {
-    app.timeline.view.t0_ns = mid - z.span / 2;
-    app.timeline.view.t1_ns = mid + z.span / 2;
+    app.timeline.view.t0_ns = mid - z.span / 2 + z.pan * z.span;
+    app.timeline.view.t1_ns = mid + z.span / 2 + z.pan * z.span;
     auto t_zoom = clock::now();
     frame();
     if (windowed) {  // until the window's rows, or a summary fine enough, are read and drawn

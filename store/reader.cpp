@@ -245,6 +245,15 @@ std::vector<RangeRow> Reader::ranges(std::uint32_t track, std::int64_t t0_ns, st
   return rows;
 }
 
+std::vector<RangeRow> Reader::ranges_starting(std::uint32_t track, std::int64_t start_ns) {
+  const std::int64_t origin = time_origin_ns();
+  auto& st = db_->prepare(std::string(kRangeDataSelect) + "WHERE track_id = ?1 AND start_ns = ?3");
+  st.bind(1, track).bind(2, origin).bind(3, start_ns - origin);
+  auto rows = collect<RangeRow>(st, range_from);
+  sort_by_start(rows);
+  return rows;
+}
+
 void Reader::known_longest(std::uint32_t track, std::int64_t range_ns, std::int64_t kernel_ns) {
   max_range_ns_[track] = range_ns;
   max_kernel_ns_[track] = kernel_ns;

@@ -48,6 +48,8 @@ class Reader {
   std::vector<RangeRow> ranges(std::uint32_t track, const ProgressFn& progress = {});
   // Ranges of a track that overlap [t0_ns, t1_ns], in the same order.
   std::vector<RangeRow> ranges(std::uint32_t track, std::int64_t t0_ns, std::int64_t t1_ns);
+  // The ranges of a track that start at start_ns.
+  std::vector<RangeRow> ranges_starting(std::uint32_t track, std::int64_t start_ns);
   // The longest range (or kernel) of a track, when known (store::SummaryTrack::longest_ns): the window
   // reads below then skip the scan of the whole track that finds it.
   void known_longest(std::uint32_t track, std::int64_t range_ns, std::int64_t kernel_ns);

@@ -115,13 +115,43 @@ class DepthBuilder {
   std::vector<Cell> cells_;
 };
 
+// A track's longest ranges: those of at least `threshold` ns, the threshold doubling (from 1 us) whenever
+// more than kLongRows are kept, so a window read need not scan back by the longest range of all
+// (TimelineWindow: rows starting within `threshold` before the window, and these).
+constexpr std::size_t kLongRows = 4096;
+struct LongRow {
+  std::int64_t start, end;
+  std::int64_t kind;  // range_data.kind
+  std::uint32_t name;
+};
+class LongRows {
+ public:
+  void add(std::int64_t start, std::int64_t end, std::int64_t kind, std::uint32_t name) {
+    if (end - start < threshold_) return;
+    rows_.push_back({start, end, kind, name});
+    if (rows_.size() <= 2 * kLongRows) return;
+    while (rows_.size() > kLongRows) {
+      threshold_ *= 2;
+      std::erase_if(rows_, [&](const LongRow& r) { return r.end - r.start < threshold_; });
+    }
+  }
+  std::int64_t threshold() const { return threshold_; }
+  const std::vector<LongRow>& rows() const { return rows_; }
+
+ private:
+  std::int64_t threshold_ = kMinBucketNs;
+  std::vector<LongRow> rows_;
+};
+
 constexpr const char* kCreate =
     "CREATE TABLE IF NOT EXISTS summary_track (track_id INTEGER NOT NULL, depth INTEGER NOT NULL, "
     "origin_ns INTEGER NOT NULL, bucket_ns INTEGER NOT NULL, levels INTEGER NOT NULL, rows INTEGER NOT NULL, "
-    "longest_ns INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL, PRIMARY KEY (track_id, depth)) WITHOUT ROWID;"
+    "longest_ns INTEGER NOT NULL, first_ns INTEGER NOT NULL, last_ns INTEGER NOT NULL, long_ns INTEGER NOT NULL, PRIMARY KEY (track_id, depth)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS summary_bucket (track_id INTEGER NOT NULL, depth INTEGER NOT NULL, "
     "level INTEGER NOT NULL, bucket INTEGER NOT NULL, count INTEGER NOT NULL, busy_ns INTEGER NOT NULL, "
-    "name_id INTEGER NOT NULL, category INTEGER NOT NULL, PRIMARY KEY (track_id, depth, level, bucket)) WITHOUT ROWID;";
+    "name_id INTEGER NOT NULL, category INTEGER NOT NULL, PRIMARY KEY (track_id, depth, level, bucket)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS summary_long (track_id INTEGER NOT NULL, start_ns INTEGER NOT NULL, kind INTEGER NOT NULL, "
+    "end_ns INTEGER NOT NULL, name_id INTEGER NOT NULL, PRIMARY KEY (track_id, start_ns, kind)) WITHOUT ROWID;";
 
 bool table_exists(Db& db, const char* name) {
   auto& st = db.prepare("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1");
@@ -133,7 +163,7 @@ bool table_exists(Db& db, const char* name) {
 
 
 // Feeds one track's rows to a builder per depth; false when cancelled.
-bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, std::map<int, DepthBuilder>& depths,
+bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, std::map<int, DepthBuilder>& depths, LongRows& long_rows,
                 const std::atomic<bool>* cancel) {
   const bool thread = t.kind == TrackKind::thread;
   auto& st = db.prepare(thread ? "SELECT start_ns, dur_ns, kind, name_id FROM range_data WHERE track_id = ?1 ORDER BY start_ns, kind"
@@ -151,6 +181,7 @@ bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, std::map<int, De
     const int depth = thread ? static_cast<int>((kind >> 4) & 255) : 0;
     const int category = thread ? static_cast<int>(kind & 15) : static_cast<int>(kind);
     depths[depth].add(start, start + st.column_int64(1), static_cast<std::uint32_t>(st.column_int64(3)), category);
+    if (thread) long_rows.add(start, start + st.column_int64(1), kind, static_cast<std::uint32_t>(st.column_int64(3)));
   }
   st.reset();
   return true;
@@ -182,19 +213,23 @@ bool build_summary(Db& db, const ProgressFn& progress, const std::atomic<bool>* 
   const std::int64_t origin = time_origin(db);
   Transaction tx(db);
   db.exec("DELETE FROM meta WHERE key = 'summary_version'");
-  db.exec("DROP TABLE IF EXISTS summary_track; DROP TABLE IF EXISTS summary_bucket;");
+  db.exec("DROP TABLE IF EXISTS summary_track; DROP TABLE IF EXISTS summary_bucket; DROP TABLE IF EXISTS summary_long;");
   db.exec(kCreate);
   auto& insert = db.prepare("INSERT INTO summary_bucket VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-  auto& insert_track = db.prepare("INSERT INTO summary_track VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)");
+  auto& insert_long = db.prepare("INSERT INTO summary_long VALUES (?1, ?2, ?3, ?4, ?5)");
+  auto& insert_track = db.prepare("INSERT INTO summary_track VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
   for (std::size_t i = 0; i < tracks.size(); ++i) {
     if (progress) progress(i, tracks.size());
     if (cancel && cancel->load()) return false;  // the transaction rolls back: the file is as it was
     std::map<int, DepthBuilder> depths;
-    if (!feed_track(db, tracks[i], origin, depths, cancel)) return false;  // the transaction rolls back
+    LongRows long_rows;
+    if (!feed_track(db, tracks[i], origin, depths, long_rows, cancel)) return false;  // the transaction rolls back
+    for (const auto& r : long_rows.rows())
+      insert_long.bind(1, tracks[i].id).bind(2, r.start).bind(3, r.kind).bind(4, r.end).bind(5, r.name).run();
     for (auto& [depth, builder] : depths) {
       SummaryTrack s = builder.finish(insert, tracks[i].id, depth);
       insert_track.bind(1, s.track).bind(2, s.depth).bind(3, s.origin_ns).bind(4, s.bucket_ns).bind(5, s.levels).bind(6, s.rows);
-      insert_track.bind(7, s.longest_ns).bind(8, s.first_ns).bind(9, s.last_ns);
+      insert_track.bind(7, s.longest_ns).bind(8, s.first_ns).bind(9, s.last_ns).bind(10, long_rows.threshold());
       insert_track.run();
     }
   }
@@ -207,7 +242,7 @@ bool build_summary(Db& db, const ProgressFn& progress, const std::atomic<bool>* 
 std::vector<SummaryTrack> summary_tracks(Db& db) {
   std::vector<SummaryTrack> out;
   if (!has_summary(db)) return out;
-  auto& st = db.prepare("SELECT track_id, depth, origin_ns, bucket_ns, levels, rows, longest_ns, first_ns, last_ns FROM summary_track ORDER BY track_id, depth");
+  auto& st = db.prepare("SELECT track_id, depth, origin_ns, bucket_ns, levels, rows, longest_ns, first_ns, last_ns, long_ns FROM summary_track ORDER BY track_id, depth");
   while (st.step()) {
     SummaryTrack s;
     s.track = static_cast<std::uint32_t>(st.column_int64(0));
@@ -219,10 +254,41 @@ std::vector<SummaryTrack> summary_tracks(Db& db) {
     s.longest_ns = st.column_int64(6);
     s.first_ns = st.column_int64(7);
     s.last_ns = st.column_int64(8);
+    s.long_ns = st.column_int64(9);
     if (s.bucket_ns <= 0 || s.levels <= 0 || s.levels > 62)
       throw StoreError(one_line("summary_track: track " + std::to_string(s.track) + " has bucket " +
                                 std::to_string(s.bucket_ns) + " ns and " + std::to_string(s.levels) + " levels"));
     out.push_back(s);
+  }
+  st.reset();
+  return out;
+}
+
+std::vector<std::int64_t> summary_long_starts(Db& db, std::uint32_t track, std::int64_t from_ns, std::int64_t before_ns,
+                                             std::int64_t ends_at_or_after_ns) {
+  std::vector<std::int64_t> out;
+  auto& st = db.prepare(
+      "SELECT DISTINCT start_ns FROM summary_long WHERE track_id = ?1 AND start_ns >= ?2 AND start_ns < ?3 AND end_ns >= ?4 "
+      "ORDER BY start_ns");
+  st.bind(1, track).bind(2, from_ns).bind(3, before_ns).bind(4, ends_at_or_after_ns);
+  while (st.step()) out.push_back(st.column_int64(0));
+  st.reset();
+  return out;
+}
+
+std::vector<RangeRow> summary_long_rows(Db& db, std::uint32_t track) {
+  std::vector<RangeRow> out;
+  auto& st = db.prepare("SELECT start_ns, end_ns, kind, name_id FROM summary_long WHERE track_id = ?1 ORDER BY start_ns, kind");
+  st.bind(1, track);
+  while (st.step()) {
+    RangeRow r;
+    r.track = track;
+    r.start_ns = st.column_int64(0);
+    r.end_ns = st.column_int64(1);
+    r.category = static_cast<std::uint8_t>(st.column_int64(2) & 15);
+    r.depth = static_cast<std::uint8_t>((st.column_int64(2) >> 4) & 255);
+    r.name = static_cast<std::uint32_t>(st.column_int64(3));
+    out.push_back(r);
   }
   st.reset();
   return out;

@@ -7,10 +7,17 @@
 //
 // The summaries are derived from the rows and rebuilt from them at will (build_summary), so they live
 // outside the versioned schema, in two tables created when first built:
-//   summary_track  (track_id, depth, origin_ns, bucket_ns, levels, rows, longest_ns, first_ns, last_ns)
+//   summary_track  (track_id, depth, origin_ns, bucket_ns, levels, rows, longest_ns, first_ns, last_ns,
+//                  long_ns)
 //   summary_bucket (track_id, depth, level, bucket, count, busy_ns, name_id, category), keyed by its
 //                  first four
-// A bucket with nothing in it is not stored. meta.summary_version says the tables are complete.
+// A bucket with nothing in it is not stored. A third table keeps each thread track's longest ranges:
+//   summary_long   (track_id, start_ns, kind, end_ns, name_id): every range of at least
+//                  summary_track.long_ns, a power of two of ns (from 1 us) doubled until at most 4,096 such
+//                  ranges are left; kind is range_data's (depth * 16 + category)
+// so the ranges overlapping a window are those starting at most long_ns before it, and those of these
+// that reach into it: a window read never scans back by the run's longest range (a 3 s step).
+// meta.summary_version says the tables are complete.
 //
 // Level 0's bucket is a power of two of nanoseconds, at least 1 us, chosen so level 0 has at most 65,536
 // buckets and the stored ones hold 32 rows or more on average: a viewer reads a summary of any window
@@ -25,7 +32,7 @@
 
 namespace wb::store {
 
-inline constexpr int kSummaryVersion = 1;  // bump when the tables change: older ones are rebuilt
+inline constexpr int kSummaryVersion = 3;  // bump when the tables change: older ones are rebuilt
 
 struct SummaryTrack {
   std::uint32_t track = 0;
@@ -37,6 +44,7 @@ struct SummaryTrack {
   std::int64_t longest_ns = 0; // the longest of them (bounds a window's key scan: Reader::known_longest)
   std::int64_t first_ns = 0;   // the first start and the last end among them
   std::int64_t last_ns = 0;
+  std::int64_t long_ns = 0;    // the track's summary_long threshold (every depth's row holds it)
   std::int64_t width(int level) const { return bucket_ns << level; }
 };
 
@@ -59,6 +67,13 @@ bool build_summary(Db& db, const ProgressFn& progress = {}, const std::atomic<bo
 
 // What the summaries of an open file hold: every (track, depth) summarised, ordered by track and depth.
 std::vector<SummaryTrack> summary_tracks(Db& db);
+// The distinct starts of the track's long ranges (summary_long) in [from_ns, before_ns) that end at or
+// after ends_at_or_after_ns.
+std::vector<std::int64_t> summary_long_starts(Db& db, std::uint32_t track, std::int64_t from_ns, std::int64_t before_ns,
+                                             std::int64_t ends_at_or_after_ns);
+// Every long range of a track (summary_long) by start, with its depth, category and name (no step or
+// corr_id): a depth whose every range is among them (SummaryTrack::rows of them) is drawn exactly.
+std::vector<RangeRow> summary_long_rows(Db& db, std::uint32_t track);
 // The stored buckets of one (track, depth) at `level` that overlap [t0_ns, t1_ns], in time order.
 std::vector<SummaryBucket> summary_buckets(Db& db, const SummaryTrack& track, int level, std::int64_t t0_ns,
                                            std::int64_t t1_ns);

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <map>
 #include <random>
+#include <set>
 
 #include "store/db.hpp"
 #include "store/merge.hpp"
@@ -132,6 +133,22 @@ int check_against_rows(Db& db, const std::map<std::pair<std::uint32_t, int>, std
       }
       CHECK(total == s.rows);  // no row lost from any level, none counted twice
     }
+  }
+  // summary_long: exactly the thread track's ranges of at least long_ns, at most 4,096 of them past 1 us.
+  for (const auto& s : tracks) {
+    if (s.depth != 0 || s.track != 1) continue;
+    std::set<std::pair<std::int64_t, std::int64_t>> want, got;
+    for (const auto& [key, v] : rows)
+      if (key.first == s.track)
+        for (const auto& r : v)
+          if (r.end - r.start >= s.long_ns) want.insert({r.start, r.end});
+    CHECK((s.long_ns == 1024 || want.size() <= 4096));
+    auto& st = db.prepare("SELECT start_ns, end_ns FROM summary_long WHERE track_id = ?1");
+    st.bind(1, s.track);
+    while (st.step()) got.insert({st.column_int64(0), st.column_int64(1)});
+    st.reset();
+    CHECK(got == want);
+    CHECK(summary_long_starts(db, s.track, INT64_MIN / 4, INT64_MAX / 4, INT64_MIN / 4).size() <= got.size());
   }
   return checked;
 }

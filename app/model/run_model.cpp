@@ -278,6 +278,11 @@ std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path,
   lean->analysed.store(true);
   auto model = copy_without_rows(*lean);
   model->window = window;
+  for (const auto& t : run.tracks)  // the depths held whole draw their rows from the first frame
+    if (const auto& held = window->held(t.id); !held.empty()) {
+      model->run.ranges[t.id] = held;
+      model->levels[t.id] = build_levels(held);
+    }
   if (on_open) on_open(model);
   set_stage(progress, "done", 1.0);
   return model;

@@ -40,7 +40,9 @@ TimelineWindow::TimelineWindow(const std::filesystem::path& path, std::shared_pt
   tracks_ = store::summary_tracks(reader.db());
   auto coarse = std::make_shared<SummaryView>();
   std::int64_t lo = std::numeric_limits<std::int64_t>::max(), hi = std::numeric_limits<std::int64_t>::min();
-  for (const auto& t : tracks_) {
+  for (std::size_t i = 0; i < tracks_.size(); ++i) {
+    const auto& t = tracks_[i];
+    info_[{t.track, t.depth}] = i;
     depths_[t.track] = std::max(depths_[t.track], t.depth + 1);
     rows_ += t.rows;
     const int level = coarse_level(t);
@@ -54,6 +56,18 @@ TimelineWindow::TimelineWindow(const std::filesystem::path& path, std::shared_pt
     coarse->buckets[{t.track, t.depth}] = std::move(buckets);
   }
   extent_ = {lo, hi};
+  // The depths held whole: every range of them is among the track's long ones.
+  for (const auto& [track, n] : depths_) {
+    const auto* first = info(track, 0);
+    if (first == nullptr || first->long_ns == 0) continue;
+    auto rows = store::summary_long_rows(reader.db(), track);
+    std::map<int, std::int64_t> per_depth;
+    for (const auto& r : rows) ++per_depth[r.depth];
+    for (const auto& [depth, count] : per_depth)
+      if (const auto* s = info(track, depth); s && s->rows == count) whole_.insert({track, depth});
+    std::erase_if(rows, [&](const store::RangeRow& r) { return !held_whole(track, r.depth); });
+    if (!rows.empty()) held_[track] = std::move(rows);
+  }
   coarse->t0_ns = extent_.first;
   coarse->t1_ns = extent_.second;
   coarse_ = std::move(coarse);
@@ -67,6 +81,17 @@ TimelineWindow::~TimelineWindow() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+const store::SummaryTrack* TimelineWindow::info(std::uint32_t track, int depth) const {
+  auto it = info_.find({track, depth});
+  return it == info_.end() ? nullptr : &tracks_[it->second];
+}
+
+const std::vector<store::RangeRow>& TimelineWindow::held(std::uint32_t track) const {
+  static const std::vector<store::RangeRow> none;
+  auto it = held_.find(track);
+  return it == held_.end() ? none : it->second;
 }
 
 int TimelineWindow::depths(std::uint32_t track) const {
@@ -92,8 +117,8 @@ TimelineWindow::Request TimelineWindow::plan(double t0_ns, double t1_ns, double 
   r.ns_per_px = static_cast<double>(span) / std::max(width_px, 1.0);
   if (estimate_rows(r.want_t0, r.want_t1) <= kRowBudget) {
     r.rows = true;
-    r.t0_ns = r.want_t0 - span;  // a window either side, so a pan does not wait at once
-    r.t1_ns = r.want_t1 + span;
+    r.t0_ns = r.want_t0 - span / 2;  // half a window either side, so a pan does not wait at once
+    r.t1_ns = r.want_t1 + span / 2;
   } else {
     r.level = pow2_at_least(r.ns_per_px);  // for a summary: the bucket width wanted
     r.t0_ns = r.want_t0 - span / 2;
@@ -174,16 +199,35 @@ void TimelineWindow::run() {
 void TimelineWindow::read_rows(const Request& r) {
   store::Reader reader(path_);
   auto model = copy_without_rows(*lean_);
-  std::map<std::uint32_t, std::int64_t> longest;
-  for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns);
+  std::map<std::uint32_t, std::int64_t> longest, long_ns;
+  for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns), long_ns[t.track] = t.long_ns;
   for (const auto& t : lean_->run.tracks) {
-    if (t.kind != store::TrackKind::thread && t.kind != store::TrackKind::stream) continue;
-    reader.known_longest(t.id, longest[t.id], longest[t.id]);
     if (t.kind == store::TrackKind::thread) {
+      // Ranges starting at most long_ns before the window through the key, and the track's few longer
+      // ones that reach into it (summary_long): never a scan back by the longest range of all.
+      const std::int64_t near = std::min(long_ns[t.id], longest[t.id]);
+      reader.known_longest(t.id, near, 0);
       auto rows = reader.ranges(t.id, r.t0_ns, r.t1_ns);
+      if (near < longest[t.id])
+        for (std::int64_t start : store::summary_long_starts(reader.db(), t.id, r.t0_ns - longest[t.id], r.t0_ns - near, r.t0_ns))
+          for (const auto& row : reader.ranges_starting(t.id, start))
+            if (row.end_ns >= r.t0_ns) rows.push_back(row);
+      // The depths held whole come whole (so they draw outside the window too), with their steps and ids.
+      const auto& held = this->held(t.id);
+      if (!held.empty()) {
+        std::set<std::pair<std::int64_t, int>> in_window;
+        for (const auto& row : rows)
+          if (held_whole(t.id, row.depth)) in_window.insert({row.start_ns, row.depth * 16 + row.category});
+        for (const auto& row : held)
+          if (!in_window.count({row.start_ns, row.depth * 16 + row.category})) rows.push_back(row);
+      }
+      std::stable_sort(rows.begin(), rows.end(), [](const store::RangeRow& a, const store::RangeRow& b) {
+        return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+      });
       model->levels[t.id] = build_levels(rows);
       model->run.ranges[t.id] = std::move(rows);
-    } else {
+    } else if (t.kind == store::TrackKind::stream) {
+      reader.known_longest(t.id, 0, longest[t.id]);
       auto rows = reader.kernels(t.id, r.t0_ns, r.t1_ns);
       model->levels[t.id] = build_levels(rows);
       model->run.kernels[t.id] = std::move(rows);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -34,8 +35,10 @@ struct SummaryView {
 
 class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
  public:
-  // A window's rows are read once it holds at most this many (estimated from the summary).
-  static constexpr std::int64_t kRowBudget = 400'000;
+  // A window's rows are read once it holds at most this many (estimated from the summary), with half a
+  // window either side: about 100,000 rows, read in well under 100 ms. More than that are 30 a pixel
+  // across the lanes, which no one tells apart: the summary draws them as well.
+  static constexpr std::int64_t kRowBudget = 50'000;
   // Levels with at most this many buckets are read at the open and held.
   static constexpr std::int64_t kCoarseBuckets = 4096;
 
@@ -50,6 +53,14 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   const std::vector<store::SummaryTrack>& tracks() const { return tracks_; }
   // Depths a thread or stream track has (its lane's rows); 0 for a track without any.
   int depths(std::uint32_t track) const;
+  // The summary of one (track, depth); null when it has none.
+  const store::SummaryTrack* info(std::uint32_t track, int depth) const;
+  // True when every range of a thread track's depth is among its long ranges (store::summary_long_rows):
+  // those are read at the open and every window's model holds them, so the depth draws its own rows at
+  // any zoom (steps, phases, layers: the long, few ranges).
+  bool held_whole(std::uint32_t track, int depth) const { return whole_.count({track, depth}) > 0; }
+  // The ranges of a track's depths held whole, by start (empty when none).
+  const std::vector<store::RangeRow>& held(std::uint32_t track) const;
   std::int64_t rows() const { return rows_; }  // every range and kernel summarised
   // The extent of everything summarised (first > second when nothing is).
   std::pair<std::int64_t, std::int64_t> extent() const { return extent_; }
@@ -89,6 +100,9 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   std::shared_ptr<const RunModel> lean_;
   std::vector<store::SummaryTrack> tracks_;
   std::map<std::uint32_t, int> depths_;
+  std::map<std::pair<std::uint32_t, int>, std::size_t> info_;  // (track, depth) -> index in tracks_
+  std::set<std::pair<std::uint32_t, int>> whole_;
+  std::map<std::uint32_t, std::vector<store::RangeRow>> held_;
   std::int64_t rows_ = 0;
   std::pair<std::int64_t, std::int64_t> extent_{0, 0};
   std::shared_ptr<const SummaryView> coarse_;

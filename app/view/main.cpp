@@ -214,10 +214,23 @@ int main(int argc, char** argv) {
     std::cerr << "wb-view: cannot initialise GLFW (is DISPLAY set? use xvfb-run for headless screenshots)\n";
     return 1;
   }
+  // OpenGL 3.2 core where there is one: its renderer draws a window's lanes past 65,536 vertices
+  // (ImGuiBackendFlags_RendererHasVtxOffset); OpenGL 3.0 otherwise.
+  const char* glsl = "#version 150";
   glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
-  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+  glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 2);
+  glfwWindowHint(GLFW_OPENGL_PROFILE, GLFW_OPENGL_CORE_PROFILE);
+  glfwWindowHint(GLFW_OPENGL_FORWARD_COMPAT, GLFW_TRUE);
   if (shot) glfwWindowHint(GLFW_RESIZABLE, GLFW_FALSE);
   GLFWwindow* window = glfwCreateWindow(args.width, args.height, "wb-view", nullptr, nullptr);
+  if (!window) {
+    glfwDefaultWindowHints();
+    glfwWindowHint(GLFW_CONTEXT_VERSION_MAJOR, 3);
+    glfwWindowHint(GLFW_CONTEXT_VERSION_MINOR, 0);
+    if (shot) glfwWindowHint(GLFW_RESIZABLE, GLFW_FALSE);
+    glsl = "#version 130";
+    window = glfwCreateWindow(args.width, args.height, "wb-view", nullptr, nullptr);
+  }
   if (!window) {
     std::cerr << "wb-view: cannot create an OpenGL 3.0 window\n";
     glfwTerminate();
@@ -236,7 +249,7 @@ int main(int argc, char** argv) {
   io.ConfigFlags |= ImGuiConfigFlags_NavEnableKeyboard;
   setup_style(scale);
   ImGui_ImplGlfw_InitForOpenGL(window, true);
-  ImGui_ImplOpenGL3_Init("#version 130");
+  ImGui_ImplOpenGL3_Init(glsl);
 
   int rc = 0;
   {

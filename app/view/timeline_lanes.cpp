@@ -76,14 +76,19 @@ class EventLane : public Lane {
   }
 
   void draw(LaneContext& ctx, float y) override {
-    if (model_.windowed() && (static_cast<double>(model_.rows_t0_ns) > ctx.view.t0_ns ||
-                              static_cast<double>(model_.rows_t1_ns) < ctx.view.t1_ns)) {
-      draw_summary(ctx, y);  // the rows of this window are not read (yet, or too many to read)
-      return;
-    }
-    if (!levels_) return;
+    // A windowed run whose rows of this window are not read (yet, or too many to read): the depths held
+    // whole (every range among the track's long ones) draw their rows, the others the summary.
+    const bool summary = model_.windowed() && (static_cast<double>(model_.rows_t0_ns) > ctx.view.t0_ns ||
+                                               static_cast<double>(model_.rows_t1_ns) < ctx.view.t1_ns);
+    const std::size_t depths = levels_ ? levels_->size() : 0;
+    for (std::size_t d = 0; d < depths; ++d)
+      if (!summary || model_.window->held_whole(track_.id, static_cast<int>(d))) draw_level(ctx, y, d);
+    if (summary) draw_summary(ctx, y);
+  }
+
+  void draw_level(LaneContext& ctx, float y, std::size_t d) {
     const float x1_lane = ctx.x0 + static_cast<float>(ctx.view.width_px);
-    for (std::size_t d = 0; d < levels_->size(); ++d) {
+    {
       const Level& level = (*levels_)[d];
       const float ly = y + 2.0f + static_cast<float>(d) * ctx.row_h;
       const float ly1 = ly + ctx.row_h - 1.0f;
@@ -151,14 +156,18 @@ class EventLane : public Lane {
       const float ly = y + 2.0f + static_cast<float>(d) * ctx.row_h;
       const float ly1 = ly + ctx.row_h - 1.0f;
       auto it = view->buckets.find({track_.id, d});
-      if (it == view->buckets.end() || ly1 < clip_y0 || ly > clip_y1) continue;
+      if (it == view->buckets.end() || ly1 < clip_y0 || ly > clip_y1 || window.held_whole(track_.id, d)) continue;
+      const store::SummaryTrack* info = window.info(track_.id, d);
+      const double first_px = info ? ctx.view.to_px(static_cast<double>(info->first_ns)) : -1e30;
+      const double last_px = info ? ctx.view.to_px(static_cast<double>(info->last_ns)) : 1e30;
       const auto& buckets = it->second;
       std::vector<Run> runs;
       auto b = std::lower_bound(buckets.begin(), buckets.end(), t0,
                                 [](const store::SummaryBucket& x, double t) { return static_cast<double>(x.end_ns) <= t; });
       for (; b != buckets.end() && static_cast<double>(b->start_ns) <= t1; ++b) {
-        const double bx0 = ctx.view.to_px(static_cast<double>(b->start_ns));
-        const double bx1 = ctx.view.to_px(static_cast<double>(b->end_ns));
+        // A bucket is drawn no wider than the depth's rows reach (a coarse bucket can reach far past them).
+        const double bx0 = std::max(ctx.view.to_px(static_cast<double>(b->start_ns)), first_px);
+        const double bx1 = std::min(ctx.view.to_px(static_cast<double>(b->end_ns)), last_px);
         if (runs.empty() || bx0 >= runs.back().x0 + kMinBoxPx || bx0 > runs.back().x1 + 1.0) {
           runs.emplace_back();
           runs.back().x0 = bx0;
