@@ -528,7 +528,8 @@ class Replay {
         const std::int64_t prev_end2 = i > 0 ? rs.comm_end2[i - 1] : kNever;
         const std::int64_t handoff = std::max<std::int64_t>(0, a.start_ns - std::max(a.ready_ns, prev_end));
         rs.comm_ready2[i] = map_time(rs, a.ready_ns);
-        rs.comm_start2[i] = std::max(rs.comm_ready2[i] + handoff, prev_end2);
+        // It joins once its gradients are ready and its previous collective is done, then hands off.
+        rs.comm_start2[i] = std::max(rs.comm_ready2[i], prev_end2) + handoff;
         last_join = std::max(last_join, rs.comm_start2[i]);
         last_start = std::max(last_start, a.start_ns);
       }
