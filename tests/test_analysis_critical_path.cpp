@@ -114,3 +114,81 @@ TEST_CASE("the critical path goes through the last rank to join a collective and
   single.allreduces.clear();
   CHECK(analysis::critical_path(single).steps.empty());
 }
+
+namespace {
+
+store::PipelineSpanRow pspan(int rank, int stage, int micro, const char* kind, int peer, std::int64_t post, std::int64_t start,
+                             std::int64_t end) {
+  store::PipelineSpanRow r;
+  r.rank = rank;
+  r.step = 0;
+  r.stage = stage;
+  r.micro = micro;
+  r.kind = kind;
+  r.peer = peer;
+  r.post_ns = post * 1000;  // the times below are in microseconds
+  r.start_ns = start * 1000;
+  r.end_ns = end * 1000;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("a pipeline step's critical path goes through each message a stage waited for, to its sender", "[analysis]") {
+  // GPipe, 2 stages (rank 0, rank 1), 2 micro-batches; times worked out by hand (us).
+  //   rank 0: F0 [0,10] F1 [10,20] | waits for mb 1's gradients [20,46] (posted 44) | B1 [46,56]
+  //           | waits for mb 0's gradients [56,58] (posted 54: already on its way) | B0 [58,68]
+  //   rank 1: waits for mb 0's activations [0,12] (posted 10) | F0 [12,22] | waits for mb 1's [22,24]
+  //           (posted 20) | F1 [24,34] B1 [34,44] -> send | B0 [44,54] -> send
+  analysis::RunData run;
+  run.pipeline_spans = {
+      pspan(0, 0, 0, "forward", -1, 0, 0, 10),          pspan(0, 0, 0, "send_act", 1, 10, 10, 11),
+      pspan(0, 0, 1, "forward", -1, 10, 10, 20),        pspan(0, 0, 1, "send_act", 1, 20, 20, 21),
+      pspan(0, 0, 1, "recv_grad", 1, 20, 20, 46),       pspan(0, 0, 1, "backward", -1, 46, 46, 56),
+      pspan(0, 0, 0, "recv_grad", 1, 20, 56, 58),       pspan(0, 0, 0, "backward", -1, 58, 58, 68),
+      pspan(1, 1, 0, "recv_act", 0, 0, 0, 12),          pspan(1, 1, 0, "forward", -1, 12, 12, 22),
+      pspan(1, 1, 1, "recv_act", 0, 0, 22, 24),         pspan(1, 1, 1, "forward", -1, 24, 24, 34),
+      pspan(1, 1, 1, "backward", -1, 34, 34, 44),       pspan(1, 1, 1, "send_grad", 0, 44, 44, 45),
+      pspan(1, 1, 0, "backward", -1, 44, 44, 54),       pspan(1, 1, 0, "send_grad", 0, 54, 54, 55),
+  };
+  const analysis::CriticalPath cp = analysis::critical_path(run);
+  REQUIRE(cp.steps.size() == 1);
+  const auto& p = cp.steps.front();
+  CHECK(p.start_ns == 0);
+  CHECK(p.end_ns == 68'000);
+  struct Want {
+    int rank;
+    const char* name;
+    std::int64_t start, end;
+  };
+  const std::vector<Want> want = {
+      {0, "stage 0 forward", 0, 10},           {1, "activations to stage 1", 10, 12}, {1, "stage 1 forward", 12, 22},
+      {1, "activations to stage 1", 22, 24},   {1, "stage 1 forward", 24, 34},        {1, "stage 1 backward", 34, 44},
+      {0, "gradients to stage 0", 44, 46},     {0, "stage 0 backward", 46, 56},       {0, "gradients to stage 0", 56, 58},
+      {0, "stage 0 backward", 58, 68},
+  };
+  REQUIRE(p.segments.size() == want.size());
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(p.segments[i].rank == want[i].rank);
+    CHECK(p.segments[i].name == want[i].name);
+    CHECK(p.segments[i].start_ns == want[i].start * 1000);
+    CHECK(p.segments[i].end_ns == want[i].end * 1000);
+    covered += p.segments[i].end_ns - p.segments[i].start_ns;
+  }
+  CHECK(covered == 68'000);  // the path covers the step
+  CHECK(cp.ops.front().name == "stage 0 backward");  // 20 ns, tied with stage 1 forward: by name
+  CHECK(cp.ops.front().total_ns == 20'000);
+
+  SECTION("idle time on the path is a bubble") {
+    // Rank 0 starts its last backward 5 us after the gradients came: 5 us of bubble on the path.
+    for (auto& r : run.pipeline_spans)
+      if (r.rank == 0 && r.micro == 0 && r.kind == "backward") r.start_ns = 63'000, r.end_ns = 73'000;
+    const auto q = analysis::critical_path(run).steps.front();
+    REQUIRE(q.segments.size() == want.size() + 1);
+    CHECK(q.segments[want.size() - 1].name == "(bubble)");
+    CHECK(q.segments[want.size() - 1].start_ns == 58'000);
+    CHECK(q.segments[want.size() - 1].end_ns == 63'000);
+  }
+}

@@ -129,7 +129,30 @@ class Walker {
 
 }  // namespace
 
+CriticalPath summarize_paths(std::vector<StepPath> steps) {
+  CriticalPath out;
+  std::map<std::pair<std::string, std::string>, PathOp> ops;
+  for (const StepPath& path : steps) {
+    std::set<std::pair<std::string, std::string>> seen;
+    for (const auto& seg : path.segments) {
+      PathOp& op = ops[{seg.name, seg.kind}];
+      op.name = seg.name;
+      op.kind = seg.kind;
+      op.total_ns += seg.end_ns - seg.start_ns;
+      if (seen.insert({seg.name, seg.kind}).second) ++op.steps;
+      out.path_ns += seg.end_ns - seg.start_ns;
+    }
+  }
+  out.steps = std::move(steps);
+  for (auto& [key, op] : ops) out.ops.push_back(std::move(op));
+  std::sort(out.ops.begin(), out.ops.end(), [](const PathOp& a, const PathOp& b) {
+    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
+  });
+  return out;
+}
+
 CriticalPath critical_path(const RunData& run) {
+  if (!run.pipeline_spans.empty()) return pipeline_critical_path(run);
   CriticalPath out;
   if (run.allreduces.empty()) return out;
   std::map<std::pair<int, int>, std::vector<const store::AllreduceRow*>> comm;  // (rank, step)
@@ -154,7 +177,7 @@ CriticalPath critical_path(const RunData& run) {
           longest = std::max(longest, g.end_ns - g.start_ns);
       main_tracks[key.first] = {track, longest};
     }
-  std::map<std::pair<std::string, std::string>, PathOp> ops;
+  std::vector<StepPath> paths;
   for (const auto& [step, rank_set] : ranks_of_step) {
     if (rank_set.size() != world) continue;
     const std::vector<int> ranks(rank_set.begin(), rank_set.end());
@@ -173,22 +196,9 @@ CriticalPath critical_path(const RunData& run) {
       }
     }
     path.segments = Walker(run, std::move(rs)).walk(last, path.end_ns);
-    std::set<std::pair<std::string, std::string>> seen;
-    for (const auto& seg : path.segments) {
-      PathOp& op = ops[{seg.name, seg.kind}];
-      op.name = seg.name;
-      op.kind = seg.kind;
-      op.total_ns += seg.end_ns - seg.start_ns;
-      if (seen.insert({seg.name, seg.kind}).second) ++op.steps;
-      out.path_ns += seg.end_ns - seg.start_ns;
-    }
-    out.steps.push_back(std::move(path));
+    paths.push_back(std::move(path));
   }
-  for (auto& [key, op] : ops) out.ops.push_back(std::move(op));
-  std::sort(out.ops.begin(), out.ops.end(), [](const PathOp& a, const PathOp& b) {
-    return a.total_ns != b.total_ns ? a.total_ns > b.total_ns : a.name < b.name;
-  });
-  return out;
+  return summarize_paths(std::move(paths));
 }
 
 }  // namespace wb::analysis

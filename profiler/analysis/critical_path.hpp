@@ -49,7 +49,21 @@ struct CriticalPath {
   std::int64_t path_ns = 0;  // all steps' path time
 };
 
-// Every step that each rank recorded with allreduce rows; empty for runs without them.
+// Every step that each rank recorded with allreduce rows; empty for runs without them. A pipeline run
+// (pipeline_span rows) gets pipeline_critical_path's instead.
 CriticalPath critical_path(const RunData& run);
+
+// The critical path of each step of a pipeline run (wb-train --pipeline-stages), across its stages.
+// Built from pipeline_span: a stage's forwards, backwards and receive waits in program order, and each
+// message from its send to its receive. The walk starts at the end of the stage that finished the step
+// last and goes back through the stage's work; at a receive whose message was posted after the stage
+// began to wait for it, it goes on at the sender, from the moment the sender posted it (the transfer is
+// a "comm" segment on the receiver); a receive whose message was already posted is the stage's own
+// "comm" time. Time on a stage that nothing covers is a "gap" segment named "(bubble)": the segments
+// cover the step from its first stage's start to its last stage's end.
+CriticalPath pipeline_critical_path(const RunData& run);
+
+// Per op (name and kind) the time on the steps' paths and in how many steps, the ops by that time.
+CriticalPath summarize_paths(std::vector<StepPath> steps);
 
 }  // namespace wb::analysis

@@ -613,7 +613,9 @@ void write_critical_path(const RunData& run, std::ostream& out) {
   const double steps = static_cast<double>(cp.steps.size());
   const double total = static_cast<double>(cp.path_ns);
   out << "\nCritical path across ranks (" << cp.steps.size() << " steps, " << format_ns(total / steps)
-      << " per step: the chain of work that set each step's end, through the last rank to join each collective)\n";
+      << " per step: the chain of work that set each step's end, "
+      << (run.pipeline_spans.empty() ? "through the last rank to join each collective" : "through each message a stage waited for")
+      << ")\n";
   std::map<std::string, std::int64_t> by_kind;
   for (const PathOp& op : cp.ops) by_kind[op.kind] += op.total_ns;
   std::vector<std::pair<std::string, std::int64_t>> kinds(by_kind.begin(), by_kind.end());
