@@ -174,6 +174,38 @@ TEST_CASE("a re-run that cannot start or fails shows the error popup", "[app]") 
   CHECK(r.err("bad-split").find("--tuner-splits 40,400: expected ascending split points in [1, 160]") != std::string::npos);
 }
 
+TEST_CASE("Try the best candidates runs wb tune-split on the run and reopens it with the measured trials", "[app]") {
+  Runs& r = runs();
+  const fs::path run = r.dir / "try.sqlite", shot = r.dir / "tuner-try.png";
+  fs::copy_file(r.two, run, fs::copy_options::overwrite_existing);  // tune-split records into the file
+  const std::size_t before = wb::store::Reader(run).split_trials().size();
+  const int rc = r.view(shell_quote(run.string()) + " --view allreduce --tuner-try 1,1,2 --print-tuner --size 1400x860 --screenshot " +
+                            shell_quote(shot.string()),
+                        "try");
+  CAPTURE(r.out("try"), r.err("try"));
+  REQUIRE(rc == 0);
+  // The current split and one candidate, one round each: two trials more, in the file and in the reopened run.
+  const std::size_t after = wb::store::Reader(run).split_trials().size();
+  CHECK(after == before + 2);
+  auto kv = report_lines(r.out("try"));
+  CHECK(kv["trials"] == std::to_string(after));
+  CHECK(load_png(shot).distinct() >= 200);
+
+  // wb tune-split that cannot start, or fails: the popup says so, and the file is as it was.
+  for (const std::string& bin : {std::string("/no/such/wb"), std::string("/bin/false")}) {
+    CAPTURE(bin);
+    const int bad = r.view(shell_quote(run.string()) + " --view allreduce --tuner-try 1,1,2 --screenshot " +
+                               shell_quote((r.dir / "try-bad.png").string()),
+                           "try-bad", "WB_BIN=" + bin);
+    CHECK(bad == 2);
+    CAPTURE(r.err("try-bad"));
+    CHECK(r.err("try-bad").find(bin == "/bin/false" ? "wb tune-split exited with status 1" : "/no/such/wb") != std::string::npos);
+    CHECK(wb::store::Reader(run).split_trials().size() == after);
+  }
+  CHECK(r.view(shell_quote(run.string()) + " --tuner-try 1,1 --screenshot " + shell_quote((r.dir / "x.png").string()), "try-usage") == 2);
+  CHECK(r.err("try-usage").find("--tuner-try 1,1: expected candidates,rounds,steps") != std::string::npos);
+}
+
 TEST_CASE("a split handle dragged with injected mouse input moves the split in the window", "[app]") {
   Runs& r = runs();
   // Drag the handle at 160 to 150 in the window; the figures must be those of the split set directly.

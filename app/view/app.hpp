@@ -5,6 +5,7 @@
 // comes from app/model (wb::app_model), which holds no ImGui.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -162,6 +163,11 @@ struct TunerState {
     int params = 0;
   };
   std::optional<Strip> strip;
+  // "Try the best candidates": wb tune-split on the open run as a child process; its trials land in the
+  // run file, which reopens when it finishes.
+  std::unique_ptr<app_model::ChildProcess> tune_job;
+  std::filesystem::path tune_run;
+  int try_candidates = 3, try_rounds = 2, try_steps = 10;
 };
 
 class App {
@@ -175,6 +181,7 @@ class App {
     // Scripted actions, so every workflow can run without a mouse (tests, screenshots):
     std::optional<std::vector<int>> tuner_splits;  // the tuner's split points once the run is loaded
     bool tuner_run = false;                        // then press "Run with these splits" once
+    std::optional<std::array<int, 3>> tuner_try;   // press "Try the best candidates" with these candidates, rounds, steps
     std::optional<std::pair<int, int>> tuner_drag; // drag the handle of split FROM to TO with injected mouse input
     std::optional<std::int64_t> comparison;        // show this stored comparison in Precision
     bool color_by_ratio = false;                   // Timeline: colour layers by time vs the second run
@@ -210,6 +217,9 @@ class App {
   // "Run with these splits": starts wb-train (next to wb-view, or $WB_TRAIN_BIN) with the run's
   // config and the tuner's split; the new run opens when it finishes. Errors go to the popup.
   void start_tuner_run();
+  // "Try the best candidates": starts wb tune-split (next to wb-view, or $WB_BIN) on the open run with
+  // the tuner's candidates, rounds and steps; the run reopens with the new trials when it finishes.
+  void start_tune_split();
   // Shows a comparison saved in the run file (wb compare) without recomputing it; the reference's
   // tensors, when still there, load in the background for the detail plots only.
   void open_stored_comparison(std::int64_t id);
@@ -263,6 +273,7 @@ class App {
   bool error_popup_open_ = false;
   bool tuner_splits_applied_ = false;
   bool tuner_run_started_ = false;
+  bool tuner_try_started_ = false;
   int drag_frame_ = -1;      // progress of a scripted drag; -1 before it starts
   bool drag_done_ = false;
   bool comparison_opened_ = false;

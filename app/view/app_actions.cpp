@@ -5,6 +5,9 @@
 #include <algorithm>
 #include <cfloat>
 #include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+#include <tuple>
 #include <sstream>
 
 #include <imgui.h>
@@ -95,7 +98,42 @@ void App::start_tuner_run() {
   }
 }
 
+void App::start_tune_split() {
+  if (!model || !model->ready() || (tuner.tune_job && tuner.tune_job->running())) return;
+  try {
+    std::filesystem::path exe = app_model::sibling_executable("wb");
+    if (const char* env = std::getenv("WB_BIN"); env && *env) exe = env;
+    if (access(exe.c_str(), X_OK) != 0)
+      throw app_model::ChildError("wb not found: " + exe.string() + " (wb-view starts the wb next to it, or $WB_BIN)");
+    tuner.tune_run = model->run.path;
+    tuner.tune_job = std::make_unique<ChildProcess>(
+        exe, std::vector<std::string>{"tune-split", tuner.tune_run.string(), "--candidates", std::to_string(tuner.try_candidates),
+                                      "--rounds", std::to_string(tuner.try_rounds), "--steps", std::to_string(tuner.try_steps)});
+  } catch (const std::exception& e) {
+    tuner.tune_job.reset();
+    show_error(e.what(), "wb tune-split could not start");
+  }
+}
+
 void App::poll_tuner() {
+  if (options_.tuner_try && !tuner_try_started_ && model && model->ready() && !loader_) {
+    tuner_try_started_ = true;
+    std::tie(tuner.try_candidates, tuner.try_rounds, tuner.try_steps) =
+        std::tuple((*options_.tuner_try)[0], (*options_.tuner_try)[1], (*options_.tuner_try)[2]);
+    start_tune_split();
+  }
+  if (tuner.tune_job && !tuner.tune_job->running()) {
+    const int code = tuner.tune_job->exit_code().value_or(-1);
+    if (code == 0) {
+      open(tuner.tune_run);  // the trials are in the file now
+    } else {
+      auto lines = tuner.tune_job->lines();
+      std::string tail;
+      for (std::size_t i = lines.size() > 6 ? lines.size() - 6 : 0; i < lines.size(); ++i) tail.append("\n").append(lines[i]);
+      show_error("wb tune-split exited with status " + std::to_string(code) + ":" + tail, "The trials failed");
+    }
+    tuner.tune_job.reset();
+  }
   if (options_.tuner_run && !tuner_run_started_ && model && model->ready() && !loader_) {
     tuner_run_started_ = true;
     if (!model->split_model) show_error("--tuner-run: this run has no split model (" + model->split_model_error + ")", "The re-run could not start");
@@ -174,6 +212,8 @@ void App::inject_input() {
 
 bool App::scripted_busy() const {
   if (tuner.job && tuner.job->running()) return true;
+  if (tuner.tune_job) return true;
+  if (options_.tuner_try && !tuner_try_started_ && error_.empty()) return true;
   if (tuner.launch || tuner.pending_outcome) return true;
   if (!error_.empty()) return false;  // a failed script stops here; the popup is the result
   if (options_.tuner_run && !tuner_run_started_) return true;
@@ -227,6 +267,7 @@ std::string App::tuner_report() const {
   const analysis::SplitModel& sm = *model->split_model;
   out << "run " << model->run.path.string() << "\n";
   out << "split " << join(tuner.initialised ? tuner.split : sm.current_split) << "\n";
+  out << "trials " << model->run.split_trials.size() << "\n";
   if (tuner.outcome) {
     const auto& o = *tuner.outcome;
     line("predicted step_ms", o.predicted_step_ns);

@@ -10,6 +10,7 @@
 #include <stb_image_write.h>
 
 #include <algorithm>
+#include <array>
 #include <cfloat>
 #include <charconv>
 #include <chrono>
@@ -54,6 +55,8 @@ const char* kUsage =
     "  --tuner-splits a,b,...  the AllReduce tuner's split points once the run is loaded ('none': one bucket)\n"
     "  --tuner-run             press \"Run with these splits\": wb-train re-runs with them, the new run opens\n"
     "                          with predicted against measured (a screenshot waits for all of it)\n"
+    "  --tuner-try C,R,S       press \"Try the best candidates\": wb tune-split with C candidates, R rounds and\n"
+    "                          S steps a trial; the run reopens with the measured trials\n"
     "  --tuner-drag FROM:TO    drag the tuner's handle of split point FROM to TO with injected mouse input\n"
     "  --comparison ID         show the comparison stored in the run file as ID (wb compare saves them)\n"
     "  --path-step N           Timeline: outline step N's critical path across ranks and zoom to the step\n"
@@ -124,6 +127,20 @@ Args parse(int argc, char** argv) {
       if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size() || step < 0)
         throw UsageError("--path-step " + v + ": expected a step number (0, 1, ...)");
       a.app.path_step = step;
+    } else if (s == "--tuner-try") {
+      const std::string v = value("--tuner-try");
+      std::array<int, 3> crs{};
+      std::size_t at = 0;
+      for (int k = 0; k < 3; ++k) {
+        const std::size_t comma = k < 2 ? v.find(',', at) : v.size();
+        const std::string part = comma == std::string::npos ? "" : v.substr(at, comma - at);
+        auto r = std::from_chars(part.data(), part.data() + part.size(), crs[static_cast<std::size_t>(k)]);
+        if (part.empty() || r.ec != std::errc() || r.ptr != part.data() + part.size() || crs[static_cast<std::size_t>(k)] < 1)
+          throw UsageError("--tuner-try " + v + ": expected candidates,rounds,steps (e.g. 2,1,4)");
+        at = comma + 1;
+      }
+      if (crs[2] < 2) throw UsageError("--tuner-try " + v + ": a trial needs at least 2 steps");
+      a.app.tuner_try = crs;
     } else if (s == "--full") {
       a.app.open_mode = wb::app_model::OpenMode::full;
     } else if (s == "--windowed") {

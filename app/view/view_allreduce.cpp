@@ -4,6 +4,7 @@
 // suggested splits (DP optimum, MG-WFBP, DDP 25 MB, MindSpore [85,160]), and a re-run of wb-train with
 // the chosen split whose measured figures land next to the prediction.
 #include <algorithm>
+#include <tuple>
 #include <cmath>
 #include <cstdio>
 
@@ -255,6 +256,34 @@ void rerun_panel(App& app) {
   }
 }
 
+// "Try the best candidates": wb tune-split on this run with the candidates, rounds and steps set here,
+// its progress while it trains, and a stop button.
+void try_controls(App& app, const RunModel& m) {
+  auto& t = app.tuner;
+  if (t.tune_job && t.tune_job->running()) {
+    ImGui::TextColored(to_vec4(color::kAccent), "wb tune-split is training the candidates:");
+    ImGui::SameLine();
+    ImGui::TextUnformatted(t.tune_job->last_line().c_str());
+    ImGui::SameLine();
+    if (ImGui::SmallButton("Stop")) t.tune_job->terminate();
+    return;
+  }
+  const bool windowed = m.windowed();
+  if (ImGui::Button("Try the best candidates") && !windowed) app.start_tune_split();
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip("Runs wb tune-split %s --candidates %d --rounds %d --steps %d: short trainings of the current split\n"
+                      "and the model's best candidates, alternated, with this run's own configuration. Every trial is\n"
+                      "recorded in the run file, which then reopens; no split measured slower than the current one is\n"
+                      "recommended.",
+                      m.title().c_str(), t.try_candidates, t.try_rounds, t.try_steps);
+  for (auto [label, value, lo, hi] : {std::tuple{"candidates", &t.try_candidates, 1, 12}, std::tuple{"rounds", &t.try_rounds, 1, 20},
+                                      std::tuple{"steps", &t.try_steps, 2, 1000}}) {
+    ImGui::SameLine();
+    ImGui::SetNextItemWidth(90.0f);
+    if (ImGui::InputInt(label, value)) *value = std::clamp(*value, lo, hi);
+  }
+}
+
 // wb tune-split's trials recorded in the run: per candidate its rounds, median and change against the
 // current split, as measured; a click on a row puts its split in the tuner.
 void trials_table(App& app, const RunModel& m, const analysis::SplitModel& sm) {
@@ -388,6 +417,7 @@ void draw_allreduce(App& app) {
   section("Suggestions (same model)");
   suggestions_table(app, sm);
   section("Measured trials (wb tune-split; click one to load its split)");
+  try_controls(app, m);
   trials_table(app, m, sm);
   ImGui::EndChild();
 }
