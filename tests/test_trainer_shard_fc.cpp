@@ -269,7 +269,7 @@ TEST_CASE("2 ranks --shard-fc 2 --sync-bn global: torch_step.py replays the step
   CHECK(rep.by_kind.at("loss") < 1e-4);
 }
 
-TEST_CASE("--shard-fc: resume re-shards, in both directions", "[trainer][mpi]") {
+TEST_CASE("resume with --shard-fc re-shards, in both directions", "[trainer][mpi]") {
   Runs& r = runs();
   REQUIRE(r.sharded.exit_code == 0);
   REQUIRE(r.plain.exit_code == 0);
@@ -332,7 +332,7 @@ TEST_CASE("4 ranks --shard-fc 2: two shard groups equal 4 plain ranks", "[traine
   CHECK(by_kind.at("param_after") < 1e-5);
 }
 
-TEST_CASE("--shard-fc: bad values and combinations are one line naming the flag", "[trainer]") {
+TEST_CASE("bad --shard-fc values and combinations are one line naming the flag", "[trainer]") {
   wb::test::require_one_line_error(run_train({"--shard-fc", "3", "--steps", "1"}),
                                    {"--shard-fc 3", "does not divide --num-classes 10"});
   wb::test::require_one_line_error(run_train({"--shard-fc", "0", "--steps", "1"}), {"--shard-fc 0", "at least 1"});

@@ -211,6 +211,12 @@ void App::poll_loaders() {
       timeline.occurrence = -1;
       timeline.find_done.clear();
     }
+  if (second && second->windowed())
+    if (auto slice = second->window->take()) {
+      second = std::move(slice);
+      timeline.second_lanes.clear();
+      timeline.second_for = nullptr;
+    }
   if (model && model->ready() && !loader_) {
     ensure_tuner();
     if (options_.comparison && !comparison_opened_) {

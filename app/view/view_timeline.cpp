@@ -599,7 +599,9 @@ void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFram
     const float x0 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.start_ns)));
     const float x1 = std::max(f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.end_ns))), x0 + 1.0f);
     const bool idle = seg.kind == "gap" || seg.kind == "comm";  // gaps and hand-offs: a thin line
-    if (box && box->y0 == y0 && x0 <= box->x1 + 1.0f && (box->idle == idle || x1 - x0 < 1.5f)) {
+    // A segment (or a box so far) under 2 px joins its neighbour on the row; wider ones keep their own
+    // outline, so each op on the path reads as one when zoomed in.
+    if (box && box->y0 == y0 && x0 <= box->x1 + 1.0f && (x1 - x0 < 2.0f || box->x1 - box->x0 < 2.0f)) {
       box->x1 = std::max(box->x1, x1);
       box->idle = box->idle && idle;
       continue;
@@ -712,6 +714,10 @@ void draw_timeline(App& app) {
 
   const RunModel* second = (app.second && st.show_second) ? app.second.get() : nullptr;
   const std::array<LaneGroup, 2> groups = lane_groups(st, m, second);
+  if (second && second->windowed()) {
+    const auto v = shifted(st.view, groups[1].offset_ns);
+    second->window->want(v.t0_ns, v.t1_ns, f.width);
+  }
   const std::optional<EventRef> hovered_event = draw_lanes(groups, second ? 2 : 1, st, m, f);
   draw_critical_path(st, m, f);
 
