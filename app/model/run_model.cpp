@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <limits>
 
 #include "store/reader.hpp"
 #include "store/summary.hpp"
-#include "store/migrate.hpp"
 
 namespace wb::app_model {
 
