@@ -57,7 +57,8 @@ TimelineWindow::TimelineWindow(const std::filesystem::path& path, std::shared_pt
   }
   extent_ = {lo, hi};
   // The depths held whole: every range of them is among the track's long ones.
-  for (const auto& [track, n] : depths_) {
+  for (const auto& entry : depths_) {
+    const std::uint32_t track = entry.first;
     const auto* first = info(track, 0);
     if (first == nullptr || first->long_ns == 0) continue;
     auto rows = store::summary_long_rows(reader.db(), track);
