@@ -267,8 +267,32 @@ TEST_CASE("the calibrated model simulates every rank, and a collective starts wh
   const SplitModel m = analysis::build_split_model(run);
   REQUIRE(m.calibrated);
   REQUIRE(m.ranks.size() == 2);
-  // While computing, the rank that marked last is the collective's cost (rank 1's 600 ns, not rank 0's 900).
-  CHECK_THAT(analysis::allreduce_during_ns(m, 400), WithinAbs(600, 1e-9));
+  // The run's own collectives are points of the curves at their sizes, in place of the calibration's: {p1}
+  // ran while backward did, 100 ns from its last rank's join (1500) to its end (1600), not the
+  // calibration's 600; {p0} ran after backward, 200 ns from 2500 to 2700, as the calibration says alone.
+  CHECK(m.run_point_bytes == std::vector<double>{400, 400});
+  CHECK_THAT(analysis::allreduce_during_ns(m, 400), WithinAbs(100, 1e-9));
+  CHECK_THAT(analysis::allreduce_ns(m, 400), WithinAbs(200, 1e-9));
+  {
+    // At a size the run did not reduce the calibration holds: while computing, the rank that marked last
+    // is the collective's cost (rank 1's 6000 ns, not rank 0's 9000).
+    analysis::RunData far = calibrated_run();
+    for (auto& c : far.calibration)
+      if (c.kind == "allreduce_during_compute") c = store::CommCalibrationRow{c.rank, c.kind, 4000, 8, c.rank == 0 ? 9000 : 6000, 5000};
+    const SplitModel mf = analysis::build_split_model(far);
+    CHECK_THAT(analysis::allreduce_during_ns(mf, 4000), WithinAbs(6000, 1e-9));
+    CHECK_THAT(analysis::allreduce_during_ns(mf, 400), WithinAbs(100, 1e-9));
+  }
+  {
+    // A larger message never costs less: a median of 3000 ns at 2000 B above 2000 ns at 4000 B is pooled
+    // with it, 2500 ns at both; the run's own 200 ns at 400 B stays below them.
+    analysis::RunData noisy = calibrated_run();
+    for (int r = 0; r < 2; ++r) noisy.calibration.push_back(store::CommCalibrationRow{r, "allreduce", 2000, 5, 3000, 2900});
+    const SplitModel mn = analysis::build_split_model(noisy);
+    CHECK_THAT(analysis::allreduce_ns(mn, 400), WithinAbs(200, 1e-9));
+    CHECK_THAT(analysis::allreduce_ns(mn, 2000), WithinAbs(2500, 1e-9));
+    CHECK_THAT(analysis::allreduce_ns(mn, 4000), WithinAbs(2500, 1e-9));
+  }
   CHECK_THAT(analysis::allreduce_ns(m, 800), WithinAbs(400, 1e-9));   // between the sizes
   CHECK_THAT(analysis::allreduce_ns(m, 8000), WithinAbs(4000, 1e-9)); // past the largest: the last slope
   CHECK_THAT(analysis::compute_slowdown(m, 400), WithinAbs(1.0, 1e-9));
@@ -282,23 +306,24 @@ TEST_CASE("the calibrated model simulates every rank, and a collective starts wh
   CHECK_THAT(m.measured_tail_ns, WithinAbs(2700, 1e-9));
 
   // The run's own split, by hand: {p1} is ready on rank 0 at 1000 and on rank 1 at 1500; it starts at
-  // 1500 (the last rank to join) and takes 600: 1500..2100. Rank 0 computes at half speed from 1000 to
-  // 2100 (550 of work, 1550 done), then 150 more: p0 at 2250. Rank 1, half speed 1500..2100 (300 work,
-  // 1300 done), 650 more: 2750. {p0} runs alone after backward: 2750..2950.
+  // 1500 (the last rank to join) and takes 100: 1500..1600. Rank 0 computes at half speed from 1000 to
+  // 1600 (300 of work, 1300 done), then 400 more: p0 at 2000. Rank 1, half speed 1500..1600 (50 work,
+  // 1050 done), 900 more: 2500. {p0} runs alone after backward: 2500..2700, the measured tail.
   const analysis::Prediction own = analysis::predict(m, m.current_split);
   REQUIRE(own.buckets.size() == 2);
   CHECK_THAT(own.buckets[0].start_ns, WithinAbs(1500, 1e-9));
-  CHECK_THAT(own.buckets[0].end_ns, WithinAbs(2100, 1e-9));
-  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2750, 1e-9));
-  CHECK_THAT(own.buckets[1].end_ns, WithinAbs(2950, 1e-9));
-  CHECK_THAT(own.compute_end_ns, WithinAbs(2750, 1e-9));
+  CHECK_THAT(own.buckets[0].end_ns, WithinAbs(1600, 1e-9));
+  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2500, 1e-9));
+  CHECK_THAT(own.buckets[1].end_ns, WithinAbs(2700, 1e-9));
+  CHECK_THAT(own.compute_end_ns, WithinAbs(2500, 1e-9));
+  CHECK_THAT(m.current_tail_ns, WithinAbs(m.measured_tail_ns, 1e-9));
   CHECK_THAT(own.step_ns, WithinAbs(10'000, 1e-9));  // the measured step: the run's own split replayed
 
   // One bucket after backward: rank 0 ready at 1700, rank 1 at 500 + 1950 = 2450; 800 B alone: 400 ns.
   const analysis::Prediction single = analysis::predict(m, std::vector<int>{});
   CHECK_THAT(single.buckets[0].start_ns, WithinAbs(2450, 1e-9));
   CHECK_THAT(single.comm_end_ns, WithinAbs(2850, 1e-9));
-  CHECK_THAT(single.step_ns, WithinAbs(10'000 + 2850 - 2950, 1e-9));
+  CHECK_THAT(single.step_ns, WithinAbs(10'000 + 2850 - 2700, 1e-9));
 
   // The alpha-beta model of the same run knows nothing of ranks: its {p1} starts at rank-mean ready time.
   CHECK(analysis::predict_alpha_beta(m, m.current_split).buckets[0].start_ns < 1500);
@@ -323,9 +348,10 @@ TEST_CASE("a rank waiting in a collective for a later rank is slowed as its cali
   CHECK_THAT(m.ranks[0].compute_work, WithinAbs(2000.0 - 500.0 / 3.0 - 50.0, 1e-6));
   CHECK_THAT(m.ranks[1].compute_work, WithinAbs(1950, 1e-9));
   // The run's own split replayed: rank 0 waits 1000..1500 (333.33 of work done), computes at half speed to
-  // 2100 (1633.33), is ready with p0 at 2250; rank 1 as before at 2750: {p0} 2750..2950, the measured step.
+  // 1600 (1383.33), is ready with p0 at 2000; rank 1 as before at 2500: {p0} 2500..2700, the measured step.
   const analysis::Prediction own = analysis::predict(m, m.current_split);
-  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2750, 1e-9));
+  CHECK_THAT(own.buckets[0].ready_ns, WithinAbs(1500, 1e-9));
+  CHECK_THAT(own.buckets[1].ready_ns, WithinAbs(2500, 1e-9));
   CHECK_THAT(own.step_ns, WithinAbs(10'000, 1e-9));
   // Without the row the wait costs the collective's own s (as in files calibrated before the row existed).
   const SplitModel old = analysis::build_split_model(calibrated_run());

@@ -252,13 +252,21 @@ void write_split_suggestions(const RunData& run, std::ostream& out) {
   out << "backward compute ends at " << format_ns(m.compute_end_ns) << ")\n";
   if (m.calibrated) {
     out << "  cost model: the communicator's calibration, simulated across " << m.ranks.size() << " ranks\n";
-    Table c({"bucket", "allreduce alone", "while backward runs", "backward slowed"});
+    Table c({"bucket", "allreduce alone", "while backward runs", "backward slowed", "from"});
+    auto from = [&](double bytes) {
+      return std::find(m.run_point_bytes.begin(), m.run_point_bytes.end(), bytes) != m.run_point_bytes.end() ? "this run"
+                                                                                                            : "calibration";
+    };
     for (const auto& [bytes, ns] : m.latency_during)
       c.add({format_bytes(bytes), format_ns(allreduce_ns(m, bytes)), format_ns(ns),
-             fmt("x%.2f", 1.0 + compute_slowdown(m, bytes))});
+             fmt("x%.2f", 1.0 + compute_slowdown(m, bytes)), from(bytes)});
     c.add({format_bytes(m.latency.back().first), format_ns(m.latency.back().second),
-           format_ns(allreduce_during_ns(m, m.latency.back().first)), fmt("x%.2f", 1.0 + compute_slowdown(m, m.latency.back().first))});
+           format_ns(allreduce_during_ns(m, m.latency.back().first)), fmt("x%.2f", 1.0 + compute_slowdown(m, m.latency.back().first)),
+           from(m.latency.back().first)});
     c.print(out);
+    if (!m.run_point_bytes.empty())
+      out << "  \"this run\": the run's own collectives at its bucket sizes (median, from the last rank's join to the end),\n"
+             "  in place of the calibration's points within a quarter of their size\n";
     if (m.wait_calibrated)
       out << "  while a rank waits in a collective for a later rank: backward slowed " << fmt("x%.2f", 1.0 + m.wait_slowdown) << "\n";
   }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "profiler/analysis/allreduce.hpp"
 
@@ -560,6 +561,78 @@ void add_rank_timings(const std::map<std::pair<int, int>, std::vector<store::All
   }
 }
 
+// A larger message never costs less: the least-squares non-decreasing fit to a cost curve (pool adjacent
+// violators: a point below the one before it is averaged with it, repeatedly), so that noise in the
+// medians does not draw a dip that the DP would then aim its buckets at.
+void make_non_decreasing(std::vector<std::pair<double, double>>& curve) {
+  struct Block {
+    double sum;
+    int n;
+    double mean() const { return sum / n; }
+  };
+  std::vector<Block> blocks;
+  for (const auto& pt : curve) {
+    blocks.push_back({pt.second, 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].mean() > blocks.back().mean()) {
+      blocks[blocks.size() - 2].sum += blocks.back().sum;
+      blocks[blocks.size() - 2].n += blocks.back().n;
+      blocks.pop_back();
+    }
+  }
+  std::size_t i = 0;
+  for (const Block& b : blocks)
+    for (int k = 0; k < b.n; ++k) curve[i++].second = b.mean();
+}
+
+// The run's own collectives as calibration points at the sizes it reduced: per bucket, from its last
+// rank's join to its end (it ends for everyone when it ends for the last), the median over the steps
+// every rank recorded. The bucket holding the first parameters runs after backward, so it joins the
+// curve of a collective alone; the others ran while backward did. They were measured in this very job,
+// so they replace calibration points within a quarter of their size: the calibration's sizes are a
+// geometric ladder, and a cost that jumps between two of its sizes (a transport's protocol switch, a
+// buffer past a cache) would otherwise be drawn as a straight line through the run's own sizes.
+void add_run_points(const std::map<std::pair<int, int>, std::vector<store::AllreduceRow>>& by_step,
+                    const std::set<int>& steps, SplitModel& m) {
+  std::map<int, std::vector<const store::AllreduceRow*>> rows_of_step;
+  std::set<int> ranks;
+  for (const auto& [key, rows] : by_step) {
+    ranks.insert(key.first);
+    if (!steps.count(key.second)) continue;
+    for (const auto& r : rows) rows_of_step[key.second].push_back(&r);
+  }
+  std::map<std::pair<int, std::int64_t>, std::vector<double>> spans;  // (first_param, bytes) -> per step
+  for (const auto& [step, rows] : rows_of_step) {
+    std::map<int, std::tuple<std::int64_t, std::int64_t, std::set<int>>> b;  // bucket -> last join, end, ranks
+    for (const auto* r : rows) {
+      auto [it, fresh] = b.try_emplace(r->bucket, r->start_ns, r->end_ns, std::set<int>{});
+      auto& [join, end, seen] = it->second;
+      if (!fresh) {
+        join = std::max(join, r->start_ns);
+        end = std::max(end, r->end_ns);
+      }
+      seen.insert(r->rank);
+    }
+    for (const auto* r : rows) {
+      const auto& [join, end, seen] = b.at(r->bucket);
+      if (r->rank != *seen.begin() || seen.size() != ranks.size() || end <= join) continue;  // once per bucket
+      spans[{r->first_param, r->bytes}].push_back(static_cast<double>(end - join));
+    }
+  }
+  auto near = [](double a, double b) { return a > b / 1.25 && a < b * 1.25; };
+  for (const auto& [key, v] : spans) {
+    auto& curve = key.first == 0 ? m.latency : m.latency_during;
+    std::erase_if(curve, [&](const auto& pt) { return near(pt.first, static_cast<double>(key.second)); });
+  }
+  for (auto& [key, v] : spans) {
+    std::sort(v.begin(), v.end());
+    const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2.0;
+    auto& curve = key.first == 0 ? m.latency : m.latency_during;
+    curve.emplace_back(static_cast<double>(key.second), median);
+    std::sort(curve.begin(), curve.end());
+    m.run_point_bytes.push_back(static_cast<double>(key.second));
+  }
+}
+
 }  // namespace
 
 SplitModel build_split_model(const RunData& run) {
@@ -621,7 +694,14 @@ SplitModel build_split_model(const RunData& run) {
   for (double r : m.ready_ns) m.compute_end_ns = std::max(m.compute_end_ns, r);
   m.measured_step_ns = step_sum / used;
   m.measured_exposed_ns = exposed_sum / used;
-  if (apply_calibration(run.calibration, m)) add_rank_timings(by_step, measured, m);
+  if (apply_calibration(run.calibration, m)) {
+    std::set<int> steps;
+    for (const auto& [key, v] : measured) steps.insert(key.first);
+    add_run_points(by_step, steps, m);
+    make_non_decreasing(m.latency);
+    make_non_decreasing(m.latency_during);
+    add_rank_timings(by_step, measured, m);
+  }
 
   fit_transfer_cost(run, m);
 

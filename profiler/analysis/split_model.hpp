@@ -53,6 +53,8 @@ struct SplitModel {
   double wait_slowdown = 0.0;  // s while the rank's communication thread waits in a collective for a later
                                // rank (from its join to the collective's start), when wait_calibrated;
   bool wait_calibrated = false;  // else (calibrations without compute_while_waiting) the collective's own s
+  std::vector<double> run_point_bytes;  // sizes whose latency or latency_during point is the run's own
+                                        // collectives (median from the last rank's join to the end)
   struct RankTiming {
     int rank = 0;
     double offset_ns = 0.0;          // its backward start after the earliest rank's, mean over steps
