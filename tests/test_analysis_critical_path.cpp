@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "profiler/analysis/critical_path.hpp"
@@ -167,6 +168,7 @@ TEST_CASE("a pipeline step's critical path goes through each message a stage wai
       {0, "gradients to stage 0", 44, 46},     {0, "stage 0 backward", 46, 56},       {0, "gradients to stage 0", 56, 58},
       {0, "stage 0 backward", 58, 68},
   };
+  for (const auto& s : p.segments) UNSCOPED_INFO(s.rank << " " << s.name << " " << s.kind << " " << s.start_ns << ".." << s.end_ns << " t" << s.track);
   REQUIRE(p.segments.size() == want.size());
   std::int64_t covered = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
@@ -191,4 +193,184 @@ TEST_CASE("a pipeline step's critical path goes through each message a stage wai
     CHECK(q.segments[want.size() - 1].start_ns == 58'000);
     CHECK(q.segments[want.size() - 1].end_ns == 63'000);
   }
+}
+
+namespace {
+
+// A 2-rank GPU trace of one step, as `wb import torch-trace` records it. Rank 0: "fwd" launches a gemm
+// (400..2000), c10d::allreduce_ launches an NCCL kernel that waits on its stream for the gemm (2000..8000),
+// and cudaDeviceSynchronize waits for it; its step ends at 8200. Rank 1: "fwd" runs long on the host and
+// launches its gemm at 3000 (3200..5000); its NCCL kernel starts after it, at 5000, and all ranks'
+// collectives end at 8000. Rank 1 also ran a collective of the same name that rank 0's trace lost (a
+// sampled trace), 600..700: matched by order, it would be rank 0's peer.
+struct GpuTrace {
+  analysis::RunData run;
+  enum Name : std::uint32_t { kMain = 1, kStream, kStep, kFwd, kLaunch, kAllreduce, kSync, kGemm, kNccl };
+  GpuTrace() {
+    run.strings = {"", "main", "stream 7", "ProfilerStep#0", "fwd", "cudaLaunchKernel", "c10d::allreduce_",
+                   "cudaDeviceSynchronize", "gemm", "ncclKernel_AllReduce_RING_LL_Sum_float"};
+    for (int r = 0; r < 2; ++r) {
+      run.tracks.push_back(store::TrackRow{host(r), r, store::TrackKind::thread, kMain});
+      run.tracks.push_back(store::TrackRow{stream(r), r, store::TrackKind::stream, kStream});
+    }
+  }
+  static std::uint32_t host(int rank) { return static_cast<std::uint32_t>(2 * rank + 1); }
+  static std::uint32_t stream(int rank) { return static_cast<std::uint32_t>(2 * rank + 2); }
+  void range(int rank, std::uint32_t name, std::int64_t a, std::int64_t b, int depth, std::uint64_t corr = 0) {
+    const auto c = depth == 0 ? store::Category::step : store::Category::forward;
+    run.ranges[host(rank)].push_back(
+        store::RangeRow{host(rank), name, a, b, static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(depth), 0, corr});
+  }
+  void kernel(int rank, std::uint32_t name, std::int64_t a, std::int64_t b, std::uint64_t corr, std::int64_t la, std::int64_t lb) {
+    store::KernelRow k;
+    k.track = stream(rank);
+    k.name = name;
+    k.start_ns = a;
+    k.end_ns = b;
+    k.corr_id = corr;
+    k.launch_ns = la;
+    k.launch_end_ns = lb;
+    run.kernels[stream(rank)].push_back(k);
+    ++run.kernel_rows;
+  }
+  void build(bool rank1_first) {
+    run.steps.push_back(store::StepRow{0, 0, 0, 8200, 0, 0, 0.0, 0.0, 0});
+    run.steps.push_back(store::StepRow{1, 0, 0, 8150, 0, 0, 0.0, 0.0, 0});
+    range(0, kStep, 0, 8200, 0);
+    range(0, kFwd, 100, 1000, 1);
+    range(0, kLaunch, 200, 300, 2, 1);
+    range(0, kAllreduce, 1000, 1200, 1);
+    range(0, kLaunch, 1050, 1100, 2, 2);
+    range(0, kSync, 1200, 8100, 1);
+    kernel(0, kGemm, 400, 2000, 1, 200, 300);
+    kernel(0, kNccl, 2000, 8000, 2, 1050, 1100);
+    range(1, kStep, 0, 8150, 0);
+    range(1, kFwd, 100, 4000, 1);
+    range(1, kLaunch, 300, 350, 2, 3);
+    range(1, kLaunch, 3000, 3100, 2, 1);
+    range(1, kAllreduce, 4000, 4200, 1);
+    range(1, kLaunch, 4050, 4100, 2, 2);
+    range(1, kSync, 4200, 8050, 1);
+    // rank1_first plants a rank 1 that joined first: its collective starts before rank 0's.
+    kernel(1, kNccl, 600, 700, 3, 300, 350);
+    kernel(1, kGemm, rank1_first ? 1000 : 3200, rank1_first ? 1900 : 5000, 1, 3000, 3100);
+    kernel(1, kNccl, rank1_first ? 1900 : 5000, 8000, 2, 4050, 4100);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a GPU trace's critical path goes through launches, stream order, a synchronise and the last rank "
+          "to join an NCCL collective",
+          "[analysis]") {
+  GpuTrace g;
+  g.build(false);
+  const analysis::CriticalPath cp = analysis::critical_path(g.run);  // no allreduce rows: the device path
+  REQUIRE(cp.steps.size() == 1);
+  const analysis::StepPath& p = cp.steps[0];
+  CHECK(p.start_ns == 0);
+  CHECK(p.end_ns == 8200);
+  struct Want {
+    int rank;
+    std::string name, kind;
+    std::int64_t a, b;
+    std::uint32_t track;
+  };
+  // By hand, back from rank 0's step end: the step range's own time, the synchronise waiting for the NCCL
+  // kernel, which ends when rank 1's started plus its run (5000..8000: rank 1 joined last, at 5000); rank
+  // 1's NCCL kernel waited on its stream for its gemm, which waited for its launch (the "(launch)" gap),
+  // the launching call, fwd's own host time (cut by its other launch), and the step range's first 100 ns.
+  const std::vector<Want> want = {
+      {1, "ProfilerStep#0", "step", 0, 100, GpuTrace::host(1)},
+      {1, "fwd", "forward", 100, 300, GpuTrace::host(1)},
+      {1, "cudaLaunchKernel", "runtime", 300, 350, GpuTrace::host(1)},  // the lost collective's launch
+      {1, "fwd", "forward", 350, 3000, GpuTrace::host(1)},
+      {1, "cudaLaunchKernel", "runtime", 3000, 3100, GpuTrace::host(1)},
+      {1, "(launch)", "launch", 3100, 3200, GpuTrace::stream(1)},
+      {1, "fwd", "kernel", 3200, 5000, GpuTrace::stream(1)},
+      {0, "c10d::allreduce_", "collective", 5000, 8000, GpuTrace::stream(0)},
+      {0, "cudaDeviceSynchronize", "sync", 8000, 8100, GpuTrace::host(0)},
+      {0, "ProfilerStep#0", "step", 8100, 8200, GpuTrace::host(0)},
+  };
+  for (const auto& s : p.segments) UNSCOPED_INFO(s.rank << " " << s.name << " " << s.kind << " " << s.start_ns << ".." << s.end_ns << " t" << s.track);
+  REQUIRE(p.segments.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i, p.segments[i].name, p.segments[i].kind, p.segments[i].start_ns, p.segments[i].end_ns);
+    CHECK(p.segments[i].rank == want[i].rank);
+    CHECK(p.segments[i].name == want[i].name);
+    CHECK(p.segments[i].kind == want[i].kind);
+    CHECK(p.segments[i].start_ns == want[i].a);
+    CHECK(p.segments[i].end_ns == want[i].b);
+    CHECK(p.segments[i].track == want[i].track);
+  }
+  CHECK(cp.path_ns == 8200);  // the segments cover the step
+  REQUIRE(!cp.ops.empty());
+  CHECK(cp.ops[0].name == "c10d::allreduce_");
+
+  // Rank 1 joining first: rank 0's own gemm and launch are on the path instead, and nothing of rank 1.
+  GpuTrace early;
+  early.build(true);
+  const analysis::CriticalPath ce = analysis::critical_path(early.run);
+  REQUIRE(ce.steps.size() == 1);
+  for (const auto& seg : ce.steps[0].segments) CHECK(seg.rank == 0);
+  CHECK(ce.steps[0].segments.front().name == "ProfilerStep#0");
+  CHECK(ce.path_ns == 8200);
+}
+
+TEST_CASE("a thread that waits for another (PyTorch's backward on the autograd thread) puts that thread's work "
+          "on the GPU trace's path",
+          "[analysis]") {
+  constexpr std::int64_t us = 1000;  // times below in microseconds
+  // One rank: the main thread sits in "## backward ##" (500..5000) while the autograd thread runs
+  // evaluate A (1000..3000) and evaluate B (3000..4800, launching a kernel at 4000); the step ends at 6000.
+  analysis::RunData run;
+  run.strings = {"", "main", "pt_autograd_0", "stream 7", "ProfilerStep#3", "## backward ##", "evaluate A", "evaluate B",
+                 "cudaLaunchKernel", "gemm"};
+  run.tracks = {store::TrackRow{1, 0, store::TrackKind::thread, 1}, store::TrackRow{2, 0, store::TrackKind::thread, 2},
+                store::TrackRow{3, 0, store::TrackKind::stream, 3}};
+  auto range = [&](std::uint32_t track, std::uint32_t name, store::Category c, std::int64_t a, std::int64_t b, int depth,
+                   std::uint64_t corr) {
+    run.ranges[track].push_back(store::RangeRow{track, name, a, b, static_cast<std::uint8_t>(c), static_cast<std::uint8_t>(depth), 3, corr});
+  };
+  range(1, 4, store::Category::step, 0 * us, 6000 * us, 0, 0);
+  range(1, 5, store::Category::backward, 500 * us, 5000 * us, 1, 0);
+  range(2, 6, store::Category::backward, 1000 * us, 3000 * us, 0, 0);
+  range(2, 7, store::Category::backward, 3000 * us, 4800 * us, 0, 0);
+  range(2, 8, store::Category::backward, 4000 * us, 4010 * us, 1, 1);
+  store::KernelRow k;
+  k.track = 3;
+  k.name = 9;
+  k.start_ns = 4020 * us;
+  k.end_ns = 4500 * us;
+  k.corr_id = 1;
+  k.launch_ns = 4000 * us;
+  k.launch_end_ns = 4010 * us;
+  run.kernels[3].push_back(k);
+  run.kernel_rows = 1;
+  run.steps.push_back(store::StepRow{0, 3, 0, 6000 * us, 0, 0, 0.0, 0.0, 0});
+
+  const analysis::CriticalPath cp = analysis::critical_path(run);
+  REQUIRE(cp.steps.size() == 1);
+  const auto& segs = cp.steps[0].segments;
+  for (const auto& s : segs) UNSCOPED_INFO(s.name << " " << s.kind << " " << s.start_ns << ".." << s.end_ns << " t" << s.track);
+  const std::vector<std::tuple<std::string, std::string, std::int64_t, std::int64_t, std::uint32_t>> want = {
+      {"ProfilerStep#3", "step", 0 * us, 500 * us, 1},        {"(handoff)", "gap", 500 * us, 1000 * us, 2},
+      {"evaluate A", "backward", 1000 * us, 3000 * us, 2},    {"evaluate B", "backward", 3000 * us, 4000 * us, 2},
+      {"cudaLaunchKernel", "runtime", 4000 * us, 4010 * us, 2}, {"evaluate B", "backward", 4010 * us, 4800 * us, 2},
+      {"## backward ##", "wait", 4800 * us, 5000 * us, 1},    {"ProfilerStep#3", "step", 5000 * us, 6000 * us, 1},
+  };
+  REQUIRE(segs.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CAPTURE(i);
+    CHECK(std::tie(segs[i].name, segs[i].kind, segs[i].start_ns, segs[i].end_ns, segs[i].track) == want[i]);
+  }
+
+  // Work on the other thread that ends long before the wait does (here 4800 of a wait to 9000) is no join:
+  // the waiting range's own time stays on the path.
+  run.ranges[1][0].end_ns = 10'000 * us;
+  run.ranges[1][1].end_ns = 9000 * us;
+  run.steps[0].end_ns = 10'000 * us;
+  const analysis::CriticalPath late = analysis::critical_path(run);
+  REQUIRE(late.steps.size() == 1);
+  for (const auto& s : late.steps[0].segments) CHECK(s.track == 1);
 }

@@ -587,15 +587,23 @@ void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFram
     box.reset();
   };
   for (const auto& seg : p->segments) {
-    auto track = m.main_tracks.find(seg.rank);
-    if (track == m.main_tracks.end()) continue;
-    auto ly = st.lane_y.find(track->second);
+    // A GPU trace's path names its thread or stream; the others run on their rank's main thread.
+    std::uint32_t lane = seg.track;
+    if (lane == 0) {
+      auto track = m.main_tracks.find(seg.rank);
+      if (track == m.main_tracks.end()) continue;
+      lane = track->second;
+    }
+    auto ly = st.lane_y.find(lane);
     if (ly == st.lane_y.end()) {
       flush();
       prev.reset();
       continue;  // the rank is folded
     }
-    const float y0 = ly->second + 2.0f + f.row_h, y1 = y0 + f.row_h - 1.0f;
+    // Under the step row on a thread; a stream's activities are on its first row.
+    const store::TrackRow* tr = m.run.track(lane);
+    const float row = tr != nullptr && tr->kind == store::TrackKind::stream ? 0.0f : 1.0f;
+    const float y0 = ly->second + 2.0f + row * f.row_h, y1 = y0 + f.row_h - 1.0f;
     const float x0 = f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.start_ns)));
     const float x1 = std::max(f.x0 + static_cast<float>(st.view.to_px(static_cast<double>(seg.end_ns))), x0 + 1.0f);
     const bool idle = seg.kind == "gap" || seg.kind == "comm";  // gaps and hand-offs: a thin line

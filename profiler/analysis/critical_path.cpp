@@ -82,7 +82,7 @@ class Walker {
     add(rank, name, std::string(kind), a, b);
   }
   void add(int rank, const std::string& name, const std::string& kind, std::int64_t a, std::int64_t b) {
-    if (b > a) out_.push_back(PathSegment{rank, name, kind, a, b});
+    if (b > a) out_.push_back(PathSegment{rank, name, kind, a, b, 0});
   }
 
   // The rank's wait for its allreduces ends with its last collective: back through the collectives to
@@ -153,8 +153,8 @@ CriticalPath summarize_paths(std::vector<StepPath> steps) {
 
 CriticalPath critical_path(const RunData& run) {
   if (!run.pipeline_spans.empty()) return pipeline_critical_path(run);
+  if (run.allreduces.empty()) return device_critical_path(run);
   CriticalPath out;
-  if (run.allreduces.empty()) return out;
   std::map<std::pair<int, int>, std::vector<const store::AllreduceRow*>> comm;  // (rank, step)
   std::map<int, std::set<int>> ranks_of_step;
   for (const auto& a : run.allreduces) {

@@ -27,6 +27,7 @@ struct PathSegment {
   std::string kind;      // forward, backward, loss, optimizer, data, comm, collective, gap, ...
   std::int64_t start_ns = 0;
   std::int64_t end_ns = 0;
+  std::uint32_t track = 0;  // its thread or stream track (device_critical_path); 0: the rank's main thread
 };
 
 struct StepPath {
@@ -49,8 +50,9 @@ struct CriticalPath {
   std::int64_t path_ns = 0;  // all steps' path time
 };
 
-// Every step that each rank recorded with allreduce rows; empty for runs without them. A pipeline run
-// (pipeline_span rows) gets pipeline_critical_path's instead.
+// Every step that each rank recorded with allreduce rows. A pipeline run (pipeline_span rows) gets
+// pipeline_critical_path's instead, and a run with device activity but no allreduce rows (a GPU trace)
+// device_critical_path's; empty for a run with none of them.
 CriticalPath critical_path(const RunData& run);
 
 // The critical path of each step of a pipeline run (wb-train --pipeline-stages), across its stages.
@@ -62,6 +64,25 @@ CriticalPath critical_path(const RunData& run);
 // "comm" time. Time on a stage that nothing covers is a "gap" segment named "(bubble)": the segments
 // cover the step from its first stage's start to its last stage's end.
 CriticalPath pipeline_critical_path(const RunData& run);
+
+// The critical path of each step of a GPU trace (an imported PyTorch profile, or a wb-train CUDA run
+// without allreduce rows), across its ranks. Each step (every rank's step row) ends on the rank whose
+// step range, or the last device activity launched in it, ended last. The walk goes back from there:
+//   - on a host thread, through the innermost range at each moment (its self time: "runtime" for CUDA
+//     calls), and a stretch no range covers is a "(gap)";
+//   - a synchronising call (cudaDeviceSynchronize, cudaStreamSynchronize, cudaEventSynchronize, a
+//     blocking cudaMemcpy) waited for the device: the walk goes on at the device activity of that rank,
+//     launched before the call, that ended last before it returned ("sync" segment);
+//   - a device activity (named after the op that launched it, kind "kernel" or "memcpy") started after
+//     whichever came later, the previous activity on its stream or its launch: the launching runtime
+//     call's end, and the wait between them is a "(launch)" segment; the walk goes on at the call on the
+//     host, or at the previous activity ("(gap)" between them when neither explains its start);
+//   - an NCCL kernel ("collective") completes once the last rank has joined: its peers on the other
+//     ranks are the NCCL kernels of the same name that overlap it, the one ending nearest to it on each
+//     rank (sampled traces lose collectives, so matching by order would pair the wrong ones); the walk
+//     goes on at the peer that started last.
+// Dependencies the trace does not record (cudaStreamWaitEvent across streams) leave "(gap)" segments.
+CriticalPath device_critical_path(const RunData& run);
 
 // Per op (name and kind) the time on the steps' paths and in how many steps, the ops by that time.
 CriticalPath summarize_paths(std::vector<StepPath> steps);

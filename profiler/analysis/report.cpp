@@ -622,7 +622,9 @@ void write_critical_path(const RunData& run, std::ostream& out) {
   const double total = static_cast<double>(cp.path_ns);
   out << "\nCritical path across ranks (" << cp.steps.size() << " steps, " << format_ns(total / steps)
       << " per step: the chain of work that set each step's end, "
-      << (run.pipeline_spans.empty() ? "through the last rank to join each collective" : "through each message a stage waited for")
+      << (!run.pipeline_spans.empty() ? "through each message a stage waited for"
+          : run.allreduces.empty()      ? "through launches, stream order, synchronisation and the last rank to join each NCCL collective"
+                                        : "through the last rank to join each collective")
       << ")\n";
   std::map<std::string, std::int64_t> by_kind;
   for (const PathOp& op : cp.ops) by_kind[op.kind] += op.total_ns;

@@ -148,7 +148,8 @@ void write_report_json(const RunData& run, std::ostream& out, const ReportOption
   for (const StepPath& p : cp.steps) {
     json segs = json::array();
     for (const PathSegment& seg : p.segments)
-      segs.push_back({{"rank", seg.rank}, {"name", seg.name}, {"kind", seg.kind}, {"start_ns", seg.start_ns}, {"end_ns", seg.end_ns}});
+      segs.push_back({{"rank", seg.rank}, {"name", seg.name}, {"kind", seg.kind}, {"start_ns", seg.start_ns}, {"end_ns", seg.end_ns},
+                      {"track", seg.track}});
     path_steps.push_back({{"step", p.step}, {"start_ns", p.start_ns}, {"end_ns", p.end_ns}, {"segments", segs}});
   }
   json path_ops = json::array();
