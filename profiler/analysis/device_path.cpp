@@ -78,17 +78,21 @@ class DeviceWalker {
         }
       }
     }
-    for (auto& [rank, v] : by_rank_)
+    for (auto& [rank, v] : by_rank_) {
+      by_launch_[rank] = v;
       std::sort(v.begin(), v.end(), [](auto* a, auto* b) { return a->end_ns < b->end_ns; });
+      std::sort(by_launch_[rank].begin(), by_launch_[rank].end(), [](auto* a, auto* b) { return launch_time(*a) < launch_time(*b); });
+    }
   }
 
   // The device activity of a rank that ends last among those launched in [a, b).
   const store::KernelRow* last_launched(int rank, std::int64_t a, std::int64_t b) const {
     const store::KernelRow* best = nullptr;
-    auto it = by_rank_.find(rank);
-    if (it == by_rank_.end()) return nullptr;
-    for (const auto* k : it->second)
-      if (launch_time(*k) >= a && launch_time(*k) < b && (best == nullptr || k->end_ns > best->end_ns)) best = k;
+    auto it = by_launch_.find(rank);
+    if (it == by_launch_.end()) return nullptr;
+    auto k = std::lower_bound(it->second.begin(), it->second.end(), a, [](auto* x, std::int64_t t) { return launch_time(*x) < t; });
+    for (; k != it->second.end() && launch_time(**k) < b; ++k)
+      if (best == nullptr || (*k)->end_ns > best->end_ns) best = *k;
     return best;
   }
 
@@ -162,9 +166,14 @@ class DeviceWalker {
     if (is_sync(name)) {
       // The host waited for the device: the activity of this rank that ended last before the call returned.
       const store::KernelRow* k = nullptr;
-      for (const auto* a : by_rank_[p.rank]) {
-        if (a->end_ns > p.t) break;
-        if (a->end_ns > g.start_ns && launch_time(*a) < g.start_ns) k = a;
+      const auto& ends = by_rank_[p.rank];
+      auto a = std::upper_bound(ends.begin(), ends.end(), p.t, [](std::int64_t t, auto* x) { return t < x->end_ns; });
+      while (a != ends.begin() && (*std::prev(a))->end_ns > g.start_ns) {
+        --a;
+        if (launch_time(**a) < g.start_ns) {
+          k = *a;
+          break;
+        }
       }
       if (k != nullptr) {
         add(p.rank, p.track, name, "sync", k->end_ns, p.t);
@@ -269,6 +278,7 @@ class DeviceWalker {
   std::map<std::uint32_t, std::pair<std::uint32_t, std::int64_t>> forks_;     // joined thread -> (waiter, since)
   std::map<std::pair<int, std::uint64_t>, const store::RangeRow*> launches_;  // (rank, corr_id) -> runtime call
   std::map<int, std::vector<const store::KernelRow*>> by_rank_;               // by end
+  std::map<int, std::vector<const store::KernelRow*>> by_launch_;             // by launch
   std::map<int, std::vector<const store::KernelRow*>> collectives_;           // NCCL kernels, by start
   std::int64_t floor_ = 0;
   std::vector<PathSegment> out_;
