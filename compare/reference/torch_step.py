@@ -434,12 +434,21 @@ class ReluProbe:
     """Stands in for every torch.nn.ReLU of a replay's model (a planted fault's own module is left alone):
     records each call's input in call order (`record`), or, given `flips` (call index -> boolean tensor),
     lets those elements go the other way: out = x where (x > 0) XOR flip, else 0, which the backward
-    follows too."""
+    follows too.
 
-    def __init__(self, flips=None):
+    It also hooks every torch.nn.BatchNorm2d: a batch norm over a few values per channel (N x H x W at
+    most BN_FLIP_COUNT) records its input in the same way, and given `bn_flips` (call index -> boolean
+    per channel) turns those channels' normalised values the other way: out = 2 beta - out. Over two
+    values a channel's output is +-1 by the sign of their difference; when that difference is within the
+    inputs' rounding noise, a correct port can see the other sign, a flip of a whole term as a ReLU's."""
+
+    def __init__(self, flips=None, bn_flips=None):
         self.flips = flips
+        self.bn_flips = bn_flips
         self.inputs = []
+        self.bn_inputs = []  # per batch norm call: its input, or None when it normalises over more values
         self.calls = 0
+        self.bn_calls = 0
 
     def install(self, model):
         import torch
@@ -453,6 +462,9 @@ class ReluProbe:
             for child_name, child in list(module.named_children()):
                 if type(child) is torch.nn.ReLU:
                     setattr(module, child_name, ProbedReLU())
+        for module in model.modules():
+            if type(module) is torch.nn.BatchNorm2d:  # a hook keeps the state dict's names
+                module.register_forward_hook(lambda m, inputs, out: probe.bn_call(m, inputs[0], out))
 
     def call(self, x):
         import torch
@@ -466,6 +478,21 @@ class ReluProbe:
             return torch.relu(x)
         keep = (x > 0) ^ flip.to(x.device)
         return x * keep.to(x.dtype)
+
+    def bn_call(self, module, x, out):
+        import torch
+        i = self.bn_calls
+        self.bn_calls += 1
+        if self.flips is None:
+            small = x.dim() == 4 and x.numel() // max(x.shape[1], 1) <= BN_FLIP_COUNT
+            self.bn_inputs.append(x.detach().to("cpu", copy=True) if small else None)
+            return None
+        flip = (self.bn_flips or {}).get(i)
+        if flip is None:
+            return None
+        beta = module.bias if module.bias is not None else torch.zeros_like(out[0, :, 0, 0])
+        mask = flip.to(out.device).view(1, -1, 1, 1)
+        return torch.where(mask, 2.0 * beta.view(1, -1, 1, 1) - out, out)
 
 
 def relu_flips(inputs32, inputs64, reach):
@@ -482,6 +509,29 @@ def relu_flips(inputs32, inputs64, reach):
         dims = [k for k in range(d.dim()) if k != 1] if d.dim() > 1 else [0]
         sigma = d.pow(2).mean(dim=dims, keepdim=True).sqrt() if d.dim() > 1 else d.pow(2).mean().sqrt()
         flip = x64.abs() < reach * sigma
+        total += flip.numel()
+        count = int(flip.sum())
+        if count:
+            flips[i] = flip
+            near += count
+    return flips, near, total
+
+
+def bn_flips(inputs32, inputs64, reach):
+    """Call index -> the channels of that batch norm call (one over a few values per channel) whose
+    float64 spread (standard deviation over batch and space) is within `reach` of the float32 rounding
+    noise of its input (rms of x32 - x64 over the channel): the channels whose normalised values a correct
+    port may see the other way; and the count of such channels and of all."""
+    import torch
+    flips, near, total = {}, 0, 0
+    for i, (x32, x64) in enumerate(zip(inputs32, inputs64)):
+        if x32 is None or x64 is None or x32.shape != x64.shape:
+            continue
+        x64 = x64.to(torch.float64)
+        d = x32.to(torch.float64) - x64
+        sigma = d.pow(2).mean(dim=(0, 2, 3)).sqrt()
+        spread = x64.var(dim=(0, 2, 3), unbiased=False).sqrt()
+        flip = spread < reach * sigma
         total += flip.numel()
         count = int(flip.sum())
         if count:
@@ -610,28 +660,37 @@ def replay(ctx, dtype, sink=None, say=progress, probe=None, logit_gradient=None)
 
 
 # ReLU inputs within this many standard deviations of their float32 rounding noise of zero may go the
-# other way in a correct port (its noise and the reference's together span about sqrt(2) of one).
+# other way in a correct port (its noise and the reference's together span about sqrt(2) of one); so may
+# a batch norm channel whose values spread no more than that.
 FLIP_REACH = 1.0
+# Batch norms over at most this many values per channel (N x H x W) are watched for flips: over more, a
+# channel's spread is never as small as its rounding noise.
+BN_FLIP_COUNT = 64
 
 
-def add_flip_noise(ctx, ref32, noise, relu32, relu64):
+def add_flip_noise(ctx, ref32, noise, probe32, probe64):
     """Adds "flip_l2" to the noise entries: ||r32 - r64'|| where r64' is a float64 replay in which every
-    ReLU input within FLIP_REACH standard deviations of its rounding noise of zero goes the other way.
-    Rounding moves a gradient smoothly; a ReLU that flips moves single elements by a whole term, which
-    a correct port does now and then at a small batch, so the bound must know how far that can go."""
+    ReLU input within FLIP_REACH standard deviations of its rounding noise of zero goes the other way, and
+    every batch norm channel over a few values whose spread is within FLIP_REACH of its input's noise is
+    turned the other way. Rounding moves a gradient smoothly; a ReLU or a two-value batch norm that flips
+    moves single elements by a whole term, which a correct port does now and then at a small batch, so
+    the bound must know how far that can go."""
     import torch
 
     import wbdump
 
-    flips, near, total = relu_flips(relu32, relu64, FLIP_REACH)
-    del relu32[:], relu64[:]
-    if not flips:
-        progress(f"no ReLU input within {FLIP_REACH:g} sigma of its noise of 0 ({total} elements)")
+    flips, near, total = relu_flips(probe32.inputs, probe64.inputs, FLIP_REACH)
+    channels, bn_near, bn_total = bn_flips(probe32.bn_inputs, probe64.bn_inputs, FLIP_REACH)
+    for probe in (probe32, probe64):
+        del probe.inputs[:], probe.bn_inputs[:]
+    if not flips and not channels:
+        progress(f"no ReLU input within {FLIP_REACH:g} sigma of its noise of 0 ({total} elements), no batch norm "
+                 f"channel spread within it ({bn_total} channels over at most {BN_FLIP_COUNT} values)")
         return
     start = time.perf_counter()
     meter = wbdump.NoiseMeter(ref32)
     try:
-        replay(ctx, torch.float64, sink=meter.add, say=lambda text: None, probe=ReluProbe(flips))
+        replay(ctx, torch.float64, sink=meter.add, say=lambda text: None, probe=ReluProbe(flips, channels))
     except (RuntimeError, MemoryError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         progress(f"NOTE: the float64 replay with near-zero ReLUs flipped failed ({first}); wb.noise has rounding only")
@@ -644,8 +703,9 @@ def add_flip_noise(ctx, ref32, noise, relu32, relu64):
                 entry["flip_l2"] = other["l2"]
     noise["flip_reach"] = FLIP_REACH
     noise["flipped"] = near
-    progress(f"ReLU inputs within {FLIP_REACH:g} sigma of 0: {near} of {total}; float64 replay with them flipped "
-             f"{time.perf_counter() - start:.1f} s")
+    noise["flipped_bn_channels"] = bn_near
+    progress(f"ReLU inputs within {FLIP_REACH:g} sigma of 0: {near} of {total}; batch norm channels spread within "
+             f"it: {bn_near} of {bn_total}; float64 replay with them flipped {time.perf_counter() - start:.1f} s")
 
 
 def add_logit_noise(noise, logit_gradient):
@@ -661,7 +721,7 @@ def add_logit_noise(noise, logit_gradient):
         loss["input_l2"] = value
 
 
-def noise_scale(ctx, ref32, relu32=None):
+def noise_scale(ctx, ref32, probe32=None):
     """The "wb.noise" object (wbdump.py): `ref32` (the float32 replay's tensors) against a float64 replay of
     the same step, each float64 tensor compared as it is recorded and then dropped. None when the float64
     replay fails (the reference is written without it)."""
@@ -672,7 +732,7 @@ def noise_scale(ctx, ref32, relu32=None):
     progress(f"float64 replay for the noise scale (the same step, inputs and state, device {ctx.device})")
     start = time.perf_counter()
     meter = wbdump.NoiseMeter(ref32)
-    probe64 = ReluProbe() if relu32 is not None else None
+    probe64 = ReluProbe() if probe32 is not None else None
     try:
         logit_gradient = None if ctx.sync_groups else LogitGradient()
         loss, _ = replay(ctx, torch.float64, sink=meter.add, say=lambda text: progress("float64 " + text), probe=probe64,
@@ -684,7 +744,7 @@ def noise_scale(ctx, ref32, relu32=None):
     seconds = time.perf_counter() - start
     noise = meter.metadata()
     if probe64 is not None:
-        add_flip_noise(ctx, ref32, noise, relu32, probe64.inputs)
+        add_flip_noise(ctx, ref32, noise, probe32, probe64)
     add_logit_noise(noise, logit_gradient)
     count, median, worst, worst_key = wbdump.noise_summary(noise)
     progress(f"float64 loss {loss.item():.17g}" + (f" (rank {ctx.rank})" if ctx.ddp else "")
@@ -708,7 +768,7 @@ def run_step(args):
         # The float32 model is not needed any more (its tensors are the dumper's host copies).
         dumper.model = dumper.optimizer = None
         del loss
-        noise = noise_scale(ctx, dumper.tensors(), probe32.inputs)
+        noise = noise_scale(ctx, dumper.tensors(), probe32)
         if noise is not None:
             dumper.metadata["wb.noise"] = json.dumps(noise, allow_nan=False)
     try:

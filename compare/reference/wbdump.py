@@ -48,8 +48,11 @@ it), which `wb compare` may use as the scale a difference is judged against. A J
 
 torch_step.py adds "flip_l2" to every entry (tensors and updates): ||r32 - r64'||, where r64' is one more
 float64 replay in which each ReLU input within one standard deviation of its float32 rounding noise of
-zero (per channel) went the other way, and, at the top level, "flip_reach" (that reach, in standard
-deviations) and "flipped" (how many inputs it flipped); the loss's entry also gets "input_l2", ||d loss /
+zero (per channel) went the other way, and each channel of a batch norm over at most 64 values per
+channel whose float64 spread is within that reach of its input's rounding noise was turned the other way
+(out = 2 beta - out: over two values a channel's output is +-1 by the sign of their difference); and, at
+the top level, "flip_reach" (that reach, in standard deviations), "flipped" (how many ReLU inputs it
+flipped) and "flipped_bn_channels" (how many batch norm channels); the loss's entry also gets "input_l2", ||d loss /
 d logits|| times the logits' noise: one scalar's own rounding is a single draw and may happen to be tiny,
 what its logits' noise allows is not. `wb compare` takes the largest of l2, flip_l2 and input_l2.
 

@@ -18,6 +18,7 @@ Usage: test_torch_step.py [--tmp DIR]   (leaves DIR/torch_step_ref.safetensors f
 import collections
 import json
 import math
+import pathlib
 import sys
 import time
 
@@ -184,7 +185,8 @@ def read_noise(meta):
     check("wb.noise" in meta, f"no wb.noise in the reference's metadata (keys {sorted(meta)})")
     noise = json.loads(meta["wb.noise"])
     check(list(noise)[:5] == ["version", "method", "dtype", "tensors", "updates"]
-          and set(noise) - {"version", "method", "dtype", "tensors", "updates"} <= {"flip_reach", "flipped"},
+          and set(noise) - {"version", "method", "dtype", "tensors", "updates"} <= {"flip_reach", "flipped",
+                                                                                 "flipped_bn_channels"},
           f"wb.noise keys {list(noise)}")
     check(noise["version"] == 1 and noise["method"] == "float64 replay of the same step"
           and noise["dtype"] == "float64", f"wb.noise header {noise['version']} {noise['method']} {noise['dtype']}")
@@ -259,7 +261,8 @@ def verify_noise(tmp, case, ref):
     check(noise.get("flip_reach") == 1.0 and isinstance(noise.get("flipped"), int) and noise["flipped"] >= 0,
           f"wb.noise flip_reach {noise.get('flip_reach')!r}, flipped {noise.get('flipped')!r}")
     flip_entries = [x for x in list(noise["tensors"].values()) + list(noise["updates"].values()) if "flip_l2" in x]
-    check(noise["flipped"] == 0 or len(flip_entries) == len(noise["tensors"]) + len(noise["updates"]),
+    flipped_any = noise["flipped"] + noise.get("flipped_bn_channels", 0)
+    check(flipped_any == 0 or len(flip_entries) == len(noise["tensors"]) + len(noise["updates"]),
           f"{len(flip_entries)} wb.noise entries carry flip_l2")
     check(all(x["flip_l2"] >= 0 for x in flip_entries), "a negative flip_l2")
     if noise["flipped"]:
@@ -396,8 +399,67 @@ def verify_ddp(tmp, seed):
           f"rel-L2 {grad_rel[len(grad_rel) // 2]:.2g}, under a tenth of the averaging's effect on {below}")
 
 
+def verify_bn_flips():
+    """torch_step's batch norm flips, against numpy: which channels of a two-value batch norm it deems
+    within their noise, and that flipping one turns its output the other way (2 beta - out) and nothing
+    else, forward and backward."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+    import torch_step
+    rng = np.random.default_rng(5)
+    # Two samples, 4 channels, 1x1: channel c's values differ by d[c]; float32 noise of rms 0.01 per value.
+    d = np.array([0.001, 0.5, -0.004, 0.2])
+    x64 = np.zeros((2, 4, 1, 1))
+    x64[0, :, 0, 0], x64[1, :, 0, 0] = 1.0 + d / 2, 1.0 - d / 2
+    e = rng.choice([-0.01, 0.01], size=x64.shape)  # rms exactly 0.01 per channel
+    x32 = x64 + e
+    spread = np.abs(d) / 2  # the population standard deviation of two values
+    want = spread < 1.0 * 0.01
+    flips, near, total = torch_step.bn_flips([torch.from_numpy(x32)], [torch.from_numpy(x64)], 1.0)
+    check(total == 4 and near == int(want.sum()) == 2, f"bn_flips: {near} of {total} channels, expected 2 of 4")
+    check(np.array_equal(flips[0].numpy(), want), f"bn_flips flagged {flips[0].numpy()}, expected {want}")
+    # A batch norm over more than BN_FLIP_COUNT values per channel is not recorded at all.
+    bn = torch.nn.BatchNorm2d(4).double().train()
+    with torch.no_grad():
+        bn.weight.copy_(torch.tensor([1.5, 0.5, 2.0, 1.0]))
+        bn.bias.copy_(torch.tensor([0.25, -0.5, 0.0, 1.0]))
+    model = torch.nn.Sequential(bn)
+    recorder = torch_step.ReluProbe()
+    recorder.install(model)
+    model(torch.zeros(2, 4, 1, 1, dtype=torch.float64))
+    model(torch.zeros(2, 4, 8, 8, dtype=torch.float64))  # 128 values per channel
+    check(len(recorder.bn_inputs) == 2 and recorder.bn_inputs[0] is not None and recorder.bn_inputs[1] is None,
+          "ReluProbe records the input of a batch norm over a few values, and only of such")
+    # Flipping channel 0 of the second call: out = 2 beta - out there, the rest untouched, and the backward
+    # follows (d out / d x of channel 0 changes sign). W weighs each element (a batch norm's gradient of a
+    # weight constant over a channel is zero).
+    W = torch.from_numpy(rng.standard_normal((2, 4, 1, 1)))
+    x = torch.from_numpy(x64).clone().requires_grad_(True)
+    plain = bn(x)
+    (plain * W).sum().backward()
+    grad_plain = x.grad.clone()
+    model = torch.nn.Sequential(bn)
+    flipper = torch_step.ReluProbe({}, {1: torch.tensor([True, False, False, False])})
+    flipper.install(model)
+    model(x.detach())  # call 0: no flips
+    x.grad = None
+    out = model(x)
+    (out * W).sum().backward()
+    mean = x64.mean(axis=(0, 2, 3), keepdims=True)
+    normed = (x64 - mean) / np.sqrt(x64.var(axis=(0, 2, 3), keepdims=True) + bn.eps)
+    gamma, beta = bn.weight.detach().numpy().reshape(1, 4, 1, 1), bn.bias.detach().numpy().reshape(1, 4, 1, 1)
+    expected = gamma * normed + beta
+    expected[:, 0] = 2 * beta[:, 0] - expected[:, 0]
+    check(np.allclose(out.detach().numpy(), expected, atol=1e-12), "a flipped channel is 2 beta - out, the others as before")
+    want_grad = grad_plain.numpy().copy()
+    want_grad[:, 0] = -want_grad[:, 0]
+    check(np.abs(grad_plain.numpy()[:, 0]).max() > 0 and np.allclose(x.grad.numpy(), want_grad, atol=1e-12),
+          "the backward of a flipped channel is the plain one negated, the others as before")
+    print(f"  bn flips: {near} of {total} channels within their noise, flipped channel 0 as 2 beta - out")
+
+
 def main():
     tmp = fixtures.tmp_dir_from_argv()
+    verify_bn_flips()
     base = {"momentum": 0.9, "wd": 0.01, "rank": 0, "world_size": 1, "step": 1}
     cases = [
         dict(base, name="mindspore_plain", seed=11, convention="mindspore", smoothing=0.1, nesterov=False,
