@@ -39,13 +39,6 @@ constexpr const char* kRangeDataSelect =
     "SELECT ?1 AS track, start_ns + ?2 AS start_ns, start_ns + dur_ns + ?2 AS end_ns, name_id, kind & 15 AS category, "
     "(kind >> 4) & 255 AS depth, step, corr_id FROM range_data ";
 
-// By start, an enclosing range (lower depth) before the ranges it contains; equal ones keep their order.
-void sort_by_start(std::vector<RangeRow>& rows) {
-  auto before = [](const RangeRow& a, const RangeRow& b) {
-    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
-  };
-  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
-}
 
 KernelRow kernel_from(sqlite3_stmt* h) {
   KernelRow k;
@@ -535,6 +528,13 @@ std::vector<ComparisonEntryRow> Reader::comparison_rows(std::int64_t comparison_
                                      st.column_text(2), st.column_text(3), st.column_text(4), st.column_text(5)});
   st.reset();
   return out;
+}
+
+void sort_by_start(std::vector<RangeRow>& rows) {
+  auto before = [](const RangeRow& a, const RangeRow& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
+  };
+  if (!std::is_sorted(rows.begin(), rows.end(), before)) std::stable_sort(rows.begin(), rows.end(), before);
 }
 
 }  // namespace wb::store

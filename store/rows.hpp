@@ -288,4 +288,8 @@ std::string shape_to_json(const std::vector<std::int64_t>& shape);
 // Throws std::invalid_argument when the text is not a JSON array of integers.
 std::vector<std::int64_t> shape_from_json(std::string_view text);
 
+// Sorts a track's ranges by start, an enclosing range (lower depth) before the ranges it contains;
+// equal ones keep their order (the order every reader of ranges expects). Defined in reader.cpp.
+void sort_by_start(std::vector<RangeRow>& rows);
+
 }  // namespace wb::store

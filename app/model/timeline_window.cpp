@@ -171,6 +171,8 @@ std::shared_ptr<const SummaryView> TimelineWindow::summary_for(double t0_ns, dou
 }
 
 void TimelineWindow::run() {
+  // One connection for the thread's life, opened at its first request (the file was open a moment ago).
+  std::optional<store::Reader> reader;
   for (;;) {
     Request r;
     {
@@ -184,8 +186,9 @@ void TimelineWindow::run() {
     }
     const auto start = std::chrono::steady_clock::now();
     try {
-      if (r.rows) read_rows(r);
-      else read_summary(r);
+      if (!reader) reader.emplace(path_);
+      if (r.rows) read_rows(*reader, r);
+      else read_summary(*reader, r);
     } catch (const std::exception& e) {
       // The file was open a moment ago; a read that fails now (deleted, damaged) leaves the summary drawn.
       std::fprintf(stderr, "wb-view: %s: reading the timeline window failed: %s\n", path_.c_str(), e.what());
@@ -197,8 +200,7 @@ void TimelineWindow::run() {
   }
 }
 
-void TimelineWindow::read_rows(const Request& r) {
-  store::Reader reader(path_);
+void TimelineWindow::read_rows(store::Reader& reader, const Request& r) {
   auto model = copy_without_rows(*lean_);
   std::map<std::uint32_t, std::int64_t> longest, long_ns;
   for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns), long_ns[t.track] = t.long_ns;
@@ -222,9 +224,7 @@ void TimelineWindow::read_rows(const Request& r) {
         for (const auto& row : held)
           if (!in_window.count({row.start_ns, row.depth * 16 + row.category})) rows.push_back(row);
       }
-      std::stable_sort(rows.begin(), rows.end(), [](const store::RangeRow& a, const store::RangeRow& b) {
-        return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
-      });
+      store::sort_by_start(rows);
       model->levels[t.id] = build_levels(rows);
       model->run.ranges[t.id] = std::move(rows);
     } else if (t.kind == store::TrackKind::stream) {
@@ -241,8 +241,7 @@ void TimelineWindow::read_rows(const Request& r) {
   rows_span_ = {r.t0_ns, r.t1_ns};
 }
 
-void TimelineWindow::read_summary(const Request& r) {
-  store::Reader reader(path_);
+void TimelineWindow::read_summary(store::Reader& reader, const Request& r) {
   auto view = std::make_shared<SummaryView>();
   view->t0_ns = r.t0_ns;
   view->t1_ns = r.t1_ns;

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "store/reader.hpp"
 #include "store/summary.hpp"
 
 namespace wb::app_model {
@@ -92,8 +93,8 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   Request plan(double t0_ns, double t1_ns, double width_px) const;
   bool satisfied_locked(const Request& r) const;  // under mutex_
   void run();
-  void read_rows(const Request& r);
-  void read_summary(const Request& r);
+  void read_rows(store::Reader& reader, const Request& r);
+  void read_summary(store::Reader& reader, const Request& r);
   int level_for(double ns_per_px) const;  // the level whose widest bucket is about a pixel
 
   std::filesystem::path path_;

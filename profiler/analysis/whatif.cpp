@@ -305,9 +305,7 @@ class Replay {
         }
         rows.push_back(m);
       }
-      std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
-        return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.depth < b.depth;
-      });
+      store::sort_by_start(rows);
     }
     return out;
   }
