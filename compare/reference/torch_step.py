@@ -495,26 +495,33 @@ class ReluProbe:
         return torch.where(mask, 2.0 * beta.view(1, -1, 1, 1) - out, out)
 
 
-def relu_flips(inputs32, inputs64, reach):
-    """Call index -> the elements of that ReLU call's input within `reach` standard deviations of the
-    float32 rounding noise (per channel: rms of x32 - x64 over batch and space) of zero, which a correct
-    port may see on the other side of zero; and the count of such elements and of all."""
+def near_flips(inputs32, inputs64, flagged):
+    """Call index -> flagged(x64, d) (a boolean tensor; d = x32 - x64, both float64) for each recorded
+    call, where it flags anything; and the count of flagged entries and of all."""
     import torch
     flips, near, total = {}, 0, 0
     for i, (x32, x64) in enumerate(zip(inputs32, inputs64)):
-        if x32.shape != x64.shape:
+        if x32 is None or x64 is None or x32.shape != x64.shape:
             continue
         x64 = x64.to(torch.float64)
-        d = x32.to(torch.float64) - x64
-        dims = [k for k in range(d.dim()) if k != 1] if d.dim() > 1 else [0]
-        sigma = d.pow(2).mean(dim=dims, keepdim=True).sqrt() if d.dim() > 1 else d.pow(2).mean().sqrt()
-        flip = x64.abs() < reach * sigma
+        flip = flagged(x64, x32.to(torch.float64) - x64)
         total += flip.numel()
         count = int(flip.sum())
         if count:
             flips[i] = flip
             near += count
     return flips, near, total
+
+
+def relu_flips(inputs32, inputs64, reach):
+    """Call index -> the elements of that ReLU call's input within `reach` standard deviations of the
+    float32 rounding noise (per channel: rms of x32 - x64 over batch and space) of zero, which a correct
+    port may see on the other side of zero; and the count of such elements and of all."""
+    def flagged(x64, d):
+        dims = [k for k in range(d.dim()) if k != 1] if d.dim() > 1 else [0]
+        sigma = d.pow(2).mean(dim=dims, keepdim=True).sqrt() if d.dim() > 1 else d.pow(2).mean().sqrt()
+        return x64.abs() < reach * sigma
+    return near_flips(inputs32, inputs64, flagged)
 
 
 def bn_flips(inputs32, inputs64, reach):
@@ -522,22 +529,9 @@ def bn_flips(inputs32, inputs64, reach):
     float64 spread (standard deviation over batch and space) is within `reach` of the float32 rounding
     noise of its input (rms of x32 - x64 over the channel): the channels whose normalised values a correct
     port may see the other way; and the count of such channels and of all."""
-    import torch
-    flips, near, total = {}, 0, 0
-    for i, (x32, x64) in enumerate(zip(inputs32, inputs64)):
-        if x32 is None or x64 is None or x32.shape != x64.shape:
-            continue
-        x64 = x64.to(torch.float64)
-        d = x32.to(torch.float64) - x64
-        sigma = d.pow(2).mean(dim=(0, 2, 3)).sqrt()
-        spread = x64.var(dim=(0, 2, 3), unbiased=False).sqrt()
-        flip = spread < reach * sigma
-        total += flip.numel()
-        count = int(flip.sum())
-        if count:
-            flips[i] = flip
-            near += count
-    return flips, near, total
+    def flagged(x64, d):
+        return x64.var(dim=(0, 2, 3), unbiased=False).sqrt() < reach * d.pow(2).mean(dim=(0, 2, 3)).sqrt()
+    return near_flips(inputs32, inputs64, flagged)
 
 
 class LogitGradient:
