@@ -621,7 +621,8 @@ void add_run_points(const std::map<std::pair<int, int>, std::vector<store::Allre
   auto near = [](double a, double b) { return a > b / 1.25 && a < b * 1.25; };
   for (const auto& [key, v] : spans) {
     auto& curve = key.first == 0 ? m.latency : m.latency_during;
-    std::erase_if(curve, [&](const auto& pt) { return near(pt.first, static_cast<double>(key.second)); });
+    const auto bytes = static_cast<double>(key.second);  // (clang: a lambda cannot capture a binding)
+    std::erase_if(curve, [&](const auto& pt) { return near(pt.first, bytes); });
   }
   for (auto& [key, v] : spans) {
     std::sort(v.begin(), v.end());
