@@ -96,22 +96,12 @@ class DeviceWalker {
     return best;
   }
 
+  // The path back from a host thread at t, or from the end of device activity k, to `floor`.
   std::vector<PathSegment> walk_host(int rank, std::uint32_t track, std::int64_t t, std::int64_t floor) {
-    floor_ = floor;
-    out_.clear();
-    Position p{rank, track, nullptr, t};
-    for (int guard = 0; guard < 1'000'000 && p.t > floor_; ++guard) p = p.kernel ? device_step(p) : host_step(p);
-    std::reverse(out_.begin(), out_.end());
-    return std::move(out_);
+    return walk({rank, track, nullptr, t}, floor);
   }
-
   std::vector<PathSegment> walk_device(int rank, const store::KernelRow* k, std::int64_t floor) {
-    floor_ = floor;
-    out_.clear();
-    Position p{rank, k->track, k, k->end_ns};
-    for (int guard = 0; guard < 1'000'000 && p.t > floor_; ++guard) p = p.kernel ? device_step(p) : host_step(p);
-    std::reverse(out_.begin(), out_.end());
-    return std::move(out_);
+    return walk({rank, k->track, k, k->end_ns}, floor);
   }
 
  private:
@@ -122,6 +112,14 @@ class DeviceWalker {
     const store::KernelRow* kernel;
     std::int64_t t;
   };
+
+  std::vector<PathSegment> walk(Position p, std::int64_t floor) {
+    floor_ = floor;
+    out_.clear();
+    for (int guard = 0; guard < 1'000'000 && p.t > floor_; ++guard) p = p.kernel ? device_step(p) : host_step(p);
+    std::reverse(out_.begin(), out_.end());
+    return std::move(out_);
+  }
 
   static std::int64_t launch_time(const store::KernelRow& k) { return k.launch_ns >= 0 ? k.launch_ns : k.start_ns; }
 
