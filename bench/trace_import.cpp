@@ -104,6 +104,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "trace_import: EVENTS and ROUNDS must be positive\n");
     return 2;
   }
+  ingest::tune_allocator_for_import();  // as `wb import` does
   const std::string tag = std::to_string(::getpid());
   const fs::path trace = dir / ("wb-trace-import-" + tag + ".json");
   const fs::path out = dir / ("wb-trace-import-" + tag + ".sqlite");

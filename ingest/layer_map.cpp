@@ -33,15 +33,18 @@ void build_tree(std::vector<Node>& nodes) {
     if (a.end != b.end) return a.end > b.end;
     return a.added && !b.added;
   };
+  // In place: the nodes in order are compacted to the front, the late ones sorted behind them, and the
+  // two merged (with a buffer the size of the late ones).
   if (!std::is_sorted(nodes.begin(), nodes.end(), before)) {
-    std::vector<Node> in_order, late;
-    in_order.reserve(nodes.size());
-    for (const Node& n : nodes) {
-      if (in_order.empty() || !before(n, in_order.back())) in_order.push_back(n);
-      else late.push_back(n);
+    std::vector<Node> late;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < nodes.size(); ++i) {
+      if (kept == 0 || !before(nodes[i], nodes[kept - 1])) nodes[kept++] = nodes[i];
+      else late.push_back(nodes[i]);
     }
     std::sort(late.begin(), late.end(), before);
-    std::merge(in_order.begin(), in_order.end(), late.begin(), late.end(), nodes.begin(), before);
+    std::copy(late.begin(), late.end(), nodes.begin() + static_cast<std::ptrdiff_t>(kept));
+    std::inplace_merge(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(kept), nodes.end(), before);
   }
   constexpr std::int64_t kRounding = 1000;  // 1 us
   std::vector<std::int32_t> stack;

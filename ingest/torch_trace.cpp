@@ -2,6 +2,7 @@
 // layer ranges (layer_map.cpp) -> one per-rank run file each -> merged into the output.
 #include "ingest/torch_trace.hpp"
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,21 +40,34 @@ bool is_loss_op(std::string_view n) {
          n == "aten::log_softmax" || n == "aten::mse_loss" || n == "aten::binary_cross_entropy_with_logits";
 }
 
-// What a range is, from its name and its parent's category (PyTorch's traces carry no phase).
-Category category_of(std::string_view name, EventCat cat, std::int64_t fwd_tid, const Node* parent, bool backward_thread) {
-  if (starts_with(name, "ProfilerStep#")) return Category::step;
-  if (starts_with(name, "nccl:") || starts_with(name, "c10d::") || name == "record_param_comms") return Category::comm;
+// What a name says of its range, before its parent is known; worked out once per distinct name.
+enum class NameKind : std::uint8_t { plain, step, comm, optimizer, data, autograd, loss };
+
+NameKind name_kind(std::string_view name) {
+  if (starts_with(name, "ProfilerStep#")) return NameKind::step;
+  if (starts_with(name, "nccl:") || starts_with(name, "c10d::") || name == "record_param_comms") return NameKind::comm;
+  if (starts_with(name, "Optimizer.")) return NameKind::optimizer;
+  if (starts_with(name, "enumerate(DataLoader)") || starts_with(name, "enumerate(DataPipe)")) return NameKind::data;
+  if (starts_with(name, "autograd::engine::evaluate_function:")) return NameKind::autograd;
+  if (is_loss_op(name)) return NameKind::loss;
+  return NameKind::plain;
+}
+
+// What a range is, from its name's kind and its parent's category (PyTorch's traces carry no phase).
+Category category_of(NameKind kind, EventCat cat, std::int64_t fwd_tid, const Node* parent, bool backward_thread) {
+  if (kind == NameKind::step) return Category::step;
+  if (kind == NameKind::comm) return Category::comm;
   if (parent) {
     Category pc = parent->category;
     if (pc == Category::optimizer || pc == Category::data || pc == Category::loss || pc == Category::backward ||
         pc == Category::comm)
       return pc;
   }
-  if (starts_with(name, "Optimizer.")) return Category::optimizer;
-  if (starts_with(name, "enumerate(DataLoader)") || starts_with(name, "enumerate(DataPipe)")) return Category::data;
+  if (kind == NameKind::optimizer) return Category::optimizer;
+  if (kind == NameKind::data) return Category::data;
   // Kineto writes "Fwd thread id" on forward ops too, as 0; an autograd node's is its forward thread's (>= 1).
-  if (starts_with(name, "autograd::engine::evaluate_function:") || fwd_tid > 0) return Category::backward;
-  if (is_loss_op(name)) return Category::loss;
+  if (kind == NameKind::autograd || fwd_tid > 0) return Category::backward;
+  if (kind == NameKind::loss) return Category::loss;
   if (cat == EventCat::cuda_runtime && parent && parent->category != Category::step) return parent->category;
   return backward_thread ? Category::backward : Category::forward;
 }
@@ -170,25 +184,56 @@ struct RankEvents {
 
 RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
   RankEvents out;
+  // Two passes: the first counts each thread's and stream's events, so that the second fills vectors of
+  // their final size (growing them copies each node again and touches fresh pages each time).
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> thread_index;
+  std::vector<std::size_t> thread_sizes;
+  std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> stream_sizes;
+  auto device_of = [&](const TraceEvent& ev) {
+    std::int64_t dev = ev.device >= 0 ? ev.device : std::atoll(tr.strings[ev.pid].c_str());
+    std::int64_t stream = ev.stream >= 0 ? ev.stream : std::atoll(tr.strings[ev.tid].c_str());
+    return std::pair{dev, stream};
+  };
+  // The thread of a host event; consecutive events are mostly on one thread, so the last one is tried first.
+  std::pair<std::uint32_t, std::uint32_t> last_key{~0u, ~0u};
+  std::size_t last_index = 0;
+  auto thread_of = [&](const TraceEvent& ev) {
+    const std::pair<std::uint32_t, std::uint32_t> key{ev.pid, ev.tid};
+    if (key == last_key) return last_index;
+    auto [it, fresh] = thread_index.try_emplace(key, out.threads.size());
+    if (fresh) {
+      Thread t;
+      t.key = tr.strings[ev.pid] + "/" + tr.strings[ev.tid];
+      auto named = tr.thread_names.find((std::uint64_t{ev.pid} << 32) | ev.tid);
+      t.label = named != tr.thread_names.end() && !named->second.empty() ? named->second : "thread " + tr.strings[ev.tid];
+      out.threads.push_back(std::move(t));
+      thread_sizes.push_back(0);
+    }
+    last_key = key;
+    last_index = it->second;
+    return last_index;
+  };
+  for (const TraceEvent& ev : tr.events) {
+    if (is_host(ev.cat)) ++thread_sizes[thread_of(ev)];
+    else if (is_device(ev.cat)) ++stream_sizes[device_of(ev)];
+  }
+  for (std::size_t i = 0; i < out.threads.size(); ++i) reserve_huge(out.threads[i].nodes, thread_sizes[i]);
+  for (const auto& [key, n] : stream_sizes) out.streams[key].events.reserve(n);
+  Stream* last_stream = nullptr;
+  std::pair<std::int64_t, std::int64_t> last_stream_key{-1, -1};
   for (const TraceEvent& ev : tr.events) {
     if (is_host(ev.cat)) {
-      auto [it, fresh] = thread_index.try_emplace({ev.pid, ev.tid}, out.threads.size());
-      if (fresh) {
-        Thread t;
-        t.key = tr.strings[ev.pid] + "/" + tr.strings[ev.tid];
-        auto named = tr.thread_names.find((std::uint64_t{ev.pid} << 32) | ev.tid);
-        t.label = named != tr.thread_names.end() && !named->second.empty() ? named->second : "thread " + tr.strings[ev.tid];
-        out.threads.push_back(std::move(t));
-      }
-      out.threads[it->second].nodes.push_back(host_node(ev, base_ns));
+      out.threads[thread_of(ev)].nodes.push_back(host_node(ev, base_ns));
     } else if (is_device(ev.cat)) {
-      std::int64_t dev = ev.device >= 0 ? ev.device : std::atoll(tr.strings[ev.pid].c_str());
-      std::int64_t stream = ev.stream >= 0 ? ev.stream : std::atoll(tr.strings[ev.tid].c_str());
-      auto& s = out.streams[{dev, stream}];
-      if (s.label.empty()) s.label = "cuda:" + std::to_string(dev) + " stream " + std::to_string(stream);
-      s.events.push_back(&ev);
-      out.devices.insert(static_cast<int>(dev));
+      const auto key = device_of(ev);
+      if (!last_stream || key != last_stream_key) {
+        last_stream = &out.streams[key];
+        last_stream_key = key;
+        if (last_stream->label.empty())
+          last_stream->label = "cuda:" + std::to_string(key.first) + " stream " + std::to_string(key.second);
+        out.devices.insert(static_cast<int>(key.first));
+      }
+      last_stream->events.push_back(&ev);
     }
   }
   return out;
@@ -217,24 +262,32 @@ struct StepIndex {
 
 // Builds each thread's tree and gives every node its category top-down (parents come first after
 // build_tree); returns the ProfilerSteps found, not yet sorted.
-StepIndex categorize(std::vector<Thread>& threads, const Names& names) {
+StepIndex categorize(std::vector<Thread>& threads, const Names& names, std::size_t name_count) {
   StepIndex steps;
+  std::vector<NameKind> kinds(name_count);
+  std::vector<bool> known(name_count, false);
+  auto kind_of = [&](std::uint32_t name) {
+    if (!known[name]) {
+      kinds[name] = name_kind(names.text(name));
+      known[name] = true;
+    }
+    return kinds[name];
+  };
   for (Thread& t : threads) {
     build_tree(t.nodes);
     // autograd's device threads (GPU runs): autograd nodes and no steps
     bool has_steps = false, has_autograd = false;
     for (const Node& n : t.nodes) {
-      const std::string& text = names.text(n.name);
-      has_steps = has_steps || starts_with(text, "ProfilerStep#");
-      has_autograd = has_autograd || starts_with(text, "autograd::engine::evaluate_function:");
+      const NameKind k = kind_of(n.name);
+      has_steps = has_steps || k == NameKind::step;
+      has_autograd = has_autograd || k == NameKind::autograd;
     }
     for (Node& n : t.nodes) {
       const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
-      const std::string& text = names.text(n.name);
-      n.category = category_of(text, n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
+      n.category = category_of(kind_of(n.name), n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
       if (n.category == Category::step) {
         steps.spans.push_back({n.start, n.end});
-        steps.ids.push_back(static_cast<std::int32_t>(std::atoi(text.c_str() + 13)));
+        steps.ids.push_back(static_cast<std::int32_t>(std::atoi(names.text(n.name).c_str() + 13)));
       }
     }
   }
@@ -533,7 +586,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
 
   Names names(tr.strings);
   // Categories top-down (parents come first after build_tree), then steps by time.
-  StepIndex steps = categorize(threads, names);
+  StepIndex steps = categorize(threads, names, tr.strings.size());
   // The main thread is the one with the steps (the legacy exporter's "CPU functions" tid 1, Kineto's
   // python thread).
   steps.sort_by_start();
@@ -599,6 +652,12 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
 }
 
 }  // namespace
+
+void tune_allocator_for_import() {
+  // 32 MiB is glibc's largest mmap threshold on 64-bit; a trim threshold this high keeps freed memory.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+}
 
 ImportResult import_torch_traces(const std::vector<std::filesystem::path>& traces, const std::filesystem::path& out,
                                  const ImportOptions& options) {

@@ -3,6 +3,7 @@
 #include "ingest/trace_json.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -512,7 +513,7 @@ class TraceReader {
     out_.strings.emplace_back();
     ids_.emplace(std::string(), 0);
     // Kineto's events take 150-300 bytes each (flows included); capacity never touched costs no memory.
-    out_.events.reserve(s.size_hint() / 200);
+    reserve_huge(out_.events, s.size_hint() / 200);
   }
 
   ParsedTrace run() {
@@ -905,6 +906,14 @@ bool is_gzip(const std::string& file) {
 }
 
 }  // namespace
+
+void advise_huge_pages(const void* p, std::size_t bytes) {
+  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
+  if (!p || bytes < 4 * kHuge) return;
+  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 ParsedTrace read_trace(const std::filesystem::path& path) {
   const std::string file = path.string();

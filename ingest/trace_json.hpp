@@ -104,6 +104,18 @@ struct ParsedTrace {
   std::int64_t max_memory_allocated = -1;
 };
 
+// Asks the kernel to back [p, p + bytes) with huge pages where it can (transparent huge pages in
+// "madvise" mode): an import fills vectors of hundreds of MB once, and a fault per 4 KiB page cost a fifth
+// of its time. Harmless where huge pages are off.
+void advise_huge_pages(const void* p, std::size_t bytes);
+
+// v.reserve(n), the new capacity advised for huge pages when it is large.
+template <class T>
+void reserve_huge(std::vector<T>& v, std::size_t n) {
+  v.reserve(n);
+  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
+}
+
 // Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that
 // is no trace (with what was found), a truncated file (with the byte offset where it ends).
 ParsedTrace parse_trace(std::string_view text, const std::string& file);

@@ -110,6 +110,7 @@ int cmd_import(int argc, char** argv) {
     else args.fail("--layers must be auto, resnet50 or none, not '" + *layers + "'");
   }
   if (!quiet) o.progress = [](std::string_view line) { std::fprintf(stderr, "wb import: %.*s\n", static_cast<int>(line.size()), line.data()); };
+  ingest::tune_allocator_for_import();
   auto result = ingest::import_torch_traces(traces, *out, o);
   if (!quiet) print_summary(result);
   return 0;
