@@ -169,10 +169,10 @@ Node host_node(const TraceEvent& ev, std::int64_t base_ns) {
   return n;
 }
 
-// A device stream's events, in trace order.
+// A device stream's events, in trace order: copies, so that the parsed events can go once split.
 struct Stream {
   std::string label;
-  std::vector<const TraceEvent*> events;
+  std::vector<TraceEvent> events;
 };
 
 // One rank's events: threads of host ranges, and the device streams with the devices they ran on.
@@ -233,7 +233,7 @@ RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
           last_stream->label = "cuda:" + std::to_string(key.first) + " stream " + std::to_string(key.second);
         out.devices.insert(static_cast<int>(key.first));
       }
-      last_stream->events.push_back(&ev);
+      last_stream->events.push_back(ev);
     }
   }
   return out;
@@ -395,7 +395,7 @@ std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_kernel
   for (const auto& [key, s] : streams) {
     std::vector<store::KernelRow> rows;
     rows.reserve(s.events.size());
-    for (const TraceEvent* ev : s.events) rows.push_back(kernel_row(*ev, base_ns, launches, threads, info));
+    for (const TraceEvent& ev : s.events) rows.push_back(kernel_row(ev, base_ns, launches, threads, info));
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
     stream_rows.emplace_back(s.label, std::move(rows));
   }
@@ -579,6 +579,8 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
 
   // Threads of host ranges, and the device streams.
   RankEvents events = split_events(tr, base_ns);
+  // Every event is a node or a stream's by now: the parsed events go before the nodes grow.
+  std::vector<TraceEvent>().swap(tr.events);
   std::vector<Thread>& threads = events.threads;
   const std::set<int>& devices = events.devices;
   if (threads.empty())
@@ -610,9 +612,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   Launches launches = index_launches(threads);
   store::Writer w(import_writer_options(path, rt.rank, build_indexes));
   auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, threads, info);
-  // Every event is a node or a kernel row by now: the parsed events go before the rows are written.
-  events.streams.clear();
-  std::vector<TraceEvent>().swap(tr.events);
+  events.streams.clear();  // each stream's events are its kernel rows now
 
   // Trace string ids -> the run file's, interned once each.
   std::vector<std::uint32_t> sid(tr.strings.size(), std::numeric_limits<std::uint32_t>::max());
