@@ -182,10 +182,11 @@ struct RankEvents {
   std::set<int> devices;
 };
 
-RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
+RankEvents split_events(ParsedTrace& tr, std::int64_t base_ns) {
   RankEvents out;
   // Two passes: the first counts each thread's and stream's events, so that the second fills vectors of
-  // their final size (growing them copies each node again and touches fresh pages each time).
+  // their final size (growing them copies each node again and touches fresh pages each time). The
+  // second frees the parsed events as it goes.
   std::map<std::pair<std::uint32_t, std::uint32_t>, std::size_t> thread_index;
   std::vector<std::size_t> thread_sizes;
   std::map<std::pair<std::int64_t, std::int64_t>, std::size_t> stream_sizes;
@@ -213,15 +214,15 @@ RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
     last_index = it->second;
     return last_index;
   };
-  for (const TraceEvent& ev : tr.events) {
+  tr.events.for_each([&](const TraceEvent& ev) {
     if (is_host(ev.cat)) ++thread_sizes[thread_of(ev)];
     else if (is_device(ev.cat)) ++stream_sizes[device_of(ev)];
-  }
+  });
   for (std::size_t i = 0; i < out.threads.size(); ++i) reserve_huge(out.threads[i].nodes, thread_sizes[i]);
   for (const auto& [key, n] : stream_sizes) out.streams[key].events.reserve(n);
   Stream* last_stream = nullptr;
   std::pair<std::int64_t, std::int64_t> last_stream_key{-1, -1};
-  for (const TraceEvent& ev : tr.events) {
+  tr.events.consume([&](const TraceEvent& ev) {
     if (is_host(ev.cat)) {
       out.threads[thread_of(ev)].nodes.push_back(host_node(ev, base_ns));
     } else if (is_device(ev.cat)) {
@@ -235,7 +236,7 @@ RankEvents split_events(const ParsedTrace& tr, std::int64_t base_ns) {
       }
       last_stream->events.push_back(ev);
     }
-  }
+  });
   return out;
 }
 
@@ -299,22 +300,27 @@ StepIndex categorize(std::vector<Thread>& threads, const Names& names, std::size
 // and HTA's). Kineto's "External id" on a device row is not reliably the op's (traces of recent
 // versions repeat the correlation there), so it serves only where the trace has no runtime calls.
 struct Launches {
-  std::unordered_map<std::int64_t, Node*> runtime_by_corr;
-  std::unordered_map<std::int64_t, Node*> op_by_ext;
+  // (id, node) sorted by id, one node per id: sorted vectors take a quarter of a hash map's memory for
+  // millions of ids, and are built in one sort.
+  using Index = std::vector<std::pair<std::int64_t, Node*>>;
+  Index runtime_by_corr;  // the last runtime call with each correlation id
+  Index op_by_ext;        // the first op with each External id
   std::uint64_t next_corr_id = 1;
+
+  static Node* find(const Index& index, std::int64_t id) {
+    if (id < 0) return nullptr;
+    auto it = std::lower_bound(index.begin(), index.end(), id, [](const auto& e, std::int64_t v) { return e.first < v; });
+    return it != index.end() && it->first == id ? it->second : nullptr;
+  }
+
+  // The runtime call with this correlation id, or null.
+  const Node* call(std::int64_t correlation) const { return find(runtime_by_corr, correlation); }
 
   // The range a device row with these ids is attributed to: the op enclosing its runtime call, the
   // call itself when no op encloses it, the op with its External id when no call is on record; with
   // whether that is an op (not a bare runtime call).
-  // The runtime call with this correlation id, or null.
-  const Node* call(std::int64_t correlation) const {
-    auto it = runtime_by_corr.find(correlation);
-    return correlation >= 0 && it != runtime_by_corr.end() ? it->second : nullptr;
-  }
-
   std::pair<Node*, bool> launcher(std::int64_t correlation, std::int64_t external_id, std::vector<Thread>& threads) const {
-    if (auto it = runtime_by_corr.find(correlation); correlation >= 0 && it != runtime_by_corr.end()) {
-      Node* call = it->second;
+    if (Node* call = find(runtime_by_corr, correlation)) {
       const std::vector<Node>& nodes = threads[call->thread].nodes;
       for (std::int32_t k = call->parent; k >= 0; k = nodes[static_cast<std::size_t>(k)].parent) {
         Node& n = threads[call->thread].nodes[static_cast<std::size_t>(k)];
@@ -322,10 +328,25 @@ struct Launches {
       }
       return {call, false};
     }
-    if (auto it = op_by_ext.find(external_id); external_id >= 0 && it != op_by_ext.end()) return {it->second, true};
+    if (Node* op = find(op_by_ext, external_id)) return {op, true};
     return {nullptr, false};
   }
 };
+
+// Sorts an index by id and keeps one node per id: the first or the last in thread and node order.
+void sort_unique(Launches::Index& index, bool keep_last) {
+  std::stable_sort(index.begin(), index.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::size_t out = 0;
+  for (std::size_t i = 0; i < index.size(); ++i) {
+    if (out > 0 && index[out - 1].first == index[i].first) {
+      if (keep_last) index[out - 1] = index[i];
+      continue;
+    }
+    index[out++] = index[i];
+  }
+  index.resize(out);
+  index.shrink_to_fit();
+}
 
 Launches index_launches(std::vector<Thread>& threads) {
   Launches out;
@@ -334,11 +355,13 @@ Launches index_launches(std::vector<Thread>& threads) {
       n.thread = static_cast<std::uint32_t>(ti);
       if (n.added) continue;
       if (n.cat == EventCat::cuda_runtime) {
-        if (n.corr >= 0) out.runtime_by_corr[n.corr] = &n;
+        if (n.corr >= 0) out.runtime_by_corr.emplace_back(n.corr, &n);
       } else if (n.ext >= 0) {
-        out.op_by_ext.emplace(n.ext, &n);
+        out.op_by_ext.emplace_back(n.ext, &n);
       }
     }
+  sort_unique(out.runtime_by_corr, true);
+  sort_unique(out.op_by_ext, false);
   return out;
 }
 
@@ -460,9 +483,16 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
     const bool python = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return is_python(n); });
     const std::uint32_t python_track =
         python ? w.add_track(store::TrackKind::thread, label + std::string(store::kPythonTrackSuffix)) : track;
+    // Handed over in batches of the writer's eager commit size: its thread commits one while the next is
+    // built, and the rows are never held twice whole.
+    constexpr std::size_t kBatch = 65536;
     rows.clear();
-    rows.reserve(t.nodes.size());
+    rows.reserve(std::min(t.nodes.size(), kBatch));
     for (const Node& n : t.nodes) {
+      if (rows.size() == kBatch) {
+        w.add(std::span<const store::RangeRow>(rows));
+        rows.clear();
+      }
       store::RangeRow r;
       r.track = is_python(n) ? python_track : track;
       r.name = run_id(n.name);
@@ -578,9 +608,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   info.other_categories = tr.other_categories;
 
   // Threads of host ranges, and the device streams.
-  RankEvents events = split_events(tr, base_ns);
-  // Every event is a node or a stream's by now: the parsed events go before the nodes grow.
-  std::vector<TraceEvent>().swap(tr.events);
+  RankEvents events = split_events(tr, base_ns);  // the parsed events are gone after it
   std::vector<Thread>& threads = events.threads;
   const std::set<int>& devices = events.devices;
   if (threads.empty())
@@ -698,7 +726,7 @@ ImportResult import_torch_traces(const std::vector<std::filesystem::path>& trace
   // One time base for all ranks: Kineto's timestamps are on one (epoch) clock across processes.
   std::int64_t base = std::numeric_limits<std::int64_t>::max();
   for (const auto& r : ranks)
-    for (const auto& e : r.trace.events) base = std::min(base, e.ts_ns);
+    r.trace.events.for_each([&](const TraceEvent& e) { base = std::min(base, e.ts_ns); });
 
   ImportResult result;
   result.out = out;

@@ -67,8 +67,6 @@ class Source {
   virtual std::size_t read(char* dst, std::size_t n) = 0;
   // The same bytes again from the start, for an error message's line number; null when they cannot be.
   virtual std::unique_ptr<Source> reopen() const = 0;
-  // About how many bytes there are (to reserve the events), 0 when unknown.
-  virtual std::size_t size_hint() const = 0;
 };
 
 // A cursor over the text, held either whole (parse_trace) or as a window that slides over a Source
@@ -94,7 +92,6 @@ class Scanner {
 
   // Whether the text holds no byte at all (checked before anything is read).
   bool empty() const { return base_ == 0 && e_ == buf_; }
-  std::size_t size_hint() const { return src_ ? src_->size_hint() : static_cast<std::size_t>(e_ - buf_); }
 
   [[noreturn]] void fail(std::string_view what) const {
     const auto off = offset();
@@ -512,8 +509,6 @@ class TraceReader {
   TraceReader(Scanner& s, const std::string& file) : s_(s), file_(file) {
     out_.strings.emplace_back();
     ids_.emplace(std::string(), 0);
-    // Kineto's events take 150-300 bytes each (flows included); capacity never touched costs no memory.
-    reserve_huge(out_.events, s.size_hint() / 200);
   }
 
   ParsedTrace run() {
@@ -819,7 +814,6 @@ class FileSource final : public Source {
   explicit FileSource(const std::string& file) : file_(file), fd_(open_trace(file, size_)) {}
   std::size_t read(char* dst, std::size_t n) override { return read_full(fd_.fd, dst, n, file_); }
   std::unique_ptr<Source> reopen() const override { return std::make_unique<FileSource>(file_); }
-  std::size_t size_hint() const override { return size_; }
 
  private:
   std::string file_;
@@ -832,14 +826,6 @@ class GzipSource final : public Source {
  public:
   explicit GzipSource(const std::string& file) : file_(file), fd_(open_trace(file, size_)), in_(new char[kReadChunk]) {
     if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) throw TraceError(file + ": cannot start gzip decompression");
-    // gzip's trailer holds the inflated size modulo 2^32: a hint for the events to reserve, trusted up to
-    // 32 times the compressed size (traces compress 10-20 times; a damaged trailer could say anything).
-    unsigned char tail[4] = {};
-    if (size_ >= 18 && ::pread(fd_.fd, tail, 4, static_cast<off_t>(size_ - 4)) == 4) {
-      hint_ = std::size_t{tail[0]} | std::size_t{tail[1]} << 8 | std::size_t{tail[2]} << 16 | std::size_t{tail[3]} << 24;
-      while (hint_ < size_) hint_ += std::size_t{1} << 32;
-      hint_ = std::min(hint_, size_ * 32);
-    }
   }
   GzipSource(const GzipSource&) = delete;
   GzipSource& operator=(const GzipSource&) = delete;
@@ -874,7 +860,6 @@ class GzipSource final : public Source {
     return want - z_.avail_out;
   }
   std::unique_ptr<Source> reopen() const override { return std::make_unique<GzipSource>(file_); }
-  std::size_t size_hint() const override { return hint_; }
 
   // Inflates the rest, throwing the truncated or corrupt data's error if there is one: a damaged .json.gz
   // is reported as such, as when it was inflated whole before the scan, not by the JSON it inflated to
@@ -888,7 +873,6 @@ class GzipSource final : public Source {
  private:
   std::string file_;
   std::size_t size_ = 0;
-  std::size_t hint_ = 0;
   Fd fd_;
   std::unique_ptr<char[]> in_;
   z_stream z_{};

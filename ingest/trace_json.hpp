@@ -85,10 +85,62 @@ struct TraceMemoryEvent {
 
 enum class TraceFormat { legacy, kineto };
 
+// Asks the kernel to back [p, p + bytes) with huge pages where it can (transparent huge pages in
+// "madvise" mode): an import fills vectors of hundreds of MB once, and a fault per 4 KiB page cost a fifth
+// of its time. Harmless where huge pages are off.
+void advise_huge_pages(const void* p, std::size_t bytes);
+
+// v.reserve(n), the new capacity advised for huge pages when it is large.
+template <class T>
+void reserve_huge(std::vector<T>& v, std::size_t n) {
+  v.reserve(n);
+  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
+}
+
+// The parsed events in file order, in blocks of 2^18 (32 MiB each): a consumer that turns them into
+// something else frees each block as it passes it (consume), so that the events and what they become
+// are never both whole in memory.
+class EventList {
+ public:
+  static constexpr std::size_t kBlockShift = 18;
+  static constexpr std::size_t kBlock = std::size_t{1} << kBlockShift;
+
+  void push_back(const TraceEvent& e) {
+    if (blocks_.empty() || blocks_.back().size() == kBlock) {
+      blocks_.emplace_back();
+      reserve_huge(blocks_.back(), kBlock);
+    }
+    blocks_.back().push_back(e);
+    ++size_;
+  }
+  std::size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+  const TraceEvent& operator[](std::size_t i) const { return blocks_[i >> kBlockShift][i & (kBlock - 1)]; }
+  template <class F>
+  void for_each(F&& f) const {
+    for (const auto& b : blocks_)
+      for (const TraceEvent& e : b) f(e);
+  }
+  // f(event) for each event in order, each block freed once passed; the list is empty after.
+  template <class F>
+  void consume(F&& f) {
+    for (auto& b : blocks_) {
+      for (const TraceEvent& e : b) f(e);
+      std::vector<TraceEvent>().swap(b);
+    }
+    blocks_.clear();
+    size_ = 0;
+  }
+
+ private:
+  std::vector<std::vector<TraceEvent>> blocks_;
+  std::size_t size_ = 0;
+};
+
 struct ParsedTrace {
   TraceFormat format = TraceFormat::legacy;
   std::vector<std::string> strings;     // interned texts; id 0 is ""
-  std::vector<TraceEvent> events;       // every event of the file, in file order
+  EventList events;                     // every event of the file, in file order
   std::int64_t events_by_cat[kEventCats] = {};
   nlohmann::json device_properties = nlohmann::json::array();  // Kineto's "deviceProperties"
   nlohmann::json distributed_info = nlohmann::json::object();  // Kineto's "distributedInfo"
@@ -103,18 +155,6 @@ struct ParsedTrace {
   // over the profiled steps; -1 when absent.
   std::int64_t max_memory_allocated = -1;
 };
-
-// Asks the kernel to back [p, p + bytes) with huge pages where it can (transparent huge pages in
-// "madvise" mode): an import fills vectors of hundreds of MB once, and a fault per 4 KiB page cost a fifth
-// of its time. Harmless where huge pages are off.
-void advise_huge_pages(const void* p, std::size_t bytes);
-
-// v.reserve(n), the new capacity advised for huge pages when it is large.
-template <class T>
-void reserve_huge(std::vector<T>& v, std::size_t n) {
-  v.reserve(n);
-  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
-}
 
 // Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that
 // is no trace (with what was found), a truncated file (with the byte offset where it ends).
