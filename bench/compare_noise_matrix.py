@@ -9,13 +9,16 @@ float32 noise), compared twice with the default migration-fp32 profile:
 A correct run must pass both ways; every FAIL on one is a false alarm. Faults planted into the replay
 (torch_step.py --fault NAME) must fail, first at the tensor where each shows.
 
-    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults [--fault NAME,...]] [--out DIR]
+    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults [--fault NAME,...]] [--ours]
+                                  [--out DIR]
 
 --quick runs two correct cases, seed 1 (the test suite runs it); the default runs the whole matrix:
 batch 2, 4, 8, 32 at 32x32; 224x224; 2 ranks; a pipeline with micro-batches of 2 and 4; --sync-bn
 global; --shard-fc 2; --threads 1 and 2; ONEDNN_MAX_CPU_ISA=AVX2; 3 seeds each. --faults adds the
 detection table at batch 4 and 32 and the sensitivity to a random error planted on one gradient;
---fault limits the table to the faults named (and leaves the sensitivity out).
+--fault limits the table to the faults named (and leaves the sensitivity out). --ours judges by our own
+step's noise instead, as for a reference that records none: each reference is made with --no-noise, and
+each run gets `wb estimate-noise`.
 The last line is the count of false FAILs before and after, and the margin: the worst error / bound
 of any tensor on a correct run (under 1 passes).
 """
@@ -29,6 +32,10 @@ import subprocess
 import sys
 import tempfile
 import time
+
+# --ours: references without their own noise (torch_step.py --no-noise), judged by our step's noise
+# instead (wb estimate-noise on each run).
+OURS = False
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(os.environ.get("WB_BUILD_DIR", ROOT / "build")) / "bin"
@@ -94,10 +101,15 @@ def train(work, name, flags, seed, env):
     r, t = sh(f"{BIN / 'wb-train'} --data synthetic --synthetic-samples 64 --steps 1 --dump-step 0 --no-profile "
               f"{size}--seed {seed} --device cpu --precision fp32 {flags} --run {run}", env)
     need_ok(r, f"wb-train {name} seed {seed}")
+    if OURS:
+        r, _ = sh(f"{BIN / 'wb'} estimate-noise {run}", env)
+        need_ok(r, f"wb estimate-noise {name} seed {seed}")
     return run, t
 
 
 def replay(run, out, extra=""):
+    if OURS:
+        extra += " --no-noise"
     r, t = sh(f"{PY} {TORCH_STEP} {run} --out {out} {extra}")
     need_ok(r, f"torch_step.py {run.name} {extra}")
     return t
@@ -225,7 +237,12 @@ def main():
     parser.add_argument("--no-correct", action="store_true", help="skip the correct cases")
     parser.add_argument("--fault", help="with --faults: only these faults (comma-separated), no sensitivity")
     parser.add_argument("--out", help="keep the work files here (default: a temporary folder)")
+    parser.add_argument("--ours", action="store_true",
+                        help="references without noise of their own (torch_step.py --no-noise); each run's own noise "
+                             "from wb estimate-noise instead")
     args = parser.parse_args()
+    global OURS
+    OURS = args.ours
     cases = [c for c in MATRIX if (not args.quick or c[0] in QUICK) and (not args.only or args.only in c[0])]
     seeds = 1 if args.quick else args.seeds
     work = pathlib.Path(args.out or tempfile.mkdtemp(prefix="wb-noise-matrix-"))

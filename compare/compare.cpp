@@ -142,6 +142,15 @@ std::optional<double> bound_use(const Thresholds& t, const Metrics& m, const Met
   return use;
 }
 
+// The noise a row is judged against: the reference's own (B's wb.noise); when B records none, our own
+// step's (A's estimate from a replay with another summation order, noise_estimate.hpp).
+const NoiseScale* noise_for(const TensorSet& a, const TensorSet& b, const std::string& a_key, const std::string& b_key) {
+  const bool ours = b.noise.empty();
+  const auto& noise = ours ? a.noise : b.noise;
+  const auto it = noise.find(ours ? a_key : b_key);
+  return it != noise.end() ? &it->second : nullptr;
+}
+
 void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   const NamedTensor& ta = a.tensors[*row.a_index];
   const NamedTensor& tb = b.tensors[*row.b_index];
@@ -162,7 +171,7 @@ void compute_row(RowResult& row, const TensorSet& a, const TensorSet& b) {
   }
   row.bounds = row.thresholds;
   if (row.thresholds.noise_k) {
-    if (const auto n = b.noise.find(tb.key); n != b.noise.end()) apply_noise(row, n->second);
+    if (const NoiseScale* n = noise_for(a, b, ta.key, tb.key)) apply_noise(row, *n);
   }
   row.bound_use = bound_use(row.bounds, *row.metrics, row.update_metrics ? &*row.update_metrics : nullptr);
   const bool same_dtype = ta.tensor.dtype == tb.tensor.dtype;
@@ -388,7 +397,7 @@ std::int64_t skip_ill_conditioned(std::vector<RowResult>& rows, const Comparison
 // A reference noise above this rel-L2 leaves a tensor unable to show small errors.
 constexpr double kIllConditioned = 0.1;
 
-void describe_noise(Comparison& cmp, const TensorSet& b, std::int64_t not_judged) {
+void describe_noise(Comparison& cmp, const TensorSet& a, const TensorSet& b, std::int64_t not_judged) {
   std::int64_t used = 0, judged = 0, noisy = 0;
   for (const RowResult& row : cmp.rows) {
     if (row.metrics && row.thresholds.noise_k && !row.thresholds.bit_exact) ++judged;
@@ -396,22 +405,27 @@ void describe_noise(Comparison& cmp, const TensorSet& b, std::int64_t not_judged
     if (row.noise_applied && row.error_noise_rel_l2() && *row.error_noise_rel_l2() > kIllConditioned) ++noisy;
   }
   if (judged == 0) return;
-  if (b.noise.empty()) {
+  if (b.noise.empty() && a.noise.empty()) {
     cmp.noise_note = "bounds: fixed thresholds (the reference records no float32 noise; torch_step.py writes it "
-                     "unless run with --no-noise)";
-  } else {
-    char k[32];
-    std::snprintf(k, sizeof k, "%g", kNoiseK);
-    cmp.noise_note = "bounds: within " + std::string(k) + "x the reference's own float32 noise (" + b.noise_method +
-                     ") on " + std::to_string(used) + " of " + std::to_string(judged) + " tensors" +
-                     (used < judged ? "; fixed thresholds on the rest" : "");
-    if (noisy > 0) {
-      cmp.noise_note += "\nwarning: on " + std::to_string(noisy) + " tensors PyTorch's own float32 result is over " +
-                        "10% from float64: this step is ill-conditioned (batch norms over a few values per channel), "
-                        "so those tensors cannot show a port's small errors";
-      if (not_judged > 0) cmp.noise_note += ", and " + std::to_string(not_judged) + " are not judged at all";
-      cmp.noise_note += "; compare a step with a larger batch or images";
-    }
+                     "unless run with --no-noise, and wb estimate-noise measures our own step's)";
+    return;
+  }
+  const bool ours = b.noise.empty();
+  char k[32];
+  std::snprintf(k, sizeof k, "%g", kNoiseK);
+  cmp.noise_note = "bounds: within " + std::string(k) + "x " +
+                   (ours ? "our own step's float32 noise (" + a.noise_method + "; the reference records none)"
+                         : "the reference's own float32 noise (" + b.noise_method + ")") +
+                   " on " + std::to_string(used) + " of " + std::to_string(judged) + " tensors" +
+                   (used < judged ? "; fixed thresholds on the rest" : "");
+  if (noisy > 0) {
+    cmp.noise_note += "\nwarning: on " + std::to_string(noisy) + " tensors " +
+                      (ours ? "our own float32 result moves by over 10% with the summation order"
+                            : "PyTorch's own float32 result is over 10% from float64") +
+                      ": this step is ill-conditioned (batch norms over a few values per channel), "
+                      "so those tensors cannot show a port's small errors";
+    if (not_judged > 0) cmp.noise_note += ", and " + std::to_string(not_judged) + " are not judged at all";
+    cmp.noise_note += "; compare a step with a larger batch or images";
   }
 }
 
@@ -468,7 +482,7 @@ Comparison compare_sets(const TensorSet& a, const TensorSet& b, const CompareOpt
   sort_walk_order(cmp.rows, sort_keys);
   const std::int64_t ill = skip_ill_conditioned(cmp.rows, cmp);
   count_statuses(cmp);
-  describe_noise(cmp, b, ill);
+  describe_noise(cmp, a, b, ill);
   cmp.first_divergence = find_first_divergence(cmp, a, b, options.worst_count);
   return cmp;
 }

@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compare/noise_estimate.hpp"
 #include "store/reader.hpp"
 
 namespace wb::compare {
@@ -541,6 +542,11 @@ TensorSet load_run_file(const fs::path& path, const LoadOptions& options) {
                        ", rank " + std::to_string(*rank));
   }
   recorded_order(set, "the run file's exec_order");
+  // Our own float32 noise on this dump, when `wb estimate-noise` recorded it (noise_estimate.hpp).
+  const std::string noise_key = noise_estimate_key(*step, *rank);
+  if (const auto meta = reader.meta(); meta.count(noise_key)) {
+    read_noise(set, meta.at(noise_key), path.string() + ": meta " + noise_key);
+  }
   return set;
 }
 

@@ -401,6 +401,43 @@ TEST_CASE("no false alarms at batch 4: fixed thresholds fail correct runs, noise
   CHECK(r.output.find("fixed thresholds 0 runs") == std::string::npos);
 }
 
+// A reference that records no noise of its own (torch_step.py --no-noise, as msprobe's or a user's dump):
+// `wb estimate-noise` replays the run's step with other kernels and threads, and wb compare then judges
+// each row within 5x that noise. A correct run at batch 4 passes; a planted fault still fails where it
+// shows.
+TEST_CASE("our own noise: wb estimate-noise judges a reference without noise of its own",
+          "[compare][trainer][python]") {
+  const fs::path run = Workspace::get().train("ours_b4", 32, 4);
+  const fs::path ref = Workspace::get().replay(run, "ours_b4", 2, "--no-noise");
+  const fs::path fault = Workspace::get().replay(run, "ours_b4_bn_eps", 2, "--no-noise --fault bn_eps");
+  const fs::path dir = Workspace::get().dir();
+
+  const CommandResult before = run_command(compare_command(run, ref, dir / "ours_before.json"));
+  CHECK(read_json(dir / "ours_before.json").at("noise_note").get<std::string>().find("fixed thresholds") !=
+        std::string::npos);
+
+  const CommandResult est = run_command(quote(std::string(WB_CLI)) + " estimate-noise " + quote(run));
+  std::cout << est.output << std::flush;
+  require_ok(est);
+  CHECK(est.output.find("Estimated our own float32 noise on 764 tensors of step 0, rank 0") != std::string::npos);
+
+  const CommandResult after = run_command(compare_command(run, ref, dir / "ours_after.json"));
+  const json j = read_json(dir / "ours_after.json");
+  INFO(after.command << "\n" << failures(j) << "\n" << tail(after.output, 1500));
+  CHECK(after.exit_code == 0);
+  CHECK(j.at("summary").at("failed") == 0);
+  CHECK(j.at("noise_note").get<std::string>().find("our own step's float32 noise") != std::string::npos);
+  int applied = 0;
+  for (const json& row : j.at("rows")) applied += row.at("noise").at("applied").get<bool>();
+  CHECK(applied > 700);  // of the 764 float tensors the step computes
+
+  const CommandResult planted = run_command(compare_command(run, fault, dir / "ours_fault.json"));
+  const json f = read_json(dir / "ours_fault.json");
+  CHECK(planted.exit_code == 1);
+  REQUIRE(!f.at("first_divergence").is_null());
+  CHECK(f.at("first_divergence").at("name") == "act.layer2.1.bn2");
+}
+
 TEST_CASE("planted faults: wb compare names the tensor where each first shows", "[compare][trainer][python]") {
   const fs::path run = single_run();
   const fs::path dir = Workspace::get().dir();

@@ -15,6 +15,7 @@
   X("merge", merge, "merge RUNDIR/rank-<r>.sqlite files into one run file")                        \
   X("export", export, "write a run's dumped tensors as .safetensors or a directory of .npy files")   \
   X("compare", compare, "compare tensors of A against reference B; name the first divergence") \
+  X("estimate-noise", estimate_noise, "our own step's float32 noise, from a replay in another summation order") \
   X("diff", diff, "per-layer time of two runs side by side (ours against an imported PyTorch trace)") \
   X("import", import, "read a torch.profiler trace (Kineto or legacy JSON) into a run file")          \
   X("report", report, "profile tables and warnings: ops, steps, input starvation, allreduce overlap") \

@@ -1,0 +1,218 @@
+// wb estimate-noise RUN: our own step's float32 noise, for references that record none. Replays RUN's
+// dumped step with wb-train (its own configuration) under another summation order, and stores per tensor
+// how far the replay is from the dump (compare/noise_estimate.hpp) in RUN, where wb compare finds it.
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "app/cli/cli.hpp"
+#include "app/model/child_process.hpp"
+#include "compare/load.hpp"
+#include "compare/noise_estimate.hpp"
+#include "store/db.hpp"
+#include "store/reader.hpp"
+
+namespace wb::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* kUsage =
+    "usage: wb estimate-noise RUN [--isa ISA] [--threads N] [--step S] [--rank R] [--keep]\n"
+    "Replays RUN's dumped step with wb-train (RUN's own configuration, the same seed and data) under another\n"
+    "summation order: oneDNN's kernels of another ISA and another thread count. How far each tensor of the\n"
+    "replay is from the dump is our own float32 noise on it; it is stored in RUN, and wb compare judges each\n"
+    "tensor within 5x that noise when the reference records none of its own (msprobe, TroubleShooter,\n"
+    "torch.save, a dumper of your own). The replay must start from the same input, labels, parameters and\n"
+    "buffers, bit for bit: a dump of step 0, or of a run resumed from a checkpoint.\n"
+    "  --isa ISA     ONEDNN_MAX_CPU_ISA of the replay (default: AVX2 on an AVX-512 machine, else SSE41;\n"
+    "                another one when $ONEDNN_MAX_CPU_ISA names that one)\n"
+    "  --threads N   the replay's threads (default: 1, or 2 when the run had 1)\n"
+    "  --step S      the dump to estimate (default: the only or first one)\n"
+    "  --rank R      its rank (default: the only or first one)\n"
+    "  --keep        keep the replay's run file (RUN.noise/replay.sqlite)\n"
+    "wb-train is the one next to wb, or $WB_TRAIN_BIN.";
+
+std::string upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Another ISA than the one the run most likely used (the machine's best, or $ONEDNN_MAX_CPU_ISA's).
+std::string other_isa() {
+  const char* env = std::getenv("ONEDNN_MAX_CPU_ISA");
+  std::string used = env ? upper(env) : "";
+  if (used.empty() || used == "ALL") {
+    __builtin_cpu_init();
+    used = __builtin_cpu_supports("avx512f") ? "AVX512_CORE" : __builtin_cpu_supports("avx2") ? "AVX2" : "SSE41";
+  }
+  if (used.rfind("AVX512", 0) == 0 || used.rfind("AVX10", 0) == 0) return "AVX2";
+  if (used.rfind("AVX2", 0) == 0) return "SSE41";
+  return "AVX2";  // a run capped at SSE41 or AVX: another kernel family
+}
+
+// The dump's step and rank: the flags', else the smallest of the run's own ("run") dumps.
+std::pair<std::int32_t, std::int32_t> pick_dump(const Args& args, const fs::path& run) {
+  store::Reader reader(run);
+  std::set<std::pair<std::int32_t, std::int32_t>> dumps;
+  for (const auto& t : reader.tensors())
+    if (t.source == "run") dumps.insert({t.step, t.rank});
+  if (dumps.empty()) args.fail(run.string() + ": no dumped step (record one with wb-train --dump-step 0)");
+  const auto step = args.int_value("--step", 0, 1 << 30);
+  const auto rank = args.int_value("--rank", 0, 1 << 20);
+  for (const auto& [s, r] : dumps)
+    if ((!step || s == *step) && (!rank || r == *rank)) return {s, r};
+  args.fail(run.string() + ": no dump of step " + (step ? std::to_string(*step) : "any") + ", rank " +
+            (rank ? std::to_string(*rank) : "any"));
+}
+
+// Sets an environment variable for the children started while it lives, then restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    ::setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Runs the replay; returns its run file, or throws naming wb-train's last lines.
+fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, const std::string& isa, int threads) {
+  nlohmann::json c = config;
+  c.erase("config_file");
+  c.erase("run");
+  if (world > 1) c["nproc"] = world;  // each rank records its own config with nproc 0
+  c["threads"] = threads;
+  c["steps"] = c.value("dump_step", 0) + 1;
+  c["warmup_steps"] = 0;
+  c["profile"] = false;
+  c["memory_profile"] = false;
+  c["calibrate_comm"] = false;
+  fs::create_directories(dir);
+  const fs::path config_path = dir / "replay.json", run_path = dir / "replay.sqlite";
+  {
+    std::ofstream out(config_path);
+    out << c.dump(2) << "\n";
+    if (!out) throw std::runtime_error(config_path.string() + ": cannot write the wb-train config");
+  }
+  std::error_code ec;
+  fs::remove(run_path, ec);
+  ScopedEnv env("ONEDNN_MAX_CPU_ISA", isa);
+  app_model::ChildProcess child(app_model::train_executable(), {"--config", config_path.string(), "--run", run_path.string()});
+  const int rc = child.wait();
+  if (rc != 0) {
+    std::string tail;
+    const auto lines = child.lines();
+    for (std::size_t i = lines.size() > 6 ? lines.size() - 6 : 0; i < lines.size(); ++i) tail += "\n  " + lines[i];
+    throw std::runtime_error("the replay (wb-train --config " + config_path.string() + ") exited with " +
+                             std::to_string(rc) + "; its last lines:" + tail);
+  }
+  return run_path;
+}
+
+// The tensors the replay moved most, relative to their norm: where the step is least well conditioned.
+void print_noisiest(const nlohmann::json& tensors, std::size_t count) {
+  std::vector<std::pair<double, std::string>> rel;
+  for (const auto& [key, e] : tensors.items()) {
+    const double ref = e["ref_l2"].get<double>();
+    if (ref > 0.0) rel.emplace_back(e["l2"].get<double>() / ref, key);
+  }
+  std::sort(rel.rbegin(), rel.rend());
+  std::cout << "  largest (rel-L2 of the replay against the dump):\n";
+  for (std::size_t i = 0; i < rel.size() && i < count; ++i) {
+    char line[160];
+    std::snprintf(line, sizeof line, "    %-48s %.3g\n", rel[i].second.c_str(), rel[i].first);
+    std::cout << line;
+  }
+}
+
+}  // namespace
+
+int cmd_estimate_noise(int argc, char** argv) {
+  Args args(argc, argv, kUsage, {{"--isa"}, {"--threads"}, {"--step"}, {"--rank"}, {"--keep", false}});
+  const fs::path run_path = args.positionals(1, 1)[0];
+  nlohmann::json config;
+  int world = 1;
+  {
+    store::Reader reader(run_path);
+    const auto meta = reader.meta();
+    if (const auto w = meta.find("world_size"); w != meta.end()) world = std::max(1, std::atoi(w->second.c_str()));
+    const auto it = meta.find("config_json");
+    if (it == meta.end() || it->second.empty())
+      args.fail(run_path.string() + ": no recorded configuration (meta config_json); estimate-noise replays a wb-train run");
+    config = nlohmann::json::parse(it->second, nullptr, false);
+    if (!config.is_object()) args.fail(run_path.string() + ": meta config_json is not a JSON object");
+  }
+  const auto [step, rank] = pick_dump(args, run_path);
+  if (config.value("dump_step", -1) != step)
+    args.fail(run_path.string() + ": the configuration dumps step " + std::to_string(config.value("dump_step", -1)) +
+              ", not step " + std::to_string(step) + " (a dump made otherwise cannot be replayed)");
+  const int run_threads = config.value("threads", 0);
+  const int threads = static_cast<int>(args.int_value("--threads", 1, 1024).value_or(run_threads == 1 ? 2 : 1));
+  const std::string isa = upper(args.value_or("--isa", other_isa()));
+  const std::string method = "our step replayed with oneDNN's " + isa + " kernels and " + std::to_string(threads) +
+                             (threads == 1 ? " thread" : " threads") + "; the run had " +
+                             (run_threads > 0 ? std::to_string(run_threads) : std::string("the default")) + " threads";
+
+  const fs::path dir = run_path.string() + ".noise";
+  std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << isa << " kernels and " << threads
+            << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
+  const fs::path replay_path = replay(config, world, dir, isa, threads);
+  std::cout << " done\n";
+
+  compare::LoadOptions lo;
+  lo.source = "run";
+  lo.step = step;
+  lo.rank = rank;
+  const compare::TensorSet dump = compare::load_tensor_set(run_path, lo);
+  const compare::TensorSet again = compare::load_tensor_set(replay_path, lo);
+  compare::NoiseEstimate est;
+  try {
+    est = compare::estimate_noise(dump, again, method);
+  } catch (const compare::CompareError& e) {
+    std::cerr << "wb estimate-noise: " << e.what()
+              << "; a dump after step 0 depends on the summation order of the steps before it: dump step 0\n";
+    return 1;
+  }
+  if (est.tensors == 0) args.fail(run_path.string() + ": the dump holds no float tensor the replay also holds");
+  {
+    store::Db db = store::open_run(run_path, store::OpenMode::read_write);
+    db.prepare("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)")
+        .bind(1, compare::noise_estimate_key(step, rank))
+        .bind(2, est.json.dump())
+        .run();
+  }
+  if (!args.has("--keep")) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::cout << "Estimated our own float32 noise on " << est.tensors << " tensors of step " << step << ", rank " << rank
+            << " (" << est.moved << " moved with the summation order; " << est.tensors - est.moved
+            << " did not, and keep the fixed bounds)\n";
+  print_noisiest(est.json["tensors"], 5);
+  std::cout << "Stored in " << run_path.string() << " (meta " << compare::noise_estimate_key(step, rank)
+            << "): wb compare uses it when the reference records no noise of its own.\n";
+  return 0;
+}
+
+}  // namespace wb::cli

@@ -1,0 +1,76 @@
+#include "compare/noise_estimate.hpp"
+
+#include "compare/metrics.hpp"
+
+namespace wb::compare {
+
+namespace {
+
+bool is_float(store::DType d) {
+  return d == store::DType::F32 || d == store::DType::F64 || d == store::DType::F16 || d == store::DType::BF16;
+}
+
+// What a replay of the same step must reproduce exactly: what the step starts from.
+bool is_step_input(TensorKind k) {
+  return k == TensorKind::input || k == TensorKind::label || k == TensorKind::param || k == TensorKind::buffer;
+}
+
+bool same_bytes(const NamedTensor& a, const NamedTensor& b) {
+  return a.tensor.dtype == b.tensor.dtype && a.tensor.shape == b.tensor.shape && a.tensor.data == b.tensor.data;
+}
+
+// param_after.<name> -> param.<name>, momentum.<name> -> grad.<name> (the update's base); else null.
+const NamedTensor* update_base(const TensorSet& set, const std::string& key) {
+  switch (kind_of_key(key)) {
+    case TensorKind::param_after: return set.find(make_key("param", base_name(key)));
+    case TensorKind::momentum: return set.find(make_key("grad", base_name(key)));
+    default: return nullptr;
+  }
+}
+
+bool comparable(const NamedTensor& a, const NamedTensor& b) {
+  return !a.stats_only() && !b.stats_only() && is_float(a.tensor.dtype) && a.tensor.dtype == b.tensor.dtype &&
+         a.tensor.shape == b.tensor.shape;
+}
+
+}  // namespace
+
+std::string noise_estimate_key(std::int32_t step, std::int32_t rank) {
+  return "noise_estimate.step" + std::to_string(step) + ".rank" + std::to_string(rank);
+}
+
+NoiseEstimate estimate_noise(const TensorSet& dump, const TensorSet& replay, const std::string& method) {
+  NoiseEstimate out;
+  nlohmann::json tensors = nlohmann::json::object(), updates = nlohmann::json::object();
+  for (const NamedTensor& d : dump.tensors) {
+    const NamedTensor* r = replay.find(d.key);
+    if (r == nullptr) continue;
+    const TensorKind kind = kind_of_key(d.key);
+    if (is_step_input(kind)) {
+      if (!same_bytes(d, *r)) {
+        throw CompareError(replay.source + ": " + d.key + " differs from " + dump.source +
+                           "'s: the replay is not the same step (expected the same input, labels, parameters and "
+                           "buffers; the same seed and data)");
+      }
+      continue;
+    }
+    if (!comparable(d, *r)) continue;
+    const Metrics m = compute_metrics(d.tensor, r->tensor);
+    ++out.tensors;
+    // A tensor the other order left unchanged measured nothing: it keeps the fixed bounds.
+    if (m.bit_exact) continue;
+    ++out.moved;
+    tensors[d.key] = {{"l2", m.euc_dist}, {"max_abs", m.max_abs}, {"ref_l2", m.a.l2norm}};
+    const NamedTensor* d0 = update_base(dump, d.key);
+    const NamedTensor* r0 = update_base(replay, d.key);
+    if (d0 != nullptr && r0 != nullptr && comparable(*d0, d) && comparable(*r0, *r)) {
+      const Metrics u = compute_update_metrics(view_of(d.tensor), view_of(d0->tensor), view_of(r->tensor),
+                                               view_of(r0->tensor));
+      updates[d.key] = {{"l2", u.euc_dist}, {"ref_l2", u.a.l2norm}};
+    }
+  }
+  out.json = {{"version", 1}, {"method", method}, {"tensors", tensors}, {"updates", updates}};
+  return out;
+}
+
+}  // namespace wb::compare
