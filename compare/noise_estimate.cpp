@@ -39,35 +39,49 @@ std::string noise_estimate_key(std::int32_t step, std::int32_t rank) {
   return "noise_estimate.step" + std::to_string(step) + ".rank" + std::to_string(rank);
 }
 
-NoiseEstimate estimate_noise(const TensorSet& dump, const TensorSet& replay, const std::string& method) {
+NoiseEstimate estimate_noise(const TensorSet& dump, const std::vector<const TensorSet*>& replays, const std::string& method) {
   NoiseEstimate out;
   nlohmann::json tensors = nlohmann::json::object(), updates = nlohmann::json::object();
+  // The largest of the replays' distances, per tensor and per field.
+  auto keep_max = [](nlohmann::json& entry, const char* field, double v) {
+    if (!entry.contains(field) || entry[field].get<double>() < v) entry[field] = v;
+  };
   for (const NamedTensor& d : dump.tensors) {
-    const NamedTensor* r = replay.find(d.key);
-    if (r == nullptr) continue;
     const TensorKind kind = kind_of_key(d.key);
-    if (is_step_input(kind)) {
-      if (!same_bytes(d, *r)) {
-        throw CompareError(replay.source + ": " + d.key + " differs from " + dump.source +
-                           "'s: the replay is not the same step (expected the same input, labels, parameters and "
-                           "buffers; the same seed and data)");
+    bool looked = false, moved = false;
+    for (const TensorSet* replay : replays) {
+      const NamedTensor* r = replay->find(d.key);
+      if (r == nullptr) continue;
+      if (is_step_input(kind)) {
+        if (!same_bytes(d, *r)) {
+          throw CompareError(replay->source + ": " + d.key + " differs from " + dump.source +
+                             "'s: the replay is not the same step (expected the same input, labels, parameters and "
+                             "buffers; the same seed and data)");
+        }
+        continue;
       }
-      continue;
+      if (!comparable(d, *r)) continue;
+      looked = true;
+      const Metrics m = compute_metrics(d.tensor, r->tensor);
+      // A tensor the other order left unchanged measured nothing: it keeps the fixed bounds.
+      if (m.bit_exact) continue;
+      moved = true;
+      nlohmann::json& e = tensors[d.key];
+      keep_max(e, "l2", m.euc_dist);
+      keep_max(e, "max_abs", m.max_abs);
+      e["ref_l2"] = m.a.l2norm;
+      const NamedTensor* d0 = update_base(dump, d.key);
+      const NamedTensor* r0 = update_base(*replay, d.key);
+      if (d0 != nullptr && r0 != nullptr && comparable(*d0, d) && comparable(*r0, *r)) {
+        const Metrics u = compute_update_metrics(view_of(d.tensor), view_of(d0->tensor), view_of(r->tensor),
+                                                 view_of(r0->tensor));
+        nlohmann::json& ue = updates[d.key];
+        keep_max(ue, "l2", u.euc_dist);
+        ue["ref_l2"] = u.a.l2norm;
+      }
     }
-    if (!comparable(d, *r)) continue;
-    const Metrics m = compute_metrics(d.tensor, r->tensor);
-    ++out.tensors;
-    // A tensor the other order left unchanged measured nothing: it keeps the fixed bounds.
-    if (m.bit_exact) continue;
-    ++out.moved;
-    tensors[d.key] = {{"l2", m.euc_dist}, {"max_abs", m.max_abs}, {"ref_l2", m.a.l2norm}};
-    const NamedTensor* d0 = update_base(dump, d.key);
-    const NamedTensor* r0 = update_base(replay, d.key);
-    if (d0 != nullptr && r0 != nullptr && comparable(*d0, d) && comparable(*r0, *r)) {
-      const Metrics u = compute_update_metrics(view_of(d.tensor), view_of(d0->tensor), view_of(r->tensor),
-                                               view_of(r0->tensor));
-      updates[d.key] = {{"l2", u.euc_dist}, {"ref_l2", u.a.l2norm}};
-    }
+    out.tensors += looked;
+    out.moved += moved;
   }
   out.json = {{"version", 1}, {"method", method}, {"tensors", tensors}, {"updates", updates}};
   return out;

@@ -82,7 +82,7 @@ TEST_CASE("estimate_noise: per tensor the replay's distance to the dump, compute
   jitter(replay, "momentum.fc.weight", 1e-5, 4);
   jitter(replay, "grad.fc.weight", 1e-5, 5);
 
-  const NoiseEstimate est = estimate_noise(dump, replay, "test replay");
+  const NoiseEstimate est = estimate_noise(dump, {&replay}, "test replay");
   const auto& t = est.json.at("tensors");
   CHECK(est.json.at("version") == 1);
   CHECK(est.json.at("method") == "test replay");
@@ -121,6 +121,30 @@ TEST_CASE("estimate_noise: per tensor the replay's distance to the dump, compute
   CHECK(u.at("momentum.fc.weight").at("ref_l2").get<double>() == Approx(mo.ref_l2).epsilon(1e-12));
 }
 
+TEST_CASE("estimate_noise keeps the largest distance of several replays", "[compare][noise]") {
+  const TensorSet dump = dump_set();
+  TensorSet small = copy_of(dump, "small"), large = copy_of(dump, "large");
+  jitter(small, "grad.fc.weight", 1e-5, 21);
+  jitter(small, "act.fc", 1e-3, 22);  // act.fc: the first replay moves it more
+  jitter(large, "grad.fc.weight", 1e-3, 23);
+  jitter(large, "act.fc", 1e-5, 24);
+  const NoiseEstimate est = estimate_noise(dump, {&small, &large}, "two");
+  const auto& t = est.json.at("tensors");
+  CHECK(est.moved == 2);
+  const Expected g_small = by_hand(dump.find("grad.fc.weight")->tensor, small.find("grad.fc.weight")->tensor);
+  const Expected g_large = by_hand(dump.find("grad.fc.weight")->tensor, large.find("grad.fc.weight")->tensor);
+  const Expected a_small = by_hand(dump.find("act.fc")->tensor, small.find("act.fc")->tensor);
+  const Expected a_large = by_hand(dump.find("act.fc")->tensor, large.find("act.fc")->tensor);
+  REQUIRE(g_large.l2 > g_small.l2);
+  REQUIRE(a_small.l2 > a_large.l2);
+  CHECK(t.at("grad.fc.weight").at("l2").get<double>() == Approx(g_large.l2).epsilon(1e-12));
+  CHECK(t.at("grad.fc.weight").at("max_abs").get<double>() == Approx(std::max(g_small.max_abs, g_large.max_abs)).epsilon(1e-12));
+  CHECK(t.at("act.fc").at("l2").get<double>() == Approx(a_small.l2).epsilon(1e-12));
+  // One replay alone gives its own distance: the order of the replays does not matter.
+  const NoiseEstimate reversed = estimate_noise(dump, {&large, &small}, "two");
+  CHECK(reversed.json.at("tensors") == t);
+}
+
 TEST_CASE("estimate_noise refuses a replay that is not the same step", "[compare][noise]") {
   const TensorSet dump = dump_set();
   for (const char* key : {"input", "param.layer3.0.conv2.weight", "buffer.bn1.running_var"}) {
@@ -129,7 +153,7 @@ TEST_CASE("estimate_noise refuses a replay that is not the same step", "[compare
     auto& t = tensor(replay, key);
     set_f32(t, 0, get_f32(t, 0) + 1e-6f);
     try {
-      estimate_noise(dump, replay, "test");
+      estimate_noise(dump, {&replay}, "test");
       FAIL("accepted a replay whose " << key << " differs");
     } catch (const CompareError& e) {
       const std::string what = e.what();
@@ -144,7 +168,7 @@ TEST_CASE("compare judges A's rows within 5x A's own noise when the reference re
   TensorSet replay = copy_of(dump, "replay");
   const std::string key = "act.layer4.2.bn3";
   jitter(replay, key, 2e-3, 11);  // our own noise on that tensor, rel-L2 r
-  const NoiseEstimate est = estimate_noise(dump, replay, "test replay");
+  const NoiseEstimate est = estimate_noise(dump, {&replay}, "test replay");
   const double noise = est.json.at("tensors").at(key).at("l2").get<double>();
   const double ref_l2 = est.json.at("tensors").at(key).at("ref_l2").get<double>();
   REQUIRE(noise / ref_l2 > 1e-3);  // over the fixed 1e-3 bound of activations

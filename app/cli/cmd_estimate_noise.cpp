@@ -29,19 +29,19 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* kUsage =
-    "usage: wb estimate-noise RUN [--isa ISA] [--threads N] [--step S] [--rank R] [--keep]\n"
-    "Replays RUN's dumped step with wb-train (RUN's own configuration, the same seed and data) under another\n"
-    "summation order: oneDNN's kernels of another ISA and another thread count. How far each tensor of the\n"
-    "replay is from the dump is our own float32 noise on it; it is stored in RUN, and wb compare judges each\n"
-    "tensor within 5x that noise when the reference records none of its own (msprobe, TroubleShooter,\n"
-    "torch.save, a dumper of your own). The replay must start from the same input, labels, parameters and\n"
-    "buffers, bit for bit: a dump of step 0, or of a run resumed from a checkpoint.\n"
-    "  --isa ISA     ONEDNN_MAX_CPU_ISA of the replay (default: AVX2 on an AVX-512 machine, else SSE41;\n"
-    "                another one when $ONEDNN_MAX_CPU_ISA names that one)\n"
-    "  --threads N   the replay's threads (default: 1, or 2 when the run had 1)\n"
+    "usage: wb estimate-noise RUN [--isa ISA]... [--threads N] [--step S] [--rank R] [--keep]\n"
+    "Replays RUN's dumped step with wb-train (RUN's own configuration, the same seed and data) under other\n"
+    "summation orders: oneDNN's kernels of two other ISAs, and another thread count. The largest distance of\n"
+    "a replay from the dump, per tensor, is our own float32 noise on it; it is stored in RUN, and wb compare\n"
+    "judges each tensor within 5x that noise when the reference records none of its own (msprobe,\n"
+    "TroubleShooter, torch.save, a dumper of your own). A replay must start from the same input, labels,\n"
+    "parameters and buffers, bit for bit: a dump of step 0, or of a run resumed from a checkpoint.\n"
+    "  --isa ISA     ONEDNN_MAX_CPU_ISA of a replay, once per replay (default: two of AVX2, SSE41 and AVX\n"
+    "                that the machine has, other than the run's: AVX2 and SSE41 on an AVX-512 machine)\n"
+    "  --threads N   the replays' threads (default: 1, or 2 when the run had 1)\n"
     "  --step S      the dump to estimate (default: the only or first one)\n"
     "  --rank R      its rank (default: the only or first one)\n"
-    "  --keep        keep the replay's run file (RUN.noise/replay.sqlite)\n"
+    "  --keep        keep the replays' run files (RUN.noise/replay-<i>.sqlite)\n"
     "wb-train is the one next to wb, or $WB_TRAIN_BIN.";
 
 std::string upper(std::string s) {
@@ -49,17 +49,24 @@ std::string upper(std::string s) {
   return s;
 }
 
-// Another ISA than the one the run most likely used (the machine's best, or $ONEDNN_MAX_CPU_ISA's).
-std::string other_isa() {
+// Two ISAs other than the one the run most likely used (the machine's best, or $ONEDNN_MAX_CPU_ISA's),
+// among those the machine has: AVX2, SSE41 and AVX, in that order.
+std::vector<std::string> other_isas() {
+  __builtin_cpu_init();
+  const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2"),
+             avx = __builtin_cpu_supports("avx");
   const char* env = std::getenv("ONEDNN_MAX_CPU_ISA");
   std::string used = env ? upper(env) : "";
-  if (used.empty() || used == "ALL") {
-    __builtin_cpu_init();
-    used = __builtin_cpu_supports("avx512f") ? "AVX512_CORE" : __builtin_cpu_supports("avx2") ? "AVX2" : "SSE41";
-  }
-  if (used.rfind("AVX512", 0) == 0 || used.rfind("AVX10", 0) == 0) return "AVX2";
-  if (used.rfind("AVX2", 0) == 0) return "SSE41";
-  return "AVX2";  // a run capped at SSE41 or AVX: another kernel family
+  if (used.empty() || used == "ALL") used = avx512 ? "AVX512_CORE" : avx2 ? "AVX2" : avx ? "AVX" : "SSE41";
+  auto family = [](const std::string& isa) {
+    if (isa.rfind("AVX512", 0) == 0 || isa.rfind("AVX10", 0) == 0) return std::string("AVX512");
+    if (isa.rfind("AVX2", 0) == 0) return std::string("AVX2");
+    return isa;
+  };
+  std::vector<std::string> out;
+  for (const auto& [isa, have] : {std::pair<std::string, bool>{"AVX2", avx2}, {"SSE41", true}, {"AVX", avx}})
+    if (have && family(isa) != family(used) && out.size() < 2) out.push_back(isa);
+  return out;
 }
 
 // The dump's step and rank: the flags', else the smallest of the run's own ("run") dumps.
@@ -97,7 +104,8 @@ class ScopedEnv {
 };
 
 // Runs the replay; returns its run file, or throws naming wb-train's last lines.
-fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, const std::string& isa, int threads) {
+fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, const std::string& stem,
+               const std::string& isa, int threads) {
   nlohmann::json c = config;
   c.erase("config_file");
   c.erase("run");
@@ -109,7 +117,7 @@ fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, co
   c["memory_profile"] = false;
   c["calibrate_comm"] = false;
   fs::create_directories(dir);
-  const fs::path config_path = dir / "replay.json", run_path = dir / "replay.sqlite";
+  const fs::path config_path = dir / (stem + ".json"), run_path = dir / (stem + ".sqlite");
   {
     std::ofstream out(config_path);
     out << c.dump(2) << "\n";
@@ -138,7 +146,7 @@ void print_noisiest(const nlohmann::json& tensors, std::size_t count) {
     if (ref > 0.0) rel.emplace_back(e["l2"].get<double>() / ref, key);
   }
   std::sort(rel.rbegin(), rel.rend());
-  std::cout << "  largest (rel-L2 of the replay against the dump):\n";
+  std::cout << "  largest (rel-L2 of the farthest replay from the dump):\n";
   for (std::size_t i = 0; i < rel.size() && i < count; ++i) {
     char line[160];
     std::snprintf(line, sizeof line, "    %-48s %.3g\n", rel[i].second.c_str(), rel[i].first);
@@ -169,26 +177,36 @@ int cmd_estimate_noise(int argc, char** argv) {
               ", not step " + std::to_string(step) + " (a dump made otherwise cannot be replayed)");
   const int run_threads = config.value("threads", 0);
   const int threads = static_cast<int>(args.int_value("--threads", 1, 1024).value_or(run_threads == 1 ? 2 : 1));
-  const std::string isa = upper(args.value_or("--isa", other_isa()));
-  const std::string method = "our step replayed with oneDNN's " + isa + " kernels and " + std::to_string(threads) +
-                             (threads == 1 ? " thread" : " threads") + "; the run had " +
+  std::vector<std::string> isas;
+  for (const std::string& isa : args.values("--isa")) isas.push_back(upper(isa));
+  if (isas.empty()) isas = other_isas();
+  std::string isa_list;
+  for (const std::string& isa : isas) isa_list += (isa_list.empty() ? "" : ", ") + isa;
+  const std::string method = "our step replayed with oneDNN's " + isa_list + " kernels and " + std::to_string(threads) +
+                             (threads == 1 ? " thread" : " threads") + ", the largest distance; the run had " +
                              (run_threads > 0 ? std::to_string(run_threads) : std::string("the default")) + " threads";
 
   const fs::path dir = run_path.string() + ".noise";
-  std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << isa << " kernels and " << threads
-            << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
-  const fs::path replay_path = replay(config, world, dir, isa, threads);
-  std::cout << " done\n";
+  std::vector<fs::path> replay_paths;
+  for (std::size_t i = 0; i < isas.size(); ++i) {
+    std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << isas[i] << " kernels and "
+              << threads << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
+    replay_paths.push_back(replay(config, world, dir, "replay-" + std::to_string(i + 1), isas[i], threads));
+    std::cout << " done\n";
+  }
 
   compare::LoadOptions lo;
   lo.source = "run";
   lo.step = step;
   lo.rank = rank;
   const compare::TensorSet dump = compare::load_tensor_set(run_path, lo);
-  const compare::TensorSet again = compare::load_tensor_set(replay_path, lo);
+  std::vector<compare::TensorSet> replays;
+  std::vector<const compare::TensorSet*> replay_ptrs;
+  for (const fs::path& p : replay_paths) replays.push_back(compare::load_tensor_set(p, lo));
+  for (const auto& r : replays) replay_ptrs.push_back(&r);
   compare::NoiseEstimate est;
   try {
-    est = compare::estimate_noise(dump, again, method);
+    est = compare::estimate_noise(dump, replay_ptrs, method);
   } catch (const compare::CompareError& e) {
     std::cerr << "wb estimate-noise: " << e.what()
               << "; a dump after step 0 depends on the summation order of the steps before it: dump step 0\n";
