@@ -609,10 +609,18 @@ class TraceReader {
     }
   }
 
+  // What only memory and metadata events carry, read beside the event.
+  struct Extras {
+    std::string name;             // args["name"] of metadata events
+    std::int64_t mem_bytes = 0;   // args["Bytes"] of memory events
+    std::int64_t mem_total = -1;  // args["Total Allocated"] of memory events, args["max_memory_allocated"] of wb_memory
+    std::int32_t device_type = 0; // args["Device Type"] of memory events
+  };
+
   void event() {
     TraceEvent ev;
+    Extras extras;
     bool have_name = false, have_ph = false, have_ts = false;
-    std::string arg_name;  // args.name of metadata events
     s_.expect('{', "'{'");
     if (!s_.empty_container('}')) {
       do {
@@ -644,7 +652,7 @@ class TraceReader {
           }
           case Member::args:
             if (s_.peek() == '{') {
-              args(ev, arg_name);
+              args(ev, extras);
               continue;
             }
             break;
@@ -660,13 +668,14 @@ class TraceReader {
     }
     if (ev.ph == 'M') {
       std::string_view n = out_.strings[ev.name];
-      if (n == "thread_name") out_.thread_names[(std::uint64_t{ev.pid} << 32) | ev.tid] = arg_name;
-      if (n == "process_name") out_.process_names[ev.pid] = arg_name;
-      if (n == "wb_memory" && ev.mem_total >= 0) out_.max_memory_allocated = ev.mem_total;
+      if (n == "thread_name") out_.thread_names[(std::uint64_t{ev.pid} << 32) | ev.tid] = extras.name;
+      if (n == "process_name") out_.process_names[ev.pid] = extras.name;
+      if (n == "wb_memory" && extras.mem_total >= 0) out_.max_memory_allocated = extras.mem_total;
       return;
     }
     if ((ev.ph == 'i' || ev.ph == 'I') && have_ts && out_.strings[ev.name] == "[memory]") {
-      out_.memory.push_back(TraceMemoryEvent{ev.ts_ns, ev.mem_bytes, ev.mem_total, ev.device_type, ev.pid, ev.tid});
+      out_.memory.push_back(
+          TraceMemoryEvent{ev.ts_ns, extras.mem_bytes, extras.mem_total, extras.device_type, ev.pid, ev.tid});
       ++out_.events_by_cat[static_cast<int>(EventCat::other)];
       return;
     }
@@ -701,7 +710,7 @@ class TraceReader {
     }
   }
 
-  void args(TraceEvent& ev, std::string& arg_name) {
+  void args(TraceEvent& ev, Extras& extras) {
     s_.expect('{', "'{'");
     if (s_.empty_container('}')) return;
     do {
@@ -716,11 +725,11 @@ class TraceReader {
           case Arg::sequence: ev.sequence = to_int(num); break;
           case Arg::fwd_tid: ev.fwd_tid = to_int(num); break;
           case Arg::bytes: ev.bytes = to_int(num); break;
-          case Arg::mem_bytes: ev.mem_bytes = to_int(num); break;
-          case Arg::mem_total: ev.mem_total = to_int(num); break;
+          case Arg::mem_bytes: extras.mem_bytes = to_int(num); break;
+          case Arg::mem_total: extras.mem_total = to_int(num); break;
           case Arg::device: ev.device = static_cast<std::int32_t>(to_int(num)); break;
           case Arg::stream: ev.stream = static_cast<std::int32_t>(to_int(num)); break;
-          case Arg::device_type: ev.device_type = static_cast<std::int32_t>(to_int(num)); break;
+          case Arg::device_type: extras.device_type = static_cast<std::int32_t>(to_int(num)); break;
           case Arg::blocks_per_sm: ev.blocks_per_sm = static_cast<float>(to_double(num)); break;
           case Arg::occupancy: ev.occupancy = static_cast<float>(to_double(num)); break;
           default: break;
@@ -745,7 +754,7 @@ class TraceReader {
         continue;
       }
       if (c == '"' && a == Arg::name) {
-        arg_name = std::string(s_.string());
+        extras.name = std::string(s_.string());
         continue;
       }
       s_.skip_value();

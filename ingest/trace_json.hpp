@@ -48,7 +48,8 @@ enum class EventCat : std::uint8_t {
 inline constexpr int kEventCats = 10;
 std::string_view event_cat_name(EventCat c);
 
-// One trace event. Strings are ids into ParsedTrace::strings; -1 marks an absent number.
+// One trace event. Strings are ids into ParsedTrace::strings; -1 marks an absent number. Millions of them
+// are held at once: what only memory and metadata events carry is read beside it (TraceMemoryEvent).
 struct TraceEvent {
   std::int64_t ts_ns = 0;
   std::int64_t dur_ns = 0;
@@ -57,9 +58,6 @@ struct TraceEvent {
   std::int64_t sequence = -1;     // args["Sequence number"]
   std::int64_t fwd_tid = -1;      // args["Fwd thread id"]
   std::int64_t bytes = 0;         // args["bytes"] of memcpys and memsets
-  std::int64_t mem_bytes = 0;     // args["Bytes"] of memory events
-  std::int64_t mem_total = -1;    // args["Total Allocated"] of memory events, args["max_memory_allocated"] of wb_memory
-  std::int32_t device_type = 0;   // args["Device Type"] of memory events
   float blocks_per_sm = -1.0f;    // args["blocks per SM"] of kernels, -1 absent
   float occupancy = -1.0f;        // args["est. achieved occupancy %"] of kernels (percent), -1 absent
   std::int32_t grid[3] = {0, 0, 0};
@@ -97,12 +95,13 @@ void reserve_huge(std::vector<T>& v, std::size_t n) {
   advise_huge_pages(v.data(), v.capacity() * sizeof(T));
 }
 
-// The parsed events in file order, in blocks of 2^18 (32 MiB each): a consumer that turns them into
-// something else frees each block as it passes it (consume), so that the events and what they become
-// are never both whole in memory.
+// The parsed events in file order, in blocks of 2^19 (56 MiB each: over glibc's largest mmap threshold,
+// so a freed block goes back to the system, not to the heap): a consumer that turns them into something
+// else frees each block as it passes it (consume), so that the events and what they become are never
+// both whole in memory.
 class EventList {
  public:
-  static constexpr std::size_t kBlockShift = 18;
+  static constexpr std::size_t kBlockShift = 19;
   static constexpr std::size_t kBlock = std::size_t{1} << kBlockShift;
 
   void push_back(const TraceEvent& e) {
