@@ -411,6 +411,7 @@ void describe_noise(Comparison& cmp, const TensorSet& a, const TensorSet& b, std
     return;
   }
   const bool ours = b.noise.empty();
+  cmp.noise_source = ours ? "ours" : "reference";
   char k[32];
   std::snprintf(k, sizeof k, "%g", kNoiseK);
   cmp.noise_note = "bounds: within " + std::string(k) + "x " +

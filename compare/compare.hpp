@@ -77,6 +77,9 @@ struct Comparison {
   std::string order_side = "none";
   std::string order_note;  // one line for the report: which side and what recorded it
   std::string noise_note;  // how the reference's noise was measured and on how many rows it was used, or why not
+  // Whose noise the rows were judged against: "reference" (B's wb.noise), "ours" (A's wb estimate-noise,
+  // B recording none), or "" (fixed thresholds).
+  std::string noise_source;
   std::int64_t passed = 0, failed = 0, missing_a = 0, missing_b = 0, skipped = 0;
 
   // Missing tensors are reported but do not fail a comparison: dumps legitimately differ in extras.

@@ -178,6 +178,7 @@ nlohmann::json to_json(const Comparison& c) {
   j["profile"] = std::string(profile_name(c.profile));
   j["order"] = {{"side", c.order_side}, {"note", c.order_note}};
   j["noise_note"] = c.noise_note;
+  j["noise_source"] = c.noise_source.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.noise_source);
   j["summary"] = {{"total", c.rows.size()}, {"passed", c.passed},       {"failed", c.failed},
                   {"missing_a", c.missing_a}, {"missing_b", c.missing_b}, {"skipped", c.skipped},
                   {"all_pass", c.all_pass()}};

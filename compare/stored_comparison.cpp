@@ -151,6 +151,7 @@ Comparison comparison_from_stored(const store::ComparisonRow& header, const std:
         c.order_note = text(whole["order"], "note");
       }
       c.noise_note = text(whole, "noise_note");
+      c.noise_source = text(whole, "noise_source");
     } catch (const json::exception&) {
       // The rows and the first divergence below are what matter; the order note is only shown.
     }

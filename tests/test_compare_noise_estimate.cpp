@@ -193,10 +193,12 @@ TEST_CASE("compare judges A's rows within 5x A's own noise when the reference re
   CHECK(row->noise_applied);
   CHECK(row->status == RowStatus::pass);
   CHECK(with_ours.noise_note.find("our own step's float32 noise (test replay") != std::string::npos);
+  CHECK(with_ours.noise_source == "ours");
 
   // Planted error: without the estimate the same row fails the fixed bound.
   TensorSet plain = copy_of(dump, "A");
   const Comparison fixed = compare_sets(plain, b, o);
+  CHECK(fixed.noise_source.empty());
   for (const auto& r : fixed.rows)
     if (r.name == key) CHECK(r.status == RowStatus::fail);
 
@@ -210,4 +212,5 @@ TEST_CASE("compare judges A's rows within 5x A's own noise when the reference re
   for (const auto& r : theirs.rows)
     if (r.name == key) CHECK(r.status == RowStatus::fail);
   CHECK(theirs.noise_note.find("the reference's own float32 noise (float64)") != std::string::npos);
+  CHECK(theirs.noise_source == "reference");
 }

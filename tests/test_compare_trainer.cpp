@@ -427,6 +427,7 @@ TEST_CASE("our own noise: wb estimate-noise judges a reference without noise of 
   CHECK(after.exit_code == 0);
   CHECK(j.at("summary").at("failed") == 0);
   CHECK(j.at("noise_note").get<std::string>().find("our own step's float32 noise") != std::string::npos);
+  CHECK(j.at("noise_source") == "ours");
   int applied = 0;
   for (const json& row : j.at("rows")) applied += row.at("noise").at("applied").get<bool>();
   CHECK(applied > 700);  // of the 764 float tensors the step computes
