@@ -178,7 +178,13 @@ int cmd_estimate_noise(int argc, char** argv) {
   const int run_threads = config.value("threads", 0);
   const int threads = static_cast<int>(args.int_value("--threads", 1, 1024).value_or(run_threads == 1 ? 2 : 1));
   std::vector<std::string> isas;
-  for (const std::string& isa : args.values("--isa")) isas.push_back(upper(isa));
+  for (const std::string& isa : args.values("--isa")) {
+    static const std::set<std::string> known = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI",
+                                                "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX"};
+    if (!known.count(upper(isa)))
+      args.fail("--isa " + isa + ": expected one of oneDNN's ISAs (SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE, ...)");
+    isas.push_back(upper(isa));
+  }
   if (isas.empty()) isas = other_isas();
   std::string isa_list;
   for (const std::string& isa : isas) isa_list += (isa_list.empty() ? "" : ", ") + isa;
