@@ -121,9 +121,7 @@ class EventList {
       settle();
       blocks_.emplace_back();
       reserve_huge(blocks_.back(), kBlock);
-      // From the second block on: a trace that filled one will likely fill the next (a small trace's one
-      // block stays mostly unmapped).
-      if (blocks_.size() > 1) populating_ = populate_async(blocks_.back().data(), kBlock * sizeof(TraceEvent));
+      populating_ = populate_async(blocks_.back().data(), kBlock * sizeof(TraceEvent));
     }
     blocks_.back().push_back(e);
     ++size_;
