@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstdlib>
 #include <chrono>
-#include <future>
 #include <ctime>
 #include <limits>
 #include <map>
@@ -221,11 +220,8 @@ RankEvents split_events(ParsedTrace& tr, std::int64_t base_ns) {
   });
   // Room for the layer ranges the mapping adds (about 5% on a ResNet-50): growing a thread of millions of
   // nodes would copy it whole. Capacity never touched costs no memory.
-  std::vector<std::future<void>> populating;  // the nodes' pages, faulted in beside the second pass
-  for (std::size_t i = 0; i < out.threads.size(); ++i) {
+  for (std::size_t i = 0; i < out.threads.size(); ++i)
     reserve_huge(out.threads[i].nodes, thread_sizes[i] + thread_sizes[i] / 8 + 4096);
-    populating.push_back(populate_async(out.threads[i].nodes.data(), thread_sizes[i] * sizeof(Node)));
-  }
   for (const auto& [key, n] : stream_sizes) out.streams[key].events.reserve(n);
   Stream* last_stream = nullptr;
   std::pair<std::int64_t, std::int64_t> last_stream_key{-1, -1};
@@ -244,7 +240,6 @@ RankEvents split_events(ParsedTrace& tr, std::int64_t base_ns) {
       last_stream->events.push_back(ev);
     }
   });
-  for (auto& f : populating) f.get();
   return out;
 }
 

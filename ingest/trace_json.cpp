@@ -908,21 +908,6 @@ void advise_huge_pages(const void* p, std::size_t bytes) {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
 }
 
-std::future<void> populate_async(const void* p, std::size_t bytes) {
-  constexpr std::size_t kWorthIt = std::size_t{8} << 20;
-  if (!p || bytes < kWorthIt) {
-    std::promise<void> done;
-    done.set_value();
-    return done.get_future();
-  }
-  return std::async(std::launch::async, [p, bytes] {
-    constexpr std::uintptr_t kPage = 4096;
-    const auto begin = reinterpret_cast<std::uintptr_t>(p) & ~(kPage - 1);
-    const auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
-    ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE);  // may fail: then faults as usual
-  });
-}
-
 ParsedTrace read_trace(const std::filesystem::path& path) {
   const std::string file = path.string();
   // Streamed: the scanner holds a window of a few MB of the text, never the whole (plain or inflated).

@@ -15,7 +15,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <future>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -89,12 +88,6 @@ enum class TraceFormat { legacy, kineto };
 // of its time. Harmless where huge pages are off.
 void advise_huge_pages(const void* p, std::size_t bytes);
 
-// Faults [p, p + bytes) in on a thread of its own (MADV_POPULATE_WRITE: the pages are mapped writable,
-// their content left as it is), so that the thread that fills them does not stop at each first touch:
-// the kernel's page clearing runs on another core. The future is ready when that is done (at once for a
-// small range, or where the kernel cannot).
-std::future<void> populate_async(const void* p, std::size_t bytes);
-
 // v.reserve(n), the new capacity advised for huge pages when it is large.
 template <class T>
 void reserve_huge(std::vector<T>& v, std::size_t n) {
@@ -111,17 +104,10 @@ class EventList {
   static constexpr std::size_t kBlockShift = 19;
   static constexpr std::size_t kBlock = std::size_t{1} << kBlockShift;
 
-  EventList() = default;
-  EventList(EventList&&) = default;
-  EventList& operator=(EventList&&) = default;
-  ~EventList() { settle(); }
-
   void push_back(const TraceEvent& e) {
     if (blocks_.empty() || blocks_.back().size() == kBlock) {
-      settle();
       blocks_.emplace_back();
       reserve_huge(blocks_.back(), kBlock);
-      populating_ = populate_async(blocks_.back().data(), kBlock * sizeof(TraceEvent));
     }
     blocks_.back().push_back(e);
     ++size_;
@@ -137,7 +123,6 @@ class EventList {
   // f(event) for each event in order, each block freed once passed; the list is empty after.
   template <class F>
   void consume(F&& f) {
-    settle();
     for (auto& b : blocks_) {
       for (const TraceEvent& e : b) f(e);
       std::vector<TraceEvent>().swap(b);
@@ -147,12 +132,8 @@ class EventList {
   }
 
  private:
-  void settle() {
-    if (populating_.valid()) populating_.get();
-  }
   std::vector<std::vector<TraceEvent>> blocks_;
   std::size_t size_ = 0;
-  std::future<void> populating_;  // the last block's pages, faulted in beside the parse
 };
 
 struct ParsedTrace {
