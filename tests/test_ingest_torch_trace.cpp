@@ -459,3 +459,27 @@ TEST_CASE("torch_step.py --profile: the run's config profiled, imported with eve
   CHECK(usage.exit_code == 2);
   CHECK_THAT(usage.output, Contains("--profile N needs N >= 1 and --out-trace TRACE.json"));
 }
+
+TEST_CASE("the parsed events' blocks: order across a block's end, and consumed once", "[ingest]") {
+  // Events across a block boundary keep their order, by index, for_each and consume; consume empties it.
+  ingest::EventList list;
+  const std::size_t n = ingest::EventList::kBlock + 1000;
+  for (std::size_t i = 0; i < n; ++i) {
+    ingest::TraceEvent e;
+    e.ts_ns = static_cast<std::int64_t>(i) * 3;
+    e.name = static_cast<std::uint32_t>(i % 7);
+    list.push_back(e);
+  }
+  REQUIRE(list.size() == n);
+  CHECK(list[ingest::EventList::kBlock].ts_ns == static_cast<std::int64_t>(ingest::EventList::kBlock) * 3);
+  std::size_t seen = 0;
+  bool in_order = true;
+  list.for_each([&](const ingest::TraceEvent& e) { in_order = in_order && e.ts_ns == static_cast<std::int64_t>(seen++) * 3; });
+  CHECK(seen == n);
+  CHECK(in_order);
+  seen = 0;
+  list.consume([&](const ingest::TraceEvent& e) { in_order = in_order && e.ts_ns == static_cast<std::int64_t>(seen++) * 3; });
+  CHECK(seen == n);
+  CHECK(in_order);
+  CHECK(list.empty());
+}
