@@ -685,8 +685,9 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
 }  // namespace
 
 void tune_allocator_for_import() {
-  // 32 MiB is glibc's largest mmap threshold on 64-bit; a trim threshold this high keeps freed memory.
-  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  // Larger blocks (the parsed events' 28 MiB ones, the big vectors) are mapped, and go back to the system
+  // when freed; a trim threshold this high keeps the smaller ones' freed memory in the heap.
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 

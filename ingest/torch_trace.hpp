@@ -85,7 +85,7 @@ struct ImportOptions {
 ImportResult import_torch_traces(const std::vector<std::filesystem::path>& traces, const std::filesystem::path& out,
                                  const ImportOptions& options = {});
 
-// Tunes glibc's allocator for an import, for the rest of the process: blocks up to 32 MiB come from the
+// Tunes glibc's allocator for an import, for the rest of the process: blocks up to 16 MiB come from the
 // heap and freed memory stays there for the next phase, instead of mapping and unmapping each vector
 // (each fresh page is a page fault: a quarter of an import's time before this). Call it once, before
 // importing, from a program that does little else.

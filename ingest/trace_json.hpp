@@ -95,13 +95,13 @@ void reserve_huge(std::vector<T>& v, std::size_t n) {
   advise_huge_pages(v.data(), v.capacity() * sizeof(T));
 }
 
-// The parsed events in file order, in blocks of 2^19 (56 MiB each: over glibc's largest mmap threshold,
-// so a freed block goes back to the system, not to the heap): a consumer that turns them into something
-// else frees each block as it passes it (consume), so that the events and what they become are never
-// both whole in memory.
+// The parsed events in file order, in blocks of 2^18 (28 MiB each: over the mmap threshold that
+// tune_allocator_for_import sets, so a freed block goes back to the system, not to the heap): a consumer
+// that turns them into something else frees each block as it passes it (consume), so that the events and
+// what they become are never both whole in memory.
 class EventList {
  public:
-  static constexpr std::size_t kBlockShift = 19;
+  static constexpr std::size_t kBlockShift = 18;
   static constexpr std::size_t kBlock = std::size_t{1} << kBlockShift;
 
   void push_back(const TraceEvent& e) {
