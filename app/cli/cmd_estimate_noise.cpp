@@ -36,8 +36,9 @@ const char* kUsage =
     "judges each tensor within 5x that noise when the reference records none of its own (msprobe,\n"
     "TroubleShooter, torch.save, a dumper of your own). A replay must start from the same input, labels,\n"
     "parameters and buffers, bit for bit: a dump of step 0, or of a run resumed from a checkpoint.\n"
-    "  --isa ISA     ONEDNN_MAX_CPU_ISA of a replay, once per replay (default: two of AVX2, SSE41 and AVX\n"
-    "                that the machine has, other than the run's: AVX2 and SSE41 on an AVX-512 machine)\n"
+    "  --isa ISA     ONEDNN_MAX_CPU_ISA of a replay, once per replay (default: two of AVX2, AVX512_CORE,\n"
+    "                SSE41 and AVX that the machine has, other than the run's: AVX2 and SSE41 on an AVX-512\n"
+    "                machine)\n"
     "  --threads N   the replays' threads (default: 1, or 2 when the run had 1)\n"
     "  --step S      the dump to estimate (default: the only or first one)\n"
     "  --rank R      its rank (default: the only or first one)\n"
@@ -50,7 +51,8 @@ std::string upper(std::string s) {
 }
 
 // Two ISAs other than the one the run most likely used (the machine's best, or $ONEDNN_MAX_CPU_ISA's),
-// among those the machine has: AVX2, SSE41 and AVX, in that order.
+// among those the machine has: AVX2, AVX512_CORE, SSE41 and AVX, in that order (a run capped at AVX2 on
+// an AVX-512 machine gets AVX512_CORE and SSE41: AVX's kernels sum much as AVX2's do).
 std::vector<std::string> other_isas() {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2"),
@@ -64,7 +66,8 @@ std::vector<std::string> other_isas() {
     return isa;
   };
   std::vector<std::string> out;
-  for (const auto& [isa, have] : {std::pair<std::string, bool>{"AVX2", avx2}, {"SSE41", true}, {"AVX", avx}})
+  for (const auto& [isa, have] : {std::pair<std::string, bool>{"AVX2", avx2}, {"AVX512_CORE", avx512}, {"SSE41", true},
+                                  {"AVX", avx}})
     if (have && family(isa) != family(used) && out.size() < 2) out.push_back(isa);
   return out;
 }
