@@ -35,17 +35,6 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
   return s + "]";
 }
 
-// What an optimizer output is measured against on one side: the starting value param.<name> for
-// param_after.<name> (the update), the gradient grad.<name> for momentum.<name> (what the optimizer
-// adds to the gradient: weight decay and the previous momentum).
-const NamedTensor* base_of(const TensorSet& set, const std::string& key) {
-  switch (kind_of_key(key)) {
-    case TensorKind::param_after: return set.find(make_key("param", base_name(key)));
-    case TensorKind::momentum: return set.find(make_key("grad", base_name(key)));
-    default: return nullptr;
-  }
-}
-
 SideStats stats_of(const NamedTensor& t) {
   if (t.stats) {
     SideStats s;

@@ -19,15 +19,6 @@ bool same_bytes(const NamedTensor& a, const NamedTensor& b) {
   return a.tensor.dtype == b.tensor.dtype && a.tensor.shape == b.tensor.shape && a.tensor.data == b.tensor.data;
 }
 
-// param_after.<name> -> param.<name>, momentum.<name> -> grad.<name> (the update's base); else null.
-const NamedTensor* update_base(const TensorSet& set, const std::string& key) {
-  switch (kind_of_key(key)) {
-    case TensorKind::param_after: return set.find(make_key("param", base_name(key)));
-    case TensorKind::momentum: return set.find(make_key("grad", base_name(key)));
-    default: return nullptr;
-  }
-}
-
 bool comparable(const NamedTensor& a, const NamedTensor& b) {
   return !a.stats_only() && !b.stats_only() && is_float(a.tensor.dtype) && a.tensor.dtype == b.tensor.dtype &&
          a.tensor.shape == b.tensor.shape;
@@ -70,8 +61,8 @@ NoiseEstimate estimate_noise(const TensorSet& dump, const std::vector<const Tens
       keep_max(e, "l2", m.euc_dist);
       keep_max(e, "max_abs", m.max_abs);
       e["ref_l2"] = m.a.l2norm;
-      const NamedTensor* d0 = update_base(dump, d.key);
-      const NamedTensor* r0 = update_base(*replay, d.key);
+      const NamedTensor* d0 = base_of(dump, d.key);
+      const NamedTensor* r0 = base_of(*replay, d.key);
       if (d0 != nullptr && r0 != nullptr && comparable(*d0, d) && comparable(*r0, *r)) {
         const Metrics u = compute_update_metrics(view_of(d.tensor), view_of(d0->tensor), view_of(r->tensor),
                                                  view_of(r0->tensor));

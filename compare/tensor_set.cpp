@@ -80,6 +80,14 @@ std::string make_key(std::string_view kind, std::string_view name) {
   return key;
 }
 
+const NamedTensor* base_of(const TensorSet& set, const std::string& key) {
+  switch (kind_of_key(key)) {
+    case TensorKind::param_after: return set.find(make_key("param", base_name(key)));
+    case TensorKind::momentum: return set.find(make_key("grad", base_name(key)));
+    default: return nullptr;
+  }
+}
+
 int walk_rank(TensorKind kind) { return static_cast<int>(kind); }
 
 std::optional<std::int64_t> resnet50_forward_rank(std::string_view name) { return layout::forward_rank(name); }

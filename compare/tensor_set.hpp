@@ -132,4 +132,9 @@ class TensorSet {
   std::unordered_map<std::string, std::size_t> by_key_;
 };
 
+// What an optimizer output is measured against in one set: the starting value param.<name> for
+// param_after.<name> (the update), the gradient grad.<name> for momentum.<name> (what the optimizer adds
+// to the gradient: weight decay and the previous momentum); nullptr for other keys or when absent.
+const NamedTensor* base_of(const TensorSet& set, const std::string& key);
+
 }  // namespace wb::compare
