@@ -9,7 +9,8 @@ float32 noise), compared twice with the default migration-fp32 profile:
 A correct run must pass both ways; every FAIL on one is a false alarm. Faults planted into the replay
 (torch_step.py --fault NAME) must fail, first at the tensor where each shows.
 
-    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults [--fault NAME,...]] [--ours]
+    bench/compare_noise_matrix.py [--quick] [--seeds N] [--only SUBSTRING] [--faults [--fault NAME,...]]
+                                  [--ours [--isas LIST]] [--cap-isa ISA]
                                   [--out DIR]
 
 --quick runs two correct cases, seed 1 (the test suite runs it); the default runs the whole matrix:
@@ -18,7 +19,9 @@ global; --shard-fc 2; --threads 1 and 2; ONEDNN_MAX_CPU_ISA=AVX2; 3 seeds each. 
 detection table at batch 4 and 32 and the sensitivity to a random error planted on one gradient;
 --fault limits the table to the faults named (and leaves the sensitivity out). --ours judges by our own
 step's noise instead, as for a reference that records none: each reference is made with --no-noise, and
-each run gets `wb estimate-noise`.
+each run gets `wb estimate-noise` (--isas: its replays' kernels, else its default for this machine).
+--cap-isa runs everything under ONEDNN_MAX_CPU_ISA, as on a machine whose best that is: --cap-isa AVX2
+--isas SSE41,ref is an AVX2-only machine's default.
 The last line is the count of false FAILs before and after, and the margin: the worst error / bound
 of any tensor on a correct run (under 1 passes).
 """
@@ -36,6 +39,11 @@ import time
 # --ours: references without their own noise (torch_step.py --no-noise), judged by our step's noise
 # instead (wb estimate-noise on each run).
 OURS = False
+# --isas: wb estimate-noise's --isa flags (default: its own choice for this machine). --cap-isa: every run
+# under ONEDNN_MAX_CPU_ISA=ISA, as on a machine whose best is ISA (--cap-isa AVX2 --isas SSE41,ref is what
+# an AVX2-only machine runs by default).
+ISAS = []
+CAP_ISA = None
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BIN = pathlib.Path(os.environ.get("WB_BUILD_DIR", ROOT / "build")) / "bin"
@@ -96,13 +104,15 @@ def need_ok(r, what):
 
 
 def train(work, name, flags, seed, env):
+    if CAP_ISA and "ONEDNN_MAX_CPU_ISA" not in env:
+        env = {**env, "ONEDNN_MAX_CPU_ISA": CAP_ISA}
     run = work / f"{name}-s{seed}.sqlite"
     size = "" if "--image-size" in flags else "--image-size 32 "
     r, t = sh(f"{BIN / 'wb-train'} --data synthetic --synthetic-samples 64 --steps 1 --dump-step 0 --no-profile "
               f"{size}--seed {seed} --device cpu --precision fp32 {flags} --run {run}", env)
     need_ok(r, f"wb-train {name} seed {seed}")
     if OURS:
-        r, _ = sh(f"{BIN / 'wb'} estimate-noise {run}", env)
+        r, _ = sh(f"{BIN / 'wb'} estimate-noise {run}" + "".join(f" --isa {i}" for i in ISAS), env)
         need_ok(r, f"wb estimate-noise {name} seed {seed}")
     return run, t
 
@@ -240,9 +250,13 @@ def main():
     parser.add_argument("--ours", action="store_true",
                         help="references without noise of their own (torch_step.py --no-noise); each run's own noise "
                              "from wb estimate-noise instead")
+    parser.add_argument("--isas", help="with --ours: wb estimate-noise's replays, comma-separated (e.g. SSE41,ref)")
+    parser.add_argument("--cap-isa", help="every run under ONEDNN_MAX_CPU_ISA=ISA (a machine whose best is ISA)")
     args = parser.parse_args()
-    global OURS
+    global OURS, ISAS, CAP_ISA
     OURS = args.ours
+    ISAS = args.isas.split(",") if args.isas else []
+    CAP_ISA = args.cap_isa
     cases = [c for c in MATRIX if (not args.quick or c[0] in QUICK) and (not args.only or args.only in c[0])]
     seeds = 1 if args.quick else args.seeds
     work = pathlib.Path(args.out or tempfile.mkdtemp(prefix="wb-noise-matrix-"))

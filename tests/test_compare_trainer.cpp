@@ -34,6 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/reader.hpp"
 #include "support/process.hpp"
 #include "support/temp_dir.hpp"
 #include "support/peers.hpp"
@@ -415,6 +416,19 @@ TEST_CASE("our own noise: wb estimate-noise judges a reference without noise of 
   const CommandResult before = run_command(compare_command(run, ref, dir / "ours_before.json"));
   CHECK(read_json(dir / "ours_before.json").at("noise_note").get<std::string>().find("fixed thresholds") !=
         std::string::npos);
+
+  // oneDNN's reference kernels alone (the third replay of a machine without AVX-512): another order, so
+  // they move the ill-conditioned tensors; the default estimate below replaces what they stored.
+  const CommandResult ref_kernels = run_command(quote(std::string(WB_CLI)) + " estimate-noise " + quote(run) + " --isa ref");
+  INFO(ref_kernels.output);
+  require_ok(ref_kernels);
+  CHECK(ref_kernels.output.find("with reference kernels and") != std::string::npos);
+  CHECK(ref_kernels.output.find("Estimated our own float32 noise on 764 tensors") != std::string::npos);
+  {
+    const json noise = json::parse(wb::store::Reader(run).meta().at("noise_estimate.step0.rank0"));
+    CHECK(noise.at("method").get<std::string>().find("oneDNN's reference kernels") != std::string::npos);
+    CHECK(noise.at("tensors").at("act.layer4.2.bn3").at("l2").get<double>() > 0.0);
+  }
 
   const CommandResult est = run_command(quote(std::string(WB_CLI)) + " estimate-noise " + quote(run));
   std::cout << est.output << std::flush;

@@ -76,6 +76,7 @@ const Option kOptions[] = {
     {"device_prefetch", &TrainConfig::device_prefetch, "N: batches copied ahead into device memory on a copy stream (cuda; default 2)"},
     {"ranks_per_gpu", &TrainConfig::ranks_per_gpu, "N: ranks sharing each GPU (cuda; default 1). N > 1 runs a multi-rank NCCL job on fewer GPUs, each rank its own NCCL host"},
     {"nvtx", &TrainConfig::nvtx, "also emit NVTX ranges named like our ops, for Nsight Systems (cuda, with profiling)"},
+    {"reference_kernels", &TrainConfig::reference_kernels, "CPU: oneDNN's reference kernels (plain loops) instead of its fastest: the same step summed in another order, many times slower (wb estimate-noise --isa ref)"},
     {"run", &TrainConfig::run, "OUT.sqlite: the run file to write (default runs/<time>.sqlite)"},
     {"profile", &TrainConfig::profile, "record per-op ranges (default on; --no-profile turns it off)"},
     {"capture", &TrainConfig::capture, "slow:K|signal|steps:A-B: keep only some steps' events (the step table stays whole): steps over K x the running median with --capture-window steps each side; the next window after a SIGUSR1; steps A..B (default: every step)"},
@@ -469,6 +470,8 @@ void validate(const TrainConfig& c) {
   need(c.device != "cpu" || c.ranks_per_gpu == 1, "--ranks-per-gpu: ranks share GPUs only with --device cuda or auto");
   need(c.device != "cpu" || !c.nvtx, "--nvtx: NVTX ranges mark GPU work for Nsight Systems (use --device cuda)");
   need(c.profile || !c.nvtx, "--nvtx: the NVTX ranges come from the profiler's ranges (drop --no-profile)");
+  need(c.device == "cpu" || !c.reference_kernels,
+       "--reference-kernels: oneDNN's kernels are the CPU backend's (use --device cpu)");
   need(c.threads >= 0, "--threads: expected a non-negative number");
   need(c.dump_step >= -1, "--dump-step " + std::to_string(c.dump_step) +
                               ": expected a step number counted from 0 (or -1 for no dump)");

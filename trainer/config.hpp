@@ -69,6 +69,7 @@ struct TrainConfig {
   int device_prefetch = 2;         // cuda: device batch buffers filled ahead on a copy stream
   int ranks_per_gpu = 1;           // cuda: local ranks sharing one device (local rank r uses device r / N)
   bool nvtx = false;               // cuda: NVTX ranges named like our ops, for Nsight Systems
+  bool reference_kernels = false;  // cpu: oneDNN's reference kernels (another summation order; slow)
   std::filesystem::path run;  // RUN.sqlite; empty: runs/<timestamp>.sqlite
   bool profile = true;
   // Triggered capture (profiler/record/capture.hpp): "" records every step's events; slow:K, signal or

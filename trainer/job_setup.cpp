@@ -140,7 +140,8 @@ Recording open_recording(const TrainConfig& cfg, Placement& place) {
 namespace {
 
 std::unique_ptr<backend::Backend> make_backend(const TrainConfig& cfg, const Placement& place) {
-  if (!place.device.cuda) return backend::make_cpu_backend({place.threads});
+  if (!place.device.cuda) return backend::make_cpu_backend({place.threads, cfg.reference_kernels});
+  if (cfg.reference_kernels) throw ConfigError("--reference-kernels: --device auto found a GPU; use --device cpu");
   backend::CudaOptions co;
   co.device = place.device.index;
   co.precision = parse_precision(cfg.precision);

@@ -29,16 +29,18 @@ namespace {
 namespace fs = std::filesystem;
 
 const char* kUsage =
-    "usage: wb estimate-noise RUN [--isa ISA]... [--threads N] [--step S] [--rank R] [--keep]\n"
+    "usage: wb estimate-noise RUN [--isa ISA|ref]... [--threads N] [--step S] [--rank R] [--keep]\n"
     "Replays RUN's dumped step with wb-train (RUN's own configuration, the same seed and data) under other\n"
-    "summation orders: oneDNN's kernels of two other ISAs, and another thread count. The largest distance of\n"
-    "a replay from the dump, per tensor, is our own float32 noise on it; it is stored in RUN, and wb compare\n"
-    "judges each tensor within 5x that noise when the reference records none of its own (msprobe,\n"
-    "TroubleShooter, torch.save, a dumper of your own). A replay must start from the same input, labels,\n"
-    "parameters and buffers, bit for bit: a dump of step 0, or of a run resumed from a checkpoint.\n"
-    "  --isa ISA     ONEDNN_MAX_CPU_ISA of a replay, once per replay (default: two of AVX2, AVX512_CORE,\n"
-    "                SSE41 and AVX that the machine has, other than the run's: AVX2 and SSE41 on an AVX-512\n"
-    "                machine)\n"
+    "summation orders: oneDNN's kernels of other ISAs or its reference kernels, and another thread count.\n"
+    "The largest distance of a replay from the dump, per tensor, is our own float32 noise on it; it is stored\n"
+    "in RUN, and wb compare judges each tensor within 5x that noise when the reference records none of its\n"
+    "own (msprobe, TroubleShooter, torch.save, a dumper of your own). A replay must start from the same\n"
+    "input, labels, parameters and buffers, bit for bit: a dump of step 0, or of a run resumed from a\n"
+    "checkpoint.\n"
+    "  --isa ISA     ONEDNN_MAX_CPU_ISA of a replay, once per replay; ref: oneDNN's reference kernels\n"
+    "                (wb-train --reference-kernels, plain loops, slow). Default: the first two of AVX2,\n"
+    "                AVX512_CORE, SSE41 (those the machine has) and ref, other than the run's: AVX2 and\n"
+    "                SSE41 on an AVX-512 machine, SSE41 and ref on an AVX2 one\n"
     "  --threads N   the replays' threads (default: 1, or 2 when the run had 1)\n"
     "  --step S      the dump to estimate (default: the only or first one)\n"
     "  --rank R      its rank (default: the only or first one)\n"
@@ -51,8 +53,10 @@ std::string upper(std::string s) {
 }
 
 // Two ISAs other than the one the run most likely used (the machine's best, or $ONEDNN_MAX_CPU_ISA's),
-// among those the machine has: AVX2, AVX512_CORE, SSE41 and AVX, in that order (a run capped at AVX2 on
-// an AVX-512 machine gets AVX512_CORE and SSE41: AVX's kernels sum much as AVX2's do).
+// among AVX2, AVX512_CORE, SSE41 (those the machine has) and oneDNN's reference kernels ("REF"), in that
+// order: AVX2 and SSE41 on an AVX-512 machine, AVX512_CORE and SSE41 for a run capped at AVX2 there, SSE41
+// and REF on an AVX2 machine. (AVX's kernels sum much as AVX2's do: SSE41 and AVX undershot an
+// ill-conditioned step where SSE41 and REF, plain loops, keep twice the margin.)
 std::vector<std::string> other_isas() {
   __builtin_cpu_init();
   const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2"),
@@ -67,10 +71,13 @@ std::vector<std::string> other_isas() {
   };
   std::vector<std::string> out;
   for (const auto& [isa, have] : {std::pair<std::string, bool>{"AVX2", avx2}, {"AVX512_CORE", avx512}, {"SSE41", true},
-                                  {"AVX", avx}})
+                                  {"REF", true}})
     if (have && family(isa) != family(used) && out.size() < 2) out.push_back(isa);
   return out;
 }
+
+// "AVX2", or "reference" for REF: how the method line and the progress name a replay's kernels.
+std::string kernels_name(const std::string& isa) { return isa == "REF" ? "reference" : isa; }
 
 // The dump's step and rank: the flags', else the smallest of the run's own ("run") dumps.
 std::pair<std::int32_t, std::int32_t> pick_dump(const Args& args, const fs::path& run) {
@@ -119,6 +126,7 @@ fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, co
   c["profile"] = false;
   c["memory_profile"] = false;
   c["calibrate_comm"] = false;
+  c["reference_kernels"] = isa == "REF";
   fs::create_directories(dir);
   const fs::path config_path = dir / (stem + ".json"), run_path = dir / (stem + ".sqlite");
   {
@@ -128,7 +136,8 @@ fs::path replay(const nlohmann::json& config, int world, const fs::path& dir, co
   }
   std::error_code ec;
   fs::remove(run_path, ec);
-  ScopedEnv env("ONEDNN_MAX_CPU_ISA", isa);
+  std::optional<ScopedEnv> env;
+  if (isa != "REF") env.emplace("ONEDNN_MAX_CPU_ISA", isa);
   app_model::ChildProcess child(app_model::train_executable(), {"--config", config_path.string(), "--run", run_path.string()});
   const int rc = child.wait();
   if (rc != 0) {
@@ -183,14 +192,14 @@ int cmd_estimate_noise(int argc, char** argv) {
   std::vector<std::string> isas;
   for (const std::string& isa : args.values("--isa")) {
     static const std::set<std::string> known = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI",
-                                                "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX"};
+                                                "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "REF"};
     if (!known.count(upper(isa)))
-      args.fail("--isa " + isa + ": expected one of oneDNN's ISAs (SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE, ...)");
+      args.fail("--isa " + isa + ": expected one of oneDNN's ISAs (SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE, ...) or ref");
     isas.push_back(upper(isa));
   }
   if (isas.empty()) isas = other_isas();
   std::string isa_list;
-  for (const std::string& isa : isas) isa_list += (isa_list.empty() ? "" : ", ") + isa;
+  for (const std::string& isa : isas) isa_list += (isa_list.empty() ? "" : ", ") + kernels_name(isa);
   const std::string method = "our step replayed with oneDNN's " + isa_list + " kernels and " + std::to_string(threads) +
                              (threads == 1 ? " thread" : " threads") + ", the largest distance; the run had " +
                              (run_threads > 0 ? std::to_string(run_threads) : std::string("the default")) + " threads";
@@ -198,7 +207,7 @@ int cmd_estimate_noise(int argc, char** argv) {
   const fs::path dir = run_path.string() + ".noise";
   std::vector<fs::path> replay_paths;
   for (std::size_t i = 0; i < isas.size(); ++i) {
-    std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << isas[i] << " kernels and "
+    std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << kernels_name(isas[i]) << " kernels and "
               << threads << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
     replay_paths.push_back(replay(config, world, dir, "replay-" + std::to_string(i + 1), isas[i], threads));
     std::cout << " done\n";

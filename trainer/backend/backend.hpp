@@ -213,6 +213,9 @@ class Backend {
 
 struct CpuOptions {
   int threads = 0;  // OpenMP threads for every op; 0 keeps the OpenMP default
+  // oneDNN's reference implementations (plain loops, "ref:any") instead of its fastest: the same
+  // arithmetic summed in another order, slowly. wb estimate-noise replays a step with them.
+  bool reference_kernels = false;
 };
 
 // The oneDNN backend (trainer/backend/cpu/).

@@ -87,7 +87,7 @@ void CpuBackend::conv2d_forward(const Tensor& x, const Tensor& w, Tensor& y, con
   if (!e) {
     auto g = geometry(x.shape(), w.shape(), p, "conv2d_forward");
     auto n = std::make_unique<ConvFwd>();
-    n->pd = dnnl::convolution_forward::primitive_desc(fwd_desc(g), attr(), engine());
+    n->pd = chosen(dnnl::convolution_forward::primitive_desc(fwd_desc(g), attr(), engine()));
     n->prim = dnnl::convolution_forward(n->pd);
     n->src = n->pd.src_desc();
     n->wei = n->pd.weights_desc();
@@ -117,10 +117,10 @@ void CpuBackend::conv2d_backward_data(const Tensor& dy, const Tensor& w, Tensor&
                          x_shape.to_string() + " makes " + Shape(g.dst).to_string());
     }
     auto n = std::make_unique<ConvBwdData>();
-    dnnl::convolution_forward::primitive_desc hint(fwd_desc(g), attr(), engine());
+    auto hint = chosen(dnnl::convolution_forward::primitive_desc(fwd_desc(g), attr(), engine()));
     dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, any(g.src), any(g.wei), any(g.dst),
                                             g.strides, g.pad, g.pad);
-    n->pd = dnnl::convolution_backward_data::primitive_desc(d, attr(), engine(), hint);
+    n->pd = chosen(dnnl::convolution_backward_data::primitive_desc(d, attr(), engine(), hint));
     n->prim = dnnl::convolution_backward_data(n->pd);
     n->dsrc = n->pd.diff_src_desc();
     n->wei = n->pd.weights_desc();
@@ -153,12 +153,12 @@ void CpuBackend::conv2d_backward_weights_one_output(const Tensor& x, const Tenso
     }
     auto f32 = [](const memory::dims& d) { return memory::desc(d, memory::data_type::f32, tag::ab); };
     auto e_new = std::make_unique<ConvBwdWeightsOneOutput>();
-    dnnl::inner_product_forward::primitive_desc hint(
+    auto hint = chosen(dnnl::inner_product_forward::primitive_desc(
         dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, f32({n, ckk}), f32({o, ckk}),
                                           f32({n, o})),
-        attr(), engine());
-    e_new->pd = dnnl::inner_product_backward_weights::primitive_desc(
-        dnnl::inner_product_backward_weights::desc(f32({n, ckk}), f32({o, ckk}), f32({n, o})), attr(), engine(), hint);
+        attr(), engine()));
+    e_new->pd = chosen(dnnl::inner_product_backward_weights::primitive_desc(
+        dnnl::inner_product_backward_weights::desc(f32({n, ckk}), f32({o, ckk}), f32({n, o})), attr(), engine(), hint));
     e_new->prim = dnnl::inner_product_backward_weights(e_new->pd);
     e_new->x_plain = plain_md(xs);
     e_new->dy_plain = plain_md(dy.shape());
@@ -205,10 +205,10 @@ void CpuBackend::conv2d_backward_weights(const Tensor& x, const Tensor& dy, cons
                          x.shape().to_string() + " makes " + Shape(g.dst).to_string());
     }
     auto n = std::make_unique<ConvBwdWeights>();
-    dnnl::convolution_forward::primitive_desc hint(fwd_desc(g), attr(), engine());
+    auto hint = chosen(dnnl::convolution_forward::primitive_desc(fwd_desc(g), attr(), engine()));
     dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, any(g.src), any(g.wei),
                                                any(g.dst), g.strides, g.pad, g.pad);
-    n->pd = dnnl::convolution_backward_weights::primitive_desc(d, attr(), engine(), hint);
+    n->pd = chosen(dnnl::convolution_backward_weights::primitive_desc(d, attr(), engine(), hint));
     n->prim = dnnl::convolution_backward_weights(n->pd);
     n->src = n->pd.src_desc();
     n->dwei = n->pd.diff_weights_desc();

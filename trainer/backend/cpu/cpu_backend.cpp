@@ -67,7 +67,8 @@ std::size_t CpuBackend::damaged_guards() const {
 }
 
 CpuBackend::CpuBackend(const CpuOptions& options)
-    : threads_(options.threads), engine_(dnnl::engine::kind::cpu, 0), stream_(engine_),
+    : threads_(options.threads), reference_kernels_(options.reference_kernels), engine_(dnnl::engine::kind::cpu, 0),
+      stream_(engine_),
       blocks_(std::make_shared<BlockCache>()) {
   if (threads_ < 0) {
     throw BackendError("cpu backend: threads must be >= 0 (0 = OpenMP default), got " + std::to_string(threads_));

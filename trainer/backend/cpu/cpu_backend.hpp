@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -206,6 +207,19 @@ class CpuBackend final : public Backend {
   // Runs `prim` with `args` plus the shared scratchpad.
   void execute(const dnnl::primitive& prim, Entry& entry, std::initializer_list<dnnl_exec_arg_t> args);
   dnnl::primitive_attr attr(bool relu_post_op = false) const;
+  // `pd` as oneDNN chose it (its fastest implementation), or with reference kernels on
+  // (CpuOptions::reference_kernels) its reference implementation ("ref:any", "bnorm_ref:any"), where the
+  // primitive has one.
+  template <class PD>
+  PD chosen(PD pd) const {
+    if (!reference_kernels_) return pd;
+    const PD fastest = pd;  // holds its own implementation while the shared iterator advances
+    do {
+      const std::string_view impl = pd.impl_info_str(), name = impl.substr(0, impl.find(':'));
+      if (name == "ref" || (name.size() > 4 && name.substr(name.size() - 4) == "_ref")) return pd;  // bnorm_ref
+    } while (pd.next_impl());
+    return fastest;
+  }
   void bump_param_generation() { ++param_generation_; }
   // Invalidates cached weight copies when [data, data + bytes) overlaps memory they were made from.
   void note_write(const void* data, std::size_t bytes);
@@ -243,6 +257,7 @@ class CpuBackend final : public Backend {
   void grow_scratch(std::size_t bytes);
 
   int threads_ = 0;
+  bool reference_kernels_ = false;
   dnnl::engine engine_;
   dnnl::stream stream_;
   std::unordered_map<CacheKey, std::unique_ptr<Entry>, CacheKeyHash> cache_;

@@ -76,7 +76,7 @@ void CpuBackend::relu_forward(const Tensor& x, Tensor& y) {
   if (!e) {
     auto n = std::make_unique<ReluFwd>();
     dnnl::eltwise_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, md(x), 0.0f);
-    n->pd = dnnl::eltwise_forward::primitive_desc(d, attr(), engine());
+    n->pd = chosen(dnnl::eltwise_forward::primitive_desc(d, attr(), engine()));
     n->prim = dnnl::eltwise_forward(n->pd);
     n->dst = n->pd.dst_desc();
     const auto& pd = n->pd;
@@ -96,10 +96,10 @@ void CpuBackend::relu_backward(const Tensor& y, const Tensor& dy, Tensor& dx) {
   if (!e) {
     auto n = std::make_unique<ReluBwd>();
     auto alg = dnnl::algorithm::eltwise_relu_use_dst_for_bwd;
-    dnnl::eltwise_forward::primitive_desc hint(
-        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md(y), 0.0f), attr(), engine());
+    auto hint = chosen(dnnl::eltwise_forward::primitive_desc(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_training, alg, md(y), 0.0f), attr(), engine()));
     dnnl::eltwise_backward::desc d(alg, md(y), md(y), 0.0f);
-    n->pd = dnnl::eltwise_backward::primitive_desc(d, attr(), engine(), hint);
+    n->pd = chosen(dnnl::eltwise_backward::primitive_desc(d, attr(), engine(), hint));
     n->prim = dnnl::eltwise_backward(n->pd);
     n->data = n->pd.diff_dst_desc();
     n->dsrc = n->pd.diff_src_desc();
@@ -126,7 +126,7 @@ void CpuBackend::add(const Tensor& a, const Tensor& b, Tensor& y, bool relu) {
   if (!e) {
     auto n = std::make_unique<AddEntry>();
     dnnl::binary::desc d(dnnl::algorithm::binary_add, md(a), md(a), md(a));
-    n->pd = dnnl::binary::primitive_desc(d, attr(fuse), engine());
+    n->pd = chosen(dnnl::binary::primitive_desc(d, attr(fuse), engine()));
     n->prim = dnnl::binary(n->pd);
     n->b = n->pd.src_desc(1);
     n->dst = n->pd.dst_desc();
@@ -157,7 +157,7 @@ void CpuBackend::maxpool_forward(const Tensor& x, Tensor& y, Tensor& workspace, 
     auto n = std::make_unique<PoolFwd>();
     dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, md(x), any(g.dst),
                                   g.strides, g.kernel, g.pad_l, g.pad_r);
-    n->pd = dnnl::pooling_forward::primitive_desc(d, attr(), engine());
+    n->pd = chosen(dnnl::pooling_forward::primitive_desc(d, attr(), engine()));
     n->prim = dnnl::pooling_forward(n->pd);
     n->dst = n->pd.dst_desc();
     n->ws = n->pd.workspace_desc();
@@ -187,13 +187,13 @@ void CpuBackend::maxpool_backward(const Tensor& x, const Tensor& y, const Tensor
   if (!e) {
     auto g = max_geometry(x.shape(), p);
     auto n = std::make_unique<PoolBwd>();
-    dnnl::pooling_forward::primitive_desc hint(
+    auto hint = chosen(dnnl::pooling_forward::primitive_desc(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_max, md(x),
                                     any(g.dst), g.strides, g.kernel, g.pad_l, g.pad_r),
-        attr(), engine());
+        attr(), engine()));
     dnnl::pooling_backward::desc d(dnnl::algorithm::pooling_max, md(x), hint.dst_desc(), g.strides, g.kernel, g.pad_l,
                                    g.pad_r);
-    n->pd = dnnl::pooling_backward::primitive_desc(d, attr(), engine(), hint);
+    n->pd = chosen(dnnl::pooling_backward::primitive_desc(d, attr(), engine(), hint));
     n->prim = dnnl::pooling_backward(n->pd);
     n->ddst = n->pd.diff_dst_desc();
     n->dsrc = n->pd.diff_src_desc();
@@ -218,7 +218,7 @@ void CpuBackend::global_avgpool_forward(const Tensor& x, Tensor& y) {
     auto n = std::make_unique<PoolFwd>();
     dnnl::pooling_forward::desc d(dnnl::prop_kind::forward_training, dnnl::algorithm::pooling_avg_exclude_padding,
                                   md(x), any(g.dst), g.strides, g.kernel, g.pad_l, g.pad_r);
-    n->pd = dnnl::pooling_forward::primitive_desc(d, attr(), engine());
+    n->pd = chosen(dnnl::pooling_forward::primitive_desc(d, attr(), engine()));
     n->prim = dnnl::pooling_forward(n->pd);
     n->dst = n->pd.dst_desc();
     n->y_shape = Shape(g.dst);
@@ -240,12 +240,12 @@ void CpuBackend::global_avgpool_backward(const Tensor& x, const Tensor& dy, Tens
     auto g = gap_geometry(xs);
     auto n = std::make_unique<PoolBwd>();
     auto alg = dnnl::algorithm::pooling_avg_exclude_padding;
-    dnnl::pooling_forward::primitive_desc hint(
+    auto hint = chosen(dnnl::pooling_forward::primitive_desc(
         dnnl::pooling_forward::desc(dnnl::prop_kind::forward_training, alg, md(x), any(g.dst), g.strides, g.kernel,
                                     g.pad_l, g.pad_r),
-        attr(), engine());
+        attr(), engine()));
     dnnl::pooling_backward::desc d(alg, md(x), hint.dst_desc(), g.strides, g.kernel, g.pad_l, g.pad_r);
-    n->pd = dnnl::pooling_backward::primitive_desc(d, attr(), engine(), hint);
+    n->pd = chosen(dnnl::pooling_backward::primitive_desc(d, attr(), engine(), hint));
     n->prim = dnnl::pooling_backward(n->pd);
     n->ddst = n->pd.diff_dst_desc();
     n->dsrc = n->pd.diff_src_desc();

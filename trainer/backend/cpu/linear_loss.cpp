@@ -49,7 +49,7 @@ void CpuBackend::linear_forward(const Tensor& x, const Tensor& w, const Tensor& 
     auto ne = std::make_unique<LinFwd>();
     dnnl::inner_product_forward::desc d(dnnl::prop_kind::forward_training, f32({n, in}, tag::ab), f32({out, in}, tag::ab),
                                         f32({out}, tag::a), f32({n, out}, tag::ab));
-    ne->pd = dnnl::inner_product_forward::primitive_desc(d, attr(), engine());
+    ne->pd = chosen(dnnl::inner_product_forward::primitive_desc(d, attr(), engine()));
     ne->prim = dnnl::inner_product_forward(ne->pd);
     ne->x_plain = plain_md(x.shape());
     ne->src = memory(f32({n, in}, tag::ab), engine(), nullptr);
@@ -79,19 +79,19 @@ void CpuBackend::linear_backward(const Tensor& x, const Tensor& w, const Tensor&
   wkey.add(kOpLinBwdWeights).add(x.shape()).add(out);
   auto* ew = static_cast<LinBwdWeights*>(find(wkey));
   if (!ed || !ew) {
-    dnnl::inner_product_forward::primitive_desc hint(
-        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, wei, bias, dst), attr(), engine());
+    auto hint = chosen(dnnl::inner_product_forward::primitive_desc(
+        dnnl::inner_product_forward::desc(dnnl::prop_kind::forward_training, src, wei, bias, dst), attr(), engine()));
     auto nd = std::make_unique<LinBwdData>();
-    nd->pd = dnnl::inner_product_backward_data::primitive_desc(dnnl::inner_product_backward_data::desc(src, wei, dst),
-                                                               attr(), engine(), hint);
+    nd->pd = chosen(dnnl::inner_product_backward_data::primitive_desc(dnnl::inner_product_backward_data::desc(src, wei, dst),
+                                                               attr(), engine(), hint));
     nd->prim = dnnl::inner_product_backward_data(nd->pd);
     nd->x_plain = plain_md(x.shape());
     nd->dsrc = memory(src, engine(), nullptr);
     const auto& dpd = nd->pd;
     ed = static_cast<LinBwdData*>(insert(key, std::move(nd), dpd));
     auto nw = std::make_unique<LinBwdWeights>();
-    nw->pd = dnnl::inner_product_backward_weights::primitive_desc(
-        dnnl::inner_product_backward_weights::desc(src, wei, bias, dst), attr(), engine(), hint);
+    nw->pd = chosen(dnnl::inner_product_backward_weights::primitive_desc(
+        dnnl::inner_product_backward_weights::desc(src, wei, bias, dst), attr(), engine(), hint));
     nw->prim = dnnl::inner_product_backward_weights(nw->pd);
     nw->src = memory(src, engine(), nullptr);
     const auto& wpd = nw->pd;

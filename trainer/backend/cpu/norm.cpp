@@ -56,7 +56,7 @@ void CpuBackend::batchnorm_forward_train(const Tensor& x, const Tensor& gamma, c
     auto ne = std::make_unique<BnFwd>();
     dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, md(x), p.eps,
                                               flags(p.fuse_relu, false));
-    ne->pd = dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine());
+    ne->pd = chosen(dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine()));
     ne->prim = dnnl::batch_normalization_forward(ne->pd);
     ne->dst = ne->pd.dst_desc();
     ne->stat = ne->pd.mean_desc();
@@ -110,7 +110,7 @@ void CpuBackend::batchnorm_forward_eval(const Tensor& x, const Tensor& gamma, co
     auto ne = std::make_unique<BnFwd>();
     dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_inference, md(x), p.eps,
                                               flags(p.fuse_relu, true));
-    ne->pd = dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine());
+    ne->pd = chosen(dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine()));
     ne->prim = dnnl::batch_normalization_forward(ne->pd);
     ne->dst = ne->pd.dst_desc();
     const auto& pd = ne->pd;
@@ -138,11 +138,11 @@ void CpuBackend::batchnorm_backward(const Tensor& x, const Tensor& dy, const Ten
   if (!e) {
     auto ne = std::make_unique<BnBwd>();
     nf f = flags(p.fuse_relu, false);
-    dnnl::batch_normalization_forward::primitive_desc hint(
+    auto hint = chosen(dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, md(x), p.eps, f), attr(),
-        engine());
+        engine()));
     dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md(x), md(x), p.eps, f);
-    ne->pd = dnnl::batch_normalization_backward::primitive_desc(d, attr(), engine(), hint);
+    ne->pd = chosen(dnnl::batch_normalization_backward::primitive_desc(d, attr(), engine(), hint));
     ne->prim = dnnl::batch_normalization_backward(ne->pd);
     ne->data = ne->pd.diff_dst_desc();
     ne->dsrc = ne->pd.diff_src_desc();

@@ -144,7 +144,7 @@ void CpuBackend::batchnorm_forward_with_stats(const Tensor& x, const Tensor& gam
     auto ne = std::make_unique<SyncBnFwd>();
     dnnl::batch_normalization_forward::desc d(dnnl::prop_kind::forward_training, md(x), p.eps,
                                               global_flags(p.fuse_relu));
-    ne->pd = dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine());
+    ne->pd = chosen(dnnl::batch_normalization_forward::primitive_desc(d, attr(), engine()));
     ne->prim = dnnl::batch_normalization_forward(ne->pd);
     ne->dst = ne->pd.dst_desc();
     ne->stat = ne->pd.mean_desc();
@@ -208,11 +208,11 @@ void CpuBackend::batchnorm_backward_reduce(const Tensor& x, const Tensor& dy, co
   if (!e) {
     auto ne = std::make_unique<SyncBnBwd>();
     const nf f = global_flags(p.fuse_relu);
-    dnnl::batch_normalization_forward::primitive_desc hint(
+    auto hint = chosen(dnnl::batch_normalization_forward::primitive_desc(
         dnnl::batch_normalization_forward::desc(dnnl::prop_kind::forward_training, md(x), p.eps, f), attr(),
-        engine());
+        engine()));
     dnnl::batch_normalization_backward::desc d(dnnl::prop_kind::backward, md(x), md(x), p.eps, f);
-    ne->pd = dnnl::batch_normalization_backward::primitive_desc(d, attr(), engine(), hint);
+    ne->pd = chosen(dnnl::batch_normalization_backward::primitive_desc(d, attr(), engine(), hint));
     ne->prim = dnnl::batch_normalization_backward(ne->pd);
     ne->data = ne->pd.diff_dst_desc();
     ne->dsrc = ne->pd.diff_src_desc();
