@@ -119,8 +119,9 @@ TEST_CASE("2 ranks: --check-sync passes 20 steps and the merged run file holds b
   CHECK(bytes_by_bucket[2] == 10 * 4);  // fc.bias of 10 classes alone in the last bucket
 
   // The communicator's calibration before step 0, on both ranks: allreduce alone from 4 KiB, x4 each
-  // size, up to the job's gradient bytes; the convolution alone; and buckets of 4 KiB .. 16 MiB marked
-  // ready between convolutions, with the convolutions meanwhile.
+  // size to 1 MiB and x2 above, up to the job's gradient bytes; the convolution alone; and buckets of
+  // 4 KiB .. 16 MiB and of the whole gradient marked ready between convolutions, with the convolutions
+  // meanwhile.
   CHECK(r.sync.out.find("wb-train: communicator calibrated in ") != std::string::npos);
   std::int64_t grad_bytes = 0;
   for (const auto& p : run.params()) grad_bytes += p.numel * 4;
@@ -140,10 +141,14 @@ TEST_CASE("2 ranks: --check-sync passes 20 steps and the merged run file holds b
     REQUIRE(sizes.size() >= 2);
     CHECK(sizes.front() == 4096);
     CHECK(sizes.back() == grad_bytes);
-    for (std::size_t i = 1; i + 1 < sizes.size(); ++i) CHECK(sizes[i] == 4 * sizes[i - 1]);
+    for (std::size_t i = 1; i + 1 < sizes.size(); ++i) CHECK(sizes[i] == (sizes[i - 1] < (1 << 20) ? 4 : 2) * sizes[i - 1]);
     CHECK(kinds["compute"] == 1);
-    CHECK(kinds["allreduce_during_compute"] == 4);
-    CHECK(kinds["compute_during_allreduce"] == 4);
+    std::vector<std::int64_t> during;
+    for (const auto& c : cal)
+      if (c.rank == rank && c.kind == "allreduce_during_compute") during.push_back(c.bytes);
+    const std::vector<std::int64_t> want_during = {4096, 65536, 1 << 20, 16 << 20, grad_bytes};
+    CHECK(during == want_during);
+    CHECK(kinds["compute_during_allreduce"] == 5);
     CHECK(kinds["compute_while_waiting"] == 1);
   }
 }

@@ -7,7 +7,8 @@
 // Every measurement starts after a barrier, so no rank's lateness is in it. Rows, per rank:
 //   allreduce                 bytes = message size; the collective alone
 //   compute                   bytes = 0; one calibration convolution (forward and both backwards), alone
-//   allreduce_during_compute  bytes = bucket size; as in backward: between two convolutions the compute
+//   allreduce_during_compute  bytes = bucket size (4 KiB, 64 KiB, 1 MiB, 16 MiB and the largest message,
+//                             those up to it); as in backward: between two convolutions the compute
 //                             thread marks a bucket ready and a communication thread, woken, allreduces
 //                             it; from the mark (or the previous collective's end) to the collective's end
 //   compute_during_allreduce  bytes = bucket size; the convolutions meanwhile
@@ -28,6 +29,7 @@ namespace wb::trainer {
 
 struct CalibrationOptions {
   std::int64_t max_bytes = 0;       // the largest message (the job's gradient bytes); sizes x4 from 4 KiB
+                                    // to 1 MiB, x2 above
   int batch = 8;                    // the calibration convolution's batch
   int image = 16;                   // and its input size: 64 -> 64 channels, 3x3
   double budget_s = 3.0;            // rough cap on the whole calibration
