@@ -4,8 +4,8 @@
     bench/whatif_validate.py [--nproc N] [--image PX] [--batch B] [--steps S] [--warmup W] [--rounds R]
                              [--slow-us US] [--data-delay-us D] [--out DIR]
 
-One base wb-train run (synthetic data, profiled) is the run the predictions are made from. Each change is
-predicted from it with `wb whatif --json`, then planted in real runs with wb-train's own flags:
+A first base wb-train run (synthetic data, profiled) picks the splits. Each change is predicted with
+`wb whatif --json` from a base run, and planted in real runs with wb-train's own flags:
   - a slow layer on one rank:   --slow-rank 1:layer3.0.conv2:US     /  --add 'rank:1&layer3.0.conv2&class:forward:+US'
   - a slow layer on every rank: --slow-rank all:layer3.0.conv2:US   /  --add 'layer3.0.conv2&class:forward:+US'
   - a slower input pipeline:    --data-delay-us D (per sample)       /  --add 'data:+D*B'
@@ -14,8 +14,10 @@ predicted from it with `wb whatif --json`, then planted in real runs with wb-tra
 Measured: R rounds; in each, every change runs once between two base runs (base, change, base, change,
 ..., base; the order of the changes reversed every other round); a run's step is the mean over its ranks'
 steps from W on, and a change's measured ratio is the median over rounds of its step over the mean of the
-two base runs around it. The predicted ratio is whatif's predicted step over the base run's measured
-step. Error: |predicted ratio / measured ratio - 1|.
+two base runs around it. Its predicted ratio, per round, is whatif's predicted step over the measured step
+of the base run just before it, the run it is predicted from (a single base run for every prediction let
+one slow run, 20% slower than the rounds' bases on this shared machine, bias every ratio); the median over
+rounds. Error: |predicted ratio / measured ratio - 1|, both medians.
 The last line is the median and worst error over the changes.
 """
 import argparse
@@ -98,13 +100,13 @@ def main():
     for s in model_splits(base):
         changes.append((f"split {s if len(s) < 40 else s[:37] + '...'}", ["--allreduce-split", s], ["--split", s]))
 
-    predicted = []
-    for name, _, flags in changes:
-        w = whatif(base, flags, args.warmup)
-        predicted.append(w["predicted_step_ns"] / w["measured_step_ns"])
-        print(f"predicted  {name}: {w['predicted_step_ns'] / 1e6:.1f} ms (base {w['measured_step_ns'] / 1e6:.1f} ms,"
+    def predict(run, i):
+        w = whatif(run, changes[i][2], args.warmup)
+        print(f"predicted  {changes[i][0]}: {w['predicted_step_ns'] / 1e6:.1f} ms (base {w['measured_step_ns'] / 1e6:.1f} ms,"
               f" replayed {w['replay_step_ns'] / 1e6:.1f} ms)", flush=True)
+        return w["predicted_step_ns"] / w["measured_step_ns"]
 
+    predicted = [[] for _ in changes]
     ratios = [[] for _ in changes]
     for r in range(args.rounds):
         order = list(range(len(changes)))
@@ -116,22 +118,25 @@ def main():
             train(args, [], run)
             step = mean_step(run, args.warmup)
             print(f"round {r + 1}: base {step / 1e6:.1f} ms", flush=True)
-            return step
-        before = base_run(0)
+            return step, run
+        before, before_run = base_run(0)
         for k, i in enumerate(order):
+            predicted[i].append(predict(before_run, i))
             run = os.path.join(args.out, f"round{r}-change{i}.sqlite")
             train(args, changes[i][1], run)
             step = mean_step(run, args.warmup)
-            after = base_run(k + 1)
+            after, after_run = base_run(k + 1)
             ratio = step / ((before + after) / 2)
             ratios[i].append(ratio)
-            print(f"round {r + 1}: {changes[i][0]}: {step / 1e6:.1f} ms ({ratio:.3f}x)", flush=True)
-            before = after
+            print(f"round {r + 1}: {changes[i][0]}: {step / 1e6:.1f} ms ({ratio:.3f}x; predicted "
+                  f"{predicted[i][-1]:.3f}x)", flush=True)
+            before, before_run = after, after_run
 
     print(f"\n{'change':<46} {'predicted':>10} {'measured':>10} {'error':>7}")
     errors = []
     for (name, _, _), pred, meas in zip(changes, predicted, ratios):
         m = statistics.median(meas)
+        pred = statistics.median(pred)
         err = abs(pred / m - 1.0)
         errors.append(err)
         print(f"{name:<46} {pred:>9.3f}x {m:>9.3f}x {100 * err:>6.1f}%")
