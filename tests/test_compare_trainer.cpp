@@ -419,7 +419,8 @@ TEST_CASE("our own noise: wb estimate-noise judges a reference without noise of 
 
   // oneDNN's reference kernels alone (the third replay of a machine without AVX-512): another order, so
   // they move the ill-conditioned tensors; the default estimate below replaces what they stored.
-  const CommandResult ref_kernels = run_command(quote(std::string(WB_CLI)) + " estimate-noise " + quote(run) + " --isa ref");
+  const CommandResult ref_kernels =
+      run_command(quote(std::string(WB_CLI)) + " estimate-noise " + quote(run) + " --isa ref");
   INFO(ref_kernels.output);
   require_ok(ref_kernels);
   CHECK(ref_kernels.output.find("with reference kernels and") != std::string::npos);

@@ -266,10 +266,11 @@ TEST_CASE("resnet50 one training step matches torchvision + torch.optim.SGD", "[
     judge("update", p.name, slice(updates), slice(t_updates), slice(t_updates64));
   }
   for (auto& [name, k] : kinds) {
-    std::printf("resnet50 vs fp64 (%s kernels), %-7s over %3zu tensors: ours median %.2g p95 %.2g, torch fp32 median %.2g p95 %.2g; "
-                "closest to its bound: %s at %.2f of it\n",
-                reference_kernels ? "reference" : "fastest", name.c_str(), k.ours.size(), quantile(k.ours, 0.5), quantile(k.ours, 0.95), quantile(k.torch, 0.5),
-                quantile(k.torch, 0.95), k.worst.c_str(), k.worst_ratio);
+    std::printf("resnet50 vs fp64 (%s kernels), %-7s over %3zu tensors: ours median %.2g p95 %.2g, "
+                "torch fp32 median %.2g p95 %.2g; closest to its bound: %s at %.2f of it\n",
+                reference_kernels ? "reference" : "fastest", name.c_str(), k.ours.size(), quantile(k.ours, 0.5),
+                quantile(k.ours, 0.95), quantile(k.torch, 0.5), quantile(k.torch, 0.95), k.worst.c_str(),
+                k.worst_ratio);
   }
 
   std::string nbt = wb::test::read_text(dir.file("nbt.txt"));

@@ -194,7 +194,8 @@ int cmd_estimate_noise(int argc, char** argv) {
     static const std::set<std::string> known = {"SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX512_CORE", "AVX512_CORE_VNNI",
                                                 "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "REF"};
     if (!known.count(upper(isa)))
-      args.fail("--isa " + isa + ": expected one of oneDNN's ISAs (SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE, ...) or ref");
+      args.fail("--isa " + isa +
+                ": expected one of oneDNN's ISAs (SSE41, AVX, AVX2, AVX2_VNNI, AVX512_CORE, ...) or ref");
     isas.push_back(upper(isa));
   }
   if (isas.empty()) isas = other_isas();
@@ -207,8 +208,8 @@ int cmd_estimate_noise(int argc, char** argv) {
   const fs::path dir = run_path.string() + ".noise";
   std::vector<fs::path> replay_paths;
   for (std::size_t i = 0; i < isas.size(); ++i) {
-    std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << kernels_name(isas[i]) << " kernels and "
-              << threads << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
+    std::cout << "Replaying step " << step << " of " << run_path.string() << " with " << kernels_name(isas[i])
+              << " kernels and " << threads << (threads == 1 ? " thread" : " threads") << " ..." << std::flush;
     replay_paths.push_back(replay(config, world, dir, "replay-" + std::to_string(i + 1), isas[i], threads));
     std::cout << " done\n";
   }
