@@ -1,7 +1,9 @@
 // Step breakdown and input starvation on hand-built runs with known answers.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -155,4 +157,31 @@ TEST_CASE("empty_spells on edge cases", "[analysis]") {
   CHECK(open[0].start_ns == 0);
   CHECK(open[0].end_ns == 80);
   CHECK(analysis::empty_spells({{1, 0, 2.0}, {1, 5, 1.0}}).empty());
+}
+
+TEST_CASE("OverlapFinder finds exactly the ranges a scan finds, long and zero-length ranges included", "[analysis]") {
+  // Random nested and overlapping ranges by start, a few of them around everything; windows of every size.
+  std::mt19937_64 rng(7);
+  std::vector<store::RangeRow> rows;
+  std::int64_t t = 0;
+  for (int i = 0; i < 4000; ++i) {
+    t += static_cast<std::int64_t>(rng() % 50);
+    const std::int64_t d = i % 997 == 0 ? 1'000'000 : static_cast<std::int64_t>(rng() % 400);  // some zero
+    rows.push_back(rr(1, 0, t, t + d, Category::forward, 0, 0));
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
+  for (std::int64_t short_ns : {std::int64_t{0}, std::int64_t{100}, std::int64_t{399}, std::int64_t{5000}}) {
+    analysis::OverlapFinder finder(rows, short_ns);
+    for (int q = 0; q < 300; ++q) {
+      const std::int64_t t0 = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(t + 500)) - 200;
+      const std::int64_t t1 = t0 + static_cast<std::int64_t>(rng() % 3000);
+      std::vector<const store::RangeRow*> want, got;
+      for (const auto& r : rows)
+        if (r.end_ns > t0 && r.start_ns < t1) want.push_back(&r);
+      finder.each(t0, t1, [&](const store::RangeRow& r) { got.push_back(&r); });
+      std::sort(got.begin(), got.end());
+      CAPTURE(short_ns, t0, t1);
+      REQUIRE(got == want);  // pointers into `rows`, in its order: each found once
+    }
+  }
 }

@@ -50,26 +50,42 @@ StepComm step_comm(std::span<const store::AllreduceRow> rows, std::int64_t compu
   return s;
 }
 
-std::int64_t backward_end(const RunData& run, int rank, int step) {
-  std::int64_t end = -1;
-  std::uint32_t main = run.main_track(rank);
-  const store::StepRow* srow = nullptr;
-  for (const auto& s : run.steps)
-    if (s.rank == rank && s.step == step) srow = &s;
-  for (const auto& r : run.ranges_of(main)) {
-    if (r.category != static_cast<std::uint8_t>(store::Category::backward)) continue;
-    bool in_step = srow != nullptr ? (r.start_ns >= srow->start_ns && r.end_ns <= srow->end_ns) : r.step == step;
-    if (in_step) end = std::max(end, r.end_ns);
-  }
-  return end;
-}
-
 std::vector<StepComm> step_comms(const RunData& run) {
   std::map<std::pair<int, int>, std::vector<store::AllreduceRow>> groups;
   for (const auto& r : run.allreduces) groups[{r.rank, r.step}].push_back(r);
+  // A step's backward end: its last backward range on the rank's main track, among those inside its step
+  // row, or recorded with its number when the rank has no step row. Each step reads its own rows only.
+  std::map<std::pair<int, int>, const store::StepRow*> step_row;
+  std::int64_t longest = 0;
+  for (const auto& s : run.steps) {
+    step_row[{s.rank, s.step}] = &s;
+    longest = std::max(longest, s.end_ns - s.start_ns);
+  }
+  const auto backward = static_cast<std::uint8_t>(store::Category::backward);
+  std::map<int, OverlapFinder> finders;
+  std::map<int, std::map<int, std::int64_t>> by_number;  // rank -> step -> backward end
   std::vector<StepComm> out;
   for (const auto& [key, rows] : groups) {
-    std::int64_t end = backward_end(run, key.first, key.second);
+    const auto [rank, step] = key;
+    std::int64_t end = -1;
+    if (auto sr = step_row.find(key); sr != step_row.end()) {
+      const store::StepRow& s = *sr->second;
+      auto f = finders.find(rank);
+      if (f == finders.end())
+        f = finders.emplace(rank, OverlapFinder(run.ranges_of(run.main_track(rank)), longest)).first;
+      f->second.each(s.start_ns - 1, s.end_ns + 1, [&](const store::RangeRow& r) {
+        if (r.category == backward && r.start_ns >= s.start_ns && r.end_ns <= s.end_ns) end = std::max(end, r.end_ns);
+      });
+    } else {
+      auto [ends, fresh] = by_number.try_emplace(rank);
+      if (fresh)
+        for (const auto& r : run.ranges_of(run.main_track(rank)))
+          if (r.category == backward) {
+            auto [e, added] = ends->second.try_emplace(r.step, r.end_ns);
+            if (!added) e->second = std::max(e->second, r.end_ns);
+          }
+      if (auto e = ends->second.find(step); e != ends->second.end()) end = e->second;
+    }
     if (end < 0) {
       for (const auto& r : rows) end = std::max(end, r.ready_ns);
     }

@@ -34,6 +34,18 @@ std::vector<int> RunData::rank_ids() const {
   return {ids.begin(), ids.end()};
 }
 
+OverlapFinder::OverlapFinder(const std::vector<store::RangeRow>& rows, std::int64_t short_ns)
+    : rows_(&rows), short_ns_(std::max<std::int64_t>(short_ns, 0)) {
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].end_ns - rows[i].start_ns > short_ns_) long_.push_back(i);
+}
+
+std::size_t OverlapFinder::first_start_after(std::int64_t t) const {
+  auto it = std::upper_bound(rows_->begin(), rows_->end(), t,
+                             [](std::int64_t v, const store::RangeRow& r) { return v < r.start_ns; });
+  return static_cast<std::size_t>(it - rows_->begin());
+}
+
 std::uint32_t RunData::main_track(int rank) const {
   std::uint32_t best = 0, named_main = 0, most = 0;
   std::size_t best_steps = 0, most_ranges = 0;

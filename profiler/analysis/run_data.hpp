@@ -97,6 +97,33 @@ std::string concat(const Parts&... parts) {
   return s;
 }
 
+// The ranges of one track (by start, as RunData holds them) that overlap a time window, found without a
+// scan of the track, so that a per-step analysis costs the step's rows, not the run's: those no longer
+// than `short_ns` (say, the longest step) by a binary search on their start, the few longer ones (a range
+// around the whole run) kept apart. The rows must outlive it.
+class OverlapFinder {
+ public:
+  OverlapFinder(const std::vector<store::RangeRow>& rows, std::int64_t short_ns);
+  // f(row) for every row with end > t0 and start < t1: the short ones by start, then the long ones.
+  template <class F>
+  void each(std::int64_t t0, std::int64_t t1, F&& f) const {
+    for (std::size_t i = first_start_after(t0 - short_ns_); i < rows_->size() && (*rows_)[i].start_ns < t1; ++i) {
+      const auto& r = (*rows_)[i];
+      if (r.end_ns - r.start_ns <= short_ns_ && r.end_ns > t0) f(r);
+    }
+    for (std::size_t i : long_) {
+      const auto& r = (*rows_)[i];
+      if (r.end_ns > t0 && r.start_ns < t1) f(r);
+    }
+  }
+
+ private:
+  std::size_t first_start_after(std::int64_t t) const;  // the first row starting after t
+  const std::vector<store::RangeRow>* rows_;
+  std::int64_t short_ns_;
+  std::vector<std::size_t> long_;
+};
+
 // Length of the union of [start, end) intervals, clipped to [lo, hi).
 std::int64_t union_length(std::vector<std::pair<std::int64_t, std::int64_t>> intervals, std::int64_t lo,
                           std::int64_t hi);

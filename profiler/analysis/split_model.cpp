@@ -307,13 +307,42 @@ std::string module_of(const std::string& param) {
   return dot == std::string::npos ? param : param.substr(0, dot);
 }
 
-// The step row of a rank's step (the last one, should there be several), or null.
-const store::StepRow* step_row(const RunData& run, int rank, int step) {
-  const store::StepRow* srow = nullptr;
-  for (const auto& s : run.steps)
-    if (s.rank == rank && s.step == step) srow = &s;
-  return srow;
-}
+// Each rank's step rows by number and its main track's rows found by time (OverlapFinder), so that a
+// step reads its own rows, not the run's.
+class StepIndex {
+ public:
+  explicit StepIndex(const RunData& run) : run_(run) {
+    for (const auto& s : run.steps) {
+      rows_[{s.rank, s.step}] = &s;  // the last one, should there be several
+      longest_ = std::max(longest_, s.end_ns - s.start_ns);
+    }
+  }
+  // The step row of a rank's step, or null.
+  const store::StepRow* step_row(int rank, int step) const {
+    auto it = rows_.find({rank, step});
+    return it != rows_.end() ? it->second : nullptr;
+  }
+  const std::vector<store::RangeRow>& main_rows(int rank) const { return run_.ranges_of(main_track(rank)); }
+  // f(row) for the rows of the rank's main track that overlap [t0, t1].
+  template <class F>
+  void each(int rank, std::int64_t t0, std::int64_t t1, F&& f) {
+    auto it = finders_.find(rank);
+    if (it == finders_.end()) it = finders_.emplace(rank, OverlapFinder(main_rows(rank), longest_)).first;
+    it->second.each(t0 - 1, t1 + 1, f);
+  }
+
+ private:
+  std::uint32_t main_track(int rank) const {
+    auto [it, fresh] = main_.try_emplace(rank, 0);
+    if (fresh) it->second = run_.main_track(rank);
+    return it->second;
+  }
+  const RunData& run_;
+  std::map<std::pair<int, int>, const store::StepRow*> rows_;
+  std::int64_t longest_ = 0;
+  mutable std::map<int, std::uint32_t> main_;
+  std::map<int, OverlapFinder> finders_;
+};
 
 // Where one rank's backward pass ran in a step: its first start (t_ref), its last end, and when each
 // module's last backward range ended. t_ref stays INT64_MAX when the step has no backward ranges.
@@ -323,17 +352,22 @@ struct BackwardSpan {
   std::map<std::string, std::int64_t> module_end;
 };
 
-BackwardSpan backward_span(const RunData& run, int rank, int step, const store::StepRow* srow) {
+BackwardSpan backward_span(const RunData& run, StepIndex& index, int rank, int step, const store::StepRow* srow) {
   auto in_step = [&](const store::RangeRow& r) {
     return srow != nullptr ? (r.start_ns >= srow->start_ns && r.end_ns <= srow->end_ns) : r.step == step;
   };
   BackwardSpan out;
-  for (const auto& r : run.ranges_of(run.main_track(rank))) {
-    if (r.category != static_cast<std::uint8_t>(store::Category::backward) || !in_step(r)) continue;
+  auto add = [&](const store::RangeRow& r) {
+    if (r.category != static_cast<std::uint8_t>(store::Category::backward) || !in_step(r)) return;
     out.t_ref = std::min(out.t_ref, r.start_ns);
     out.end = std::max(out.end, r.end_ns);
     auto& e = out.module_end[run.name(r.name)];
     e = std::max(e, r.end_ns);
+  };
+  if (srow != nullptr) {
+    index.each(rank, srow->start_ns, srow->end_ns, add);
+  } else {
+    for (const auto& r : index.main_rows(rank)) add(r);
   }
   return out;
 }
@@ -395,10 +429,10 @@ struct StepTimes {
 
 // Estimates the parameters' ready times in one rank's step into `ready` (forward order, ns after its
 // backward start; all zero on entry), and measures the step.
-StepTimes estimate_step(const RunData& run, const SplitModel& m, const std::vector<double>& cum, int rank, int step,
-                        const std::vector<store::AllreduceRow>& rows, std::vector<double>& ready) {
-  const store::StepRow* srow = step_row(run, rank, step);
-  BackwardSpan bwd = backward_span(run, rank, step, srow);
+StepTimes estimate_step(const RunData& run, StepIndex& index, const SplitModel& m, const std::vector<double>& cum,
+                        int rank, int step, const std::vector<store::AllreduceRow>& rows, std::vector<double>& ready) {
+  const store::StepRow* srow = index.step_row(rank, step);
+  BackwardSpan bwd = backward_span(run, index, rank, step, srow);
   std::int64_t latest_ready = INT64_MIN;
   for (const auto& r : rows) latest_ready = std::max(latest_ready, r.ready_ns);
   if (bwd.t_ref == INT64_MAX) {
@@ -674,13 +708,14 @@ SplitModel build_split_model(const RunData& run) {
     ++steps_of[key.first];
   }
   std::vector<double> sum(p, 0.0);
+  StepIndex index(run);
   double compute_end_sum = 0.0, step_sum = 0.0, exposed_sum = 0.0;
   int used = 0;
   std::map<std::pair<int, int>, std::pair<StepTimes, std::vector<double>>> measured;  // (step, rank)
   for (const auto& [key, rows] : by_step) {
     if (steps_of[key.first] >= 3 && key.second == first_step[key.first]) continue;
     std::vector<double> ready(p, 0.0);
-    const StepTimes t = estimate_step(run, m, cum, key.first, key.second, rows, ready);
+    const StepTimes t = estimate_step(run, index, m, cum, key.first, key.second, rows, ready);
     for (std::size_t i = 0; i < p; ++i) sum[i] += ready[i];
     compute_end_sum += t.compute_end_ns;
     exposed_sum += t.exposed_ns;

@@ -21,13 +21,6 @@ bool is_compute(std::uint8_t c) {
          c == static_cast<std::uint8_t>(Category::loss) || c == static_cast<std::uint8_t>(Category::optimizer);
 }
 
-Intervals intervals_of(const std::vector<store::RangeRow>& rows, std::uint8_t category, std::int64_t lo, std::int64_t hi) {
-  Intervals out;
-  for (const auto& r : rows)
-    if (r.category == category && r.end_ns > lo && r.start_ns < hi) out.emplace_back(r.start_ns, r.end_ns);
-  return out;
-}
-
 // Durations of the ranges of `category` that no other range of the track contains. A worker records a
 // sample's transforms before the batch range that encloses them (the batch ends last), all at the same
 // recorded depth, so containment, not the depth column, tells a batch from its transforms.
@@ -56,6 +49,10 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
   const std::vector<bool> sync_bn = sync_bn_name_ids(run), fc_shard = fc_shard_name_ids(run);
   const bool have_sync_bn = std::find(sync_bn.begin(), sync_bn.end(), true) != sync_bn.end();
   const bool have_fc_shard = std::find(fc_shard.begin(), fc_shard.end(), true) != fc_shard.end();
+  // Each step reads its own rows of its rank's main track (OverlapFinder), not the whole track.
+  std::int64_t longest_step = 0;
+  for (const auto& s : run.steps) longest_step = std::max(longest_step, s.end_ns - s.start_ns);
+  std::map<int, OverlapFinder> finders;  // rank -> its main track's
   std::vector<StepBreakdown> out;
   for (const auto& s : run.steps) {
     StepBreakdown b;
@@ -63,31 +60,32 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
     b.step = s.step;
     b.start_ns = s.start_ns;
     b.total_ns = s.end_ns - s.start_ns;
-    const auto& rows = run.ranges_of(run.main_track(s.rank));
-    Intervals compute;
-    for (const auto& r : rows)
-      if (is_compute(r.category) && r.end_ns > s.start_ns && r.start_ns < s.end_ns) compute.emplace_back(r.start_ns, r.end_ns);
+    auto found = finders.find(s.rank);
+    if (found == finders.end())
+      found = finders.emplace(s.rank, OverlapFinder(run.ranges_of(run.main_track(s.rank)), longest_step)).first;
+    Intervals compute, sync_bn_iv, fc_shard_iv, data, h2d;
+    found->second.each(s.start_ns, s.end_ns, [&](const store::RangeRow& r) {
+      const std::pair<std::int64_t, std::int64_t> iv{r.start_ns, r.end_ns};
+      if (is_compute(r.category)) compute.push_back(iv);
+      if (r.category == static_cast<std::uint8_t>(store::Category::comm)) {
+        if (have_sync_bn && r.name < sync_bn.size() && sync_bn[r.name]) sync_bn_iv.push_back(iv);
+        if (have_fc_shard && r.name < fc_shard.size() && fc_shard[r.name]) fc_shard_iv.push_back(iv);
+      }
+      if (r.category == static_cast<std::uint8_t>(store::Category::data)) data.push_back(iv);
+      if (r.category == static_cast<std::uint8_t>(store::Category::h2d)) h2d.push_back(iv);
+    });
     b.compute_ns = union_length(compute, s.start_ns, s.end_ns);
     // SyncBatchNorm's and the sharded classifier's collectives run inside the modules' ranges and block
     // the training thread: exposed communication, taken out of compute.
-    auto blocking = [&](const std::vector<bool>& ids) {
-      Intervals sync;
-      for (const auto& r : rows)
-        if (r.category == static_cast<std::uint8_t>(store::Category::comm) && r.name < ids.size() && ids[r.name] &&
-            r.end_ns > s.start_ns && r.start_ns < s.end_ns)
-          sync.emplace_back(r.start_ns, r.end_ns);
-      const std::int64_t ns = union_length(sync, s.start_ns, s.end_ns);
+    auto blocking = [&](Intervals& sync) {
+      const std::int64_t ns = union_length(std::move(sync), s.start_ns, s.end_ns);
       b.compute_ns = std::max<std::int64_t>(0, b.compute_ns - ns);
       return ns;
     };
-    if (have_sync_bn) b.sync_bn_ns = blocking(sync_bn);
-    if (have_fc_shard) b.fc_shard_ns = blocking(fc_shard);
-    b.data_wait_ns = s.data_wait_ns > 0
-                         ? s.data_wait_ns
-                         : union_length(intervals_of(rows, static_cast<std::uint8_t>(store::Category::data), s.start_ns, s.end_ns),
-                                        s.start_ns, s.end_ns);
-    b.h2d_ns = union_length(intervals_of(rows, static_cast<std::uint8_t>(store::Category::h2d), s.start_ns, s.end_ns),
-                            s.start_ns, s.end_ns);
+    if (have_sync_bn) b.sync_bn_ns = blocking(sync_bn_iv);
+    if (have_fc_shard) b.fc_shard_ns = blocking(fc_shard_iv);
+    b.data_wait_ns = s.data_wait_ns > 0 ? s.data_wait_ns : union_length(std::move(data), s.start_ns, s.end_ns);
+    b.h2d_ns = union_length(std::move(h2d), s.start_ns, s.end_ns);
     auto it = exposed.find({s.rank, s.step});
     b.comm_exposed_ns = (it != exposed.end() ? it->second : s.comm_exposed_ns) + b.sync_bn_ns + b.fc_shard_ns;
     b.other_ns = std::max<std::int64_t>(0, b.total_ns - b.compute_ns - b.data_wait_ns - b.comm_exposed_ns);
