@@ -301,17 +301,30 @@ std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {
   });
 }
 
+namespace {
+// A memory row from the columns rank, t_ns, step, bytes, live_bytes, role, name_id.
+MemoryRow memory_row(sqlite3_stmt* h) {
+  return MemoryRow{sqlite3_column_int(h, 0), time_ns(h, 1), sqlite3_column_int(h, 2),
+                   sqlite3_column_int64(h, 3), sqlite3_column_int64(h, 4),
+                   static_cast<std::uint8_t>(std::clamp(sqlite3_column_int(h, 5), 0, kMemoryRoles - 1)),
+                   static_cast<std::uint32_t>(sqlite3_column_int64(h, 6))};
+}
+}  // namespace
+
 std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
   static constexpr const char* kCols = "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory";
   auto& st = rank ? db_->prepare(std::string(kCols) + " WHERE rank = ? ORDER BY t_ns, rowid")
                   : db_->prepare(std::string(kCols) + " ORDER BY rank, t_ns, rowid");
   if (rank) st.bind(1, *rank);
-  return collect<MemoryRow>(st, [](sqlite3_stmt* h) {
-    return MemoryRow{sqlite3_column_int(h, 0), time_ns(h, 1), sqlite3_column_int(h, 2),
-                     sqlite3_column_int64(h, 3), sqlite3_column_int64(h, 4),
-                     static_cast<std::uint8_t>(std::clamp(sqlite3_column_int(h, 5), 0, kMemoryRoles - 1)),
-                     static_cast<std::uint32_t>(sqlite3_column_int64(h, 6))};
-  });
+  return collect<MemoryRow>(st, memory_row);
+}
+
+std::vector<MemoryRow> Reader::memory_between(std::int64_t t0_ns, std::int64_t t1_ns) {
+  auto& st = db_->prepare(
+      "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory WHERE t_ns BETWEEN ? AND ? "
+      "ORDER BY rank, t_ns, rowid");
+  st.bind(1, t0_ns).bind(2, t1_ns);
+  return collect<MemoryRow>(st, memory_row);
 }
 
 std::vector<EvaluationRow> Reader::evaluations() {

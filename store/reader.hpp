@@ -66,6 +66,8 @@ class Reader {
   std::vector<ParamRow> params();
   // Memory events by rank, in time order; none for runs recorded without them or before the table existed.
   std::vector<MemoryRow> memory(std::optional<std::int32_t> rank = std::nullopt);
+  // The memory events of [t0, t1] on every rank, by rank then time (a scan: the table has no time index).
+  std::vector<MemoryRow> memory_between(std::int64_t t0_ns, std::int64_t t1_ns);
 
   // Tensor metadata (no data), ordered by source, step, rank, exec_order.
   std::vector<TensorInfo> tensors(std::optional<std::string_view> source = std::nullopt);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <thread>
 #include <tuple>
 
@@ -250,4 +251,92 @@ TEST_CASE("a run opened windowed draws from its summary, then reads each window'
   app.show_view(ViewId::ops);
   for (int i = 0; i < 2; ++i) ui.frame(app);
   CHECK_FALSE(app.error_shown());
+}
+
+TEST_CASE("a run opened windowed analyses consecutive steps, with the figures a full open gives those steps", "[app]") {
+  wb::test::TempDir dir;
+  SyntheticRun spec;
+  spec.ranks = 2;
+  spec.steps = 24;
+  spec.ranges_per_rank = 48000;  // 2,000 ranges a step and rank
+  write_synthetic_run(dir / "run.sqlite", spec);
+  auto full = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::full);
+  // A budget of about 6 steps' rows (the summary's estimate is an upper bound: fewer may fit).
+  auto m = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::windowed, 6 * 2 * 2000);
+  REQUIRE(m->windowed());
+  auto sample = m->window->sample();
+  INFO(m->window->sample_status());
+  REQUIRE(sample);
+  REQUIRE(sample->sample);
+  const auto& s = *sample->sample;
+  CHECK_FALSE(sample->windowed());
+  CHECK(s.run_steps == 24);
+  CHECK(s.steps >= 3);
+  CHECK(s.steps <= 6);
+  CHECK(s.last_step - s.first_step + 1 == s.steps);
+  CHECK(s.first_step <= 12);  // from the middle of the run
+  CHECK(s.last_step >= 12);
+  CHECK(s.run_rows == full->range_count + full->kernel_count);
+  // The rows read are those of the sampled steps: every rank's ranges of those steps, and nothing else.
+  std::int64_t in_steps = 0;
+  for (const auto& [track, rows] : full->run.ranges)
+    for (const auto& r : rows) in_steps += r.step >= s.first_step && r.step <= s.last_step;
+  CHECK(s.rows == in_steps);
+
+  // The independent reality: the full open's analyses of every row, for the same steps.
+  auto key = [](const wb::analysis::StepBreakdown& b) {
+    return std::tuple{b.rank, b.step, b.start_ns, b.total_ns, b.compute_ns, b.data_wait_ns, b.h2d_ns, b.comm_exposed_ns,
+                      b.other_ns};
+  };
+  std::vector<decltype(key(full->breakdown.front()))> want, got;
+  for (const auto& b : full->breakdown)
+    if (b.step >= s.first_step && b.step <= s.last_step) want.push_back(key(b));
+  for (const auto& b : sample->breakdown) got.push_back(key(b));
+  CHECK(got.size() == static_cast<std::size_t>(2 * s.steps));
+  CHECK(got == want);
+  REQUIRE(sample->straggle.steps.size() == static_cast<std::size_t>(s.steps));
+  for (const auto& st : sample->straggle.steps) {
+    auto it = std::find_if(full->straggle.steps.begin(), full->straggle.steps.end(),
+                           [&](const auto& f) { return f.step == st.step; });
+    REQUIRE(it != full->straggle.steps.end());
+    CHECK(st.last_rank == it->last_rank);
+    CHECK(st.lag_ns == it->lag_ns);
+    CHECK(st.wait_ns == it->wait_ns);
+  }
+  // Each op ran as often per sampled step as in the whole run's steps.
+  REQUIRE(sample->ops.by_name.size() == full->ops.by_name.size());
+  for (const auto& op : sample->ops.by_name) {
+    auto it = std::find_if(full->ops.by_name.begin(), full->ops.by_name.end(),
+                           [&](const auto& f) { return f.name == op.name && f.category == op.category; });
+    REQUIRE(it != full->ops.by_name.end());
+    CHECK(op.count * 24 == it->count * s.steps);
+  }
+
+  // Every analysis view draws the sample, under a line naming its steps; none shows an error.
+  Headless ui;
+  App::Options opt;
+  opt.persist_recent = false;
+  App app(opt);
+  app.set_model(m);
+  std::map<ViewId, int> drawn;
+  for (ViewId v : {ViewId::overview, ViewId::ops, ViewId::queue, ViewId::allreduce, ViewId::memory}) {
+    app.show_view(v);
+    for (int i = 0; i < 3; ++i) drawn[v] = ui.frame(app);
+    CHECK_FALSE(app.error_shown());
+  }
+  CHECK(app.model == m);  // the run's model again after each view
+
+  // A budget no step fits: no analyses, and the views say why, in a few lines of text.
+  auto tight = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::windowed, 100);
+  CHECK_FALSE(tight->window->sample());
+  CHECK_THAT(tight->window->sample_status(), Catch::Matchers::Contains("more than these views read at once"));
+  app.set_model(tight);
+  for (auto [v, vertices] : drawn) {
+    if (v == ViewId::memory) continue;  // the synthetic run records no memory events: a line says so
+    app.show_view(v);
+    int note = 0;
+    for (int i = 0; i < 3; ++i) note = ui.frame(app);
+    CAPTURE(static_cast<int>(v), vertices, note);
+    CHECK(vertices > 2 * note);  // the sample's figures, not the note
+  }
 }

@@ -4,6 +4,9 @@
 #include <chrono>
 #include <cstdio>
 #include <limits>
+#include <map>
+#include <optional>
+#include <string>
 
 #include "store/reader.hpp"
 #include "store/summary.hpp"
@@ -235,10 +238,168 @@ bool decide_windowed(const std::filesystem::path& path, LoadProgress* progress, 
   return mode == OpenMode::windowed || rows > kWindowedEvents;
 }
 
-// A windowed open: every table but the events, and the summary's coarse levels; no analyses.
+// A windowed open's analyses read the rows of consecutive steps from the middle of the run (past the first
+// steps' warm-up): as many as fit `budget` (kSampleRows) by the summary's estimate, at most kSampleSteps,
+// so that memory stays bounded whatever the run's length. A step that alone holds more than four times the
+// budget is not read.
+constexpr std::size_t kSampleSteps = 64;
+
+struct StepSpan {
+  int step = 0;
+  std::int64_t t0_ns = 0, t1_ns = 0;  // the earliest start and the latest end over the ranks
+};
+
+// The steps a sample may take, by step: in a triggered capture's file, only those of its windows (the
+// others have no rows).
+std::vector<StepSpan> sample_candidates(const analysis::RunData& run) {
+  auto captured = [&](const store::StepRow& s) {
+    if (run.capture_windows.empty()) return true;
+    return std::any_of(run.capture_windows.begin(), run.capture_windows.end(), [&](const store::CaptureWindowRow& w) {
+      return w.rank == s.rank && s.step >= w.first_step && s.step <= w.last_step;
+    });
+  };
+  std::map<int, StepSpan> by_step;
+  for (const auto& s : run.steps) {
+    if (s.step < 0 || !captured(s)) continue;
+    auto [it, fresh] = by_step.try_emplace(s.step, StepSpan{s.step, s.start_ns, s.end_ns});
+    if (fresh) continue;
+    it->second.t0_ns = std::min(it->second.t0_ns, s.start_ns);
+    it->second.t1_ns = std::max(it->second.t1_ns, s.end_ns);
+  }
+  std::vector<StepSpan> out;
+  for (const auto& [step, span] : by_step) out.push_back(span);
+  return out;
+}
+
+// Indices [first, last] into `steps` of the sample, or nullopt with the reason in `why`.
+std::optional<std::pair<std::size_t, std::size_t>> pick_sample(const std::vector<StepSpan>& steps,
+                                                               const TimelineWindow& window, std::int64_t budget,
+                                                               std::string& why) {
+  if (steps.empty()) {
+    why = "the run records no steps";
+    return std::nullopt;
+  }
+  auto rows = [&](std::size_t a, std::size_t b) {
+    std::int64_t t0 = steps[a].t0_ns, t1 = steps[a].t1_ns;
+    for (std::size_t i = a; i <= b; ++i) t0 = std::min(t0, steps[i].t0_ns), t1 = std::max(t1, steps[i].t1_ns);
+    return window.estimate_rows(t0, t1);
+  };
+  std::size_t a = steps.size() / 2, b = a;
+  if (const std::int64_t one = rows(a, b); one > 4 * budget) {
+    why = "step " + std::to_string(steps[a].step) + " alone holds about " + std::to_string(one / 1'000'000) +
+          "M ranges and kernels, more than these views read at once";
+    return std::nullopt;
+  }
+  for (bool right = true; b - a + 1 < kSampleSteps; right = !right) {
+    const bool can_right = b + 1 < steps.size(), can_left = a > 0;
+    if (!can_right && !can_left) break;
+    std::size_t na = a, nb = b;
+    if ((right && can_right) || !can_left) ++nb;
+    else --na;
+    if (rows(na, nb) > budget) break;
+    a = na;
+    b = nb;
+  }
+  return std::make_pair(a, b);
+}
+
+template <class Row, class Keep>
+void keep_only(std::vector<Row>& rows, Keep keep) {
+  rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const Row& r) { return !keep(r); }), rows.end());
+}
+
+// The model of a sample's rows: each rank's from the start of its step `first` to the end of its step
+// `last` (ranks drift apart: one window for all would hold other steps of the ranks ahead), read from
+// [t0, t1] that covers them all; every table cut to them.
+std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const TimelineWindow& window, int first,
+                                      int last, std::int64_t t0, std::int64_t t1) {
+  store::Reader reader(path);
+  auto m = window.read_window(reader, t0, t1, false);
+  auto& run = m->run;
+  auto in_steps = [&](const auto& r) { return r.step >= first && r.step <= last; };
+  keep_only(run.steps, in_steps);
+  keep_only(run.allreduces, in_steps);
+  keep_only(run.pipeline_spans, in_steps);
+  keep_only(run.pipeline_steps, in_steps);
+  std::map<int, std::pair<std::int64_t, std::int64_t>> span;  // rank -> its sampled steps' time
+  for (const auto& s : run.steps) {
+    auto [it, fresh] = span.try_emplace(s.rank, s.start_ns, s.end_ns);
+    if (!fresh) it->second = {std::min(it->second.first, s.start_ns), std::max(it->second.second, s.end_ns)};
+  }
+  auto within = [&](int rank, std::int64_t start, std::int64_t end) {
+    auto it = span.find(rank);
+    return it != span.end() && end >= it->second.first && start <= it->second.second;
+  };
+  auto rank_of = [&](std::uint32_t track) {
+    const auto* t = run.track(track);
+    return t ? t->rank : -1;
+  };
+  m->range_count = m->kernel_count = m->counter_count = 0;  // the sample's, not the run's
+  for (auto& [track, rows] : run.ranges) {
+    const int rank = rank_of(track);
+    keep_only(rows, [&](const store::RangeRow& r) { return within(rank, r.start_ns, r.end_ns); });
+    m->range_count += static_cast<std::int64_t>(rows.size());
+  }
+  for (auto& [track, rows] : run.kernels) {
+    const int rank = rank_of(track);
+    keep_only(rows, [&](const store::KernelRow& k) { return within(rank, k.start_ns, k.end_ns); });
+    m->kernel_count += static_cast<std::int64_t>(rows.size());
+  }
+  run.kernel_rows = m->kernel_count;
+  for (auto& [track, rows] : run.counters) {
+    const int rank = rank_of(track);
+    keep_only(rows, [&](const store::CounterRow& c) { return within(rank, c.t_ns, c.t_ns); });
+    m->counter_count += static_cast<std::int64_t>(rows.size());
+  }
+  run.memory = reader.memory_between(t0, t1);
+  keep_only(run.memory, [&](const store::MemoryRow& e) { return within(e.rank, e.t_ns, e.t_ns); });
+  m->t_min_ns = t0;
+  m->t_max_ns = t1;
+  return m;
+}
+
+// The windowed run's analyses over a sample of its steps, handed to the window (TimelineWindow::sample).
+// A failure leaves the views without them, saying why; the Timeline is unaffected.
+void analyse_sample(const std::filesystem::path& path, const RunModel& lean, TimelineWindow& window,
+                    std::int64_t budget) {
+  const auto t_start = std::chrono::steady_clock::now();
+  try {
+    const std::vector<StepSpan> steps = sample_candidates(lean.run);
+    std::string why;
+    const auto pick = pick_sample(steps, window, budget, why);
+    if (!pick) {
+      window.set_sample(nullptr, "no analyses: " + why);
+      return;
+    }
+    const auto [a, b] = *pick;
+    std::int64_t t0 = steps[a].t0_ns, t1 = steps[a].t1_ns;
+    for (std::size_t i = a; i <= b; ++i) t0 = std::min(t0, steps[i].t0_ns), t1 = std::max(t1, steps[i].t1_ns);
+    const std::string span = std::to_string(steps[a].step) + "-" + std::to_string(steps[b].step);
+    window.set_sample(nullptr, "analysing steps " + span + " ...");
+    auto m = read_sample(path, window, steps[a].step, steps[b].step, t0, t1);
+    RunModel::Sample s;
+    s.first_step = steps[a].step;
+    s.last_step = steps[b].step;
+    s.steps = static_cast<int>(b - a + 1);
+    s.run_steps = static_cast<int>(steps.size());
+    s.rows = m->range_count + m->kernel_count;
+    s.run_rows = lean.range_count + lean.kernel_count;
+    analyze_run(*m, nullptr, path);
+    s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+    m->analysis_seconds = s.seconds;
+    m->sample = s;
+    m->analysed.store(true, std::memory_order_release);
+    window.set_sample(std::move(m), "");
+  } catch (const std::exception& e) {
+    window.set_sample(nullptr, std::string("no analyses: reading the sample of steps failed: ") + e.what());
+  }
+}
+
+// A windowed open: every table but the events, and the summary's coarse levels; the analyses over a sample
+// of the steps after that.
 std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path, LoadProgress* progress,
                                               const std::function<void(std::shared_ptr<const RunModel>)>& on_open,
-                                              std::chrono::steady_clock::time_point t_start) {
+                                              std::chrono::steady_clock::time_point t_start, std::int64_t sample_rows) {
   set_stage(progress, "reading the run without its events", 0.9);
   auto lean = std::make_shared<RunModel>();
   {
@@ -284,6 +445,8 @@ std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path,
       model->levels[t.id] = build_levels(held);
     }
   if (on_open) on_open(model);
+  set_stage(progress, "analysing a sample of steps", 0.97);
+  analyse_sample(path, *lean, *window, sample_rows);
   set_stage(progress, "done", 1.0);
   return model;
 }
@@ -292,12 +455,12 @@ std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path,
 
 std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress,
                                                const std::function<void(std::shared_ptr<const RunModel>)>& on_open,
-                                               OpenMode mode) {
+                                               OpenMode mode, std::int64_t sample_rows) {
   using clock = std::chrono::steady_clock;
   auto t_start = clock::now();
   set_stage(progress, "opening", 0.0);
   if (decide_windowed(path, progress, mode)) {
-    return open_windowed(path, progress, on_open, t_start);
+    return open_windowed(path, progress, on_open, t_start, sample_rows);
   }
   auto model = std::make_shared<RunModel>();
   auto& run = model->run;

@@ -75,6 +75,17 @@ struct RunModel {
   std::int64_t rows_t0_ns = 0;
   std::int64_t rows_t1_ns = -1;
   bool windowed() const { return window != nullptr; }
+  // The model of a windowed run's analyses (TimelineWindow::sample): the rows of consecutive steps only,
+  // analysed as a whole run is; these are the steps it covers, of how many the run has, and what it read.
+  struct Sample {
+    int first_step = 0, last_step = 0;
+    int steps = 0;      // steps sampled (the step numbers in [first_step, last_step] that some rank has)
+    int run_steps = 0;  // steps in the whole run
+    std::int64_t rows = 0;      // ranges and kernels read
+    std::int64_t run_rows = 0;  // ranges and kernels in the whole run
+    double seconds = 0.0;       // reading and analysing them
+  };
+  std::optional<Sample> sample;
   double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
   double analysis_seconds = 0.0;  // the analyses after that
 
@@ -94,6 +105,9 @@ std::shared_ptr<RunModel> copy_without_rows(const RunModel& from);
 // TimelineWindow). automatic picks windowed for runs of more than kWindowedEvents ranges and kernels.
 enum class OpenMode { automatic, full, windowed };
 inline constexpr std::int64_t kWindowedEvents = 20'000'000;
+// A windowed open analyses consecutive steps from the middle of the run, as many as hold about this many
+// ranges and kernels by the summary's estimate (at most 64 steps).
+inline constexpr std::int64_t kSampleRows = 2'000'000;
 
 // Shared between a loader thread and the UI.
 struct LoadProgress {
@@ -112,7 +126,8 @@ struct LoadProgress {
 // file; a file that cannot take it (read-only, or of an older schema) opens in full instead.
 std::shared_ptr<const RunModel> load_run_model(const std::filesystem::path& path, LoadProgress* progress = nullptr,
                                                const std::function<void(std::shared_ptr<const RunModel>)>& on_open = {},
-                                               OpenMode mode = OpenMode::automatic);
+                                               OpenMode mode = OpenMode::automatic,
+                                               std::int64_t sample_rows = kSampleRows);
 
 // One load on a background thread.
 class RunLoader {

@@ -201,6 +201,14 @@ void TimelineWindow::run() {
 }
 
 void TimelineWindow::read_rows(store::Reader& reader, const Request& r) {
+  auto model = read_window(reader, r.t0_ns, r.t1_ns, true);
+  std::lock_guard lock(mutex_);
+  fresh_ = std::move(model);
+  rows_span_ = {r.t0_ns, r.t1_ns};
+}
+
+std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, std::int64_t t0_ns, std::int64_t t1_ns,
+                                                      bool with_levels) const {
   auto model = copy_without_rows(*lean_);
   std::map<std::uint32_t, std::int64_t> longest, long_ns;
   for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns), long_ns[t.track] = t.long_ns;
@@ -210,11 +218,12 @@ void TimelineWindow::read_rows(store::Reader& reader, const Request& r) {
       // ones that reach into it (summary_long): never a scan back by the longest range of all.
       const std::int64_t near = std::min(long_ns[t.id], longest[t.id]);
       reader.known_longest(t.id, near, 0);
-      auto rows = reader.ranges(t.id, r.t0_ns, r.t1_ns);
+      auto rows = reader.ranges(t.id, t0_ns, t1_ns);
       if (near < longest[t.id])
-        for (std::int64_t start : store::summary_long_starts(reader.db(), t.id, r.t0_ns - longest[t.id], r.t0_ns - near, r.t0_ns))
+        for (std::int64_t start :
+             store::summary_long_starts(reader.db(), t.id, t0_ns - longest[t.id], t0_ns - near, t0_ns))
           for (const auto& row : reader.ranges_starting(t.id, start))
-            if (row.end_ns >= r.t0_ns) rows.push_back(row);
+            if (row.end_ns >= t0_ns) rows.push_back(row);
       // The depths held whole come whole (so they draw outside the window too), with their steps and ids.
       const auto& held = this->held(t.id);
       if (!held.empty()) {
@@ -225,20 +234,34 @@ void TimelineWindow::read_rows(store::Reader& reader, const Request& r) {
           if (!in_window.count({row.start_ns, row.depth * 16 + row.category})) rows.push_back(row);
       }
       store::sort_by_start(rows);
-      model->levels[t.id] = build_levels(rows);
+      if (with_levels) model->levels[t.id] = build_levels(rows);
       model->run.ranges[t.id] = std::move(rows);
     } else if (t.kind == store::TrackKind::stream) {
-      reader.known_longest(t.id, 0, longest[t.id]);
-      auto rows = reader.kernels(t.id, r.t0_ns, r.t1_ns);
-      model->levels[t.id] = build_levels(rows);
+      reader.known_longest(t.id, 0, longest.count(t.id) ? longest.at(t.id) : 0);
+      auto rows = reader.kernels(t.id, t0_ns, t1_ns);
+      if (with_levels) model->levels[t.id] = build_levels(rows);
       model->run.kernels[t.id] = std::move(rows);
     }
   }
-  model->rows_t0_ns = r.t0_ns;
-  model->rows_t1_ns = r.t1_ns;
+  model->rows_t0_ns = t0_ns;
+  model->rows_t1_ns = t1_ns;
+  return model;
+}
+
+std::shared_ptr<const RunModel> TimelineWindow::sample() const {
   std::lock_guard lock(mutex_);
-  fresh_ = std::move(model);
-  rows_span_ = {r.t0_ns, r.t1_ns};
+  return sample_;
+}
+
+std::string TimelineWindow::sample_status() const {
+  std::lock_guard lock(mutex_);
+  return sample_status_;
+}
+
+void TimelineWindow::set_sample(std::shared_ptr<const RunModel> model, std::string status) {
+  std::lock_guard lock(mutex_);
+  sample_ = std::move(model);
+  sample_status_ = std::move(status);
 }
 
 void TimelineWindow::read_summary(store::Reader& reader, const Request& r) {

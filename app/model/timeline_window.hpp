@@ -15,6 +15,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -80,6 +81,19 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   // else the coarse levels. Never null.
   std::shared_ptr<const SummaryView> summary_for(double t0_ns, double t1_ns, double ns_per_px) const;
   bool reading() const { return busy_.load(); }
+
+  // The rows of [t0, t1] (every range and kernel that overlaps it, and the depths held whole) as a model
+  // of its own, copied from the lean one: what each window's read publishes, and what a windowed open
+  // analyses (run_model.cpp; with_levels false: no timeline levels built).
+  std::shared_ptr<RunModel> read_window(store::Reader& reader, std::int64_t t0_ns, std::int64_t t1_ns,
+                                        bool with_levels) const;
+
+  // The analyses of a windowed run, over the rows of a sample of its steps (set once by the loader, after
+  // the Timeline can draw): null until they are done, and when none could be made; `sample_status` says
+  // which (what is being analysed, or why nothing is).
+  std::shared_ptr<const RunModel> sample() const;
+  std::string sample_status() const;
+  void set_sample(std::shared_ptr<const RunModel> model, std::string status);
   double last_read_seconds() const { return last_read_s_.load(); }
 
  private:
@@ -115,6 +129,8 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   std::pair<std::int64_t, std::int64_t> rows_span_{0, -1};  // the rows of the latest read cover this
   std::shared_ptr<RunModel> fresh_;  // read, not yet taken; its window is set when taken (no cycle)
   std::shared_ptr<const SummaryView> fine_;
+  std::shared_ptr<const RunModel> sample_;
+  std::string sample_status_;
   std::int64_t fine_level_ = -1;  // the bucket width fine_ was read for
   bool stop_ = false;
   std::atomic<bool> busy_{false};

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include <imgui.h>
 
@@ -252,17 +254,9 @@ void App::frame() {
         if ((!model && v != ViewId::precision) || (model && !model->ready() && needs_analyses)) {
           draw_loading();
         } else if (model && model->windowed() && needs_analyses) {
-          draw_windowed_note();
+          draw_sampled(v);
         } else {
-          switch (v) {
-            case ViewId::overview: draw_overview(*this); break;
-            case ViewId::timeline: draw_timeline(*this); break;
-            case ViewId::ops: draw_ops(*this); break;
-            case ViewId::queue: draw_queue(*this); break;
-            case ViewId::allreduce: draw_allreduce(*this); break;
-            case ViewId::precision: draw_precision(*this); break;
-            case ViewId::memory: draw_memory(*this); break;
-          }
+          draw_view(v);
         }
         ImGui::EndChild();
         ImGui::EndTabItem();
@@ -278,12 +272,45 @@ void App::frame() {
   ImGui::End();
 }
 
-void App::draw_windowed_note() {
+void App::draw_view(ViewId v) {
+  switch (v) {
+    case ViewId::overview: draw_overview(*this); break;
+    case ViewId::timeline: draw_timeline(*this); break;
+    case ViewId::ops: draw_ops(*this); break;
+    case ViewId::queue: draw_queue(*this); break;
+    case ViewId::allreduce: draw_allreduce(*this); break;
+    case ViewId::precision: draw_precision(*this); break;
+    case ViewId::memory: draw_memory(*this); break;
+  }
+}
+
+// A windowed run's analysis views draw the analyses of its sample of steps (TimelineWindow::sample) under
+// a line that says which steps they cover; until those are ready, or when there are none, a note says why.
+void App::draw_sampled(ViewId v) {
+  auto sample = model->window->sample();
+  if (!sample || !sample->sample) {
+    draw_windowed_note(model->window->sample_status());
+    return;
+  }
+  const auto& s = *sample->sample;
+  ImGui::TextColored(to_vec4(color::kDim),
+                     "Steps %d-%d only (%d of %d steps, %s of %s ranges and kernels): the run opened windowed. Every "
+                     "step: wb report %s",
+                     s.first_step, s.last_step, s.steps, s.run_steps, fmt_num(static_cast<double>(s.rows), 3).c_str(),
+                     fmt_num(static_cast<double>(s.run_rows), 3).c_str(), model->run.path.string().c_str());
+  // The views read app.model: the sample's for the time of this view.
+  auto whole = std::exchange(model, std::move(sample));
+  draw_view(v);
+  model = std::move(whole);
+}
+
+void App::draw_windowed_note(const std::string& status) {
   ImGui::TextWrapped("%s has %s ranges and kernels: it opened windowed, so the Timeline reads only the rows it draws "
-                     "and memory stays bounded. This view needs every row in memory.",
+                     "and memory stays bounded. This view shows the analyses of a sample of its steps.",
                      model->title().c_str(), fmt_num(static_cast<double>(model->range_count + model->kernel_count), 3).c_str());
   ImGui::Spacing();
-  ImGui::TextColored(to_vec4(color::kDim), "For its figures: wb report %s   (or reopen with wb-view --full %s)",
+  ImGui::TextUnformatted(status.empty() ? "Analysing a sample of steps ..." : status.c_str());
+  ImGui::TextColored(to_vec4(color::kDim), "For every step: wb report %s   (or reopen with wb-view --full %s)",
                      model->run.path.string().c_str(), model->run.path.string().c_str());
 }
 

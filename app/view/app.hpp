@@ -255,7 +255,9 @@ class App {
   void draw_file_browser();
   void draw_error_popup();
   void draw_loading();
-  void draw_windowed_note();
+  void draw_view(ViewId v);
+  void draw_sampled(ViewId v);
+  void draw_windowed_note(const std::string& status);
   void remember(const std::filesystem::path& path);
   void poll_tuner();
   bool scripted_busy() const;

@@ -268,7 +268,7 @@ void try_controls(App& app, const RunModel& m) {
     if (ImGui::SmallButton("Stop")) t.tune_job->terminate();
     return;
   }
-  const bool windowed = m.windowed();
+  const bool windowed = m.windowed() || m.sample;  // trials would read the whole run
   if (ImGui::Button("Try the best candidates") && !windowed) app.start_tune_split();
   if (ImGui::IsItemHovered())
     ImGui::SetTooltip("Runs wb tune-split %s --candidates %d --rounds %d --steps %d: short trainings of the current split\n"
