@@ -319,11 +319,16 @@ std::vector<MemoryRow> Reader::memory(std::optional<std::int32_t> rank) {
   return collect<MemoryRow>(st, memory_row);
 }
 
-std::vector<MemoryRow> Reader::memory_between(std::int64_t t0_ns, std::int64_t t1_ns) {
-  auto& st = db_->prepare(
-      "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory WHERE t_ns BETWEEN ? AND ? "
-      "ORDER BY rank, t_ns, rowid");
-  st.bind(1, t0_ns).bind(2, t1_ns);
+std::vector<MemoryRow> Reader::memory_between(const std::map<int, std::pair<std::int64_t, std::int64_t>>& windows) {
+  if (windows.empty()) return {};
+  std::string sql = "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory WHERE ";
+  for (std::size_t i = 0; i < windows.size(); ++i) sql += i ? " OR " : "", sql += "(rank = ? AND t_ns BETWEEN ? AND ?)";
+  auto& st = db_->prepare(sql + " ORDER BY rank, t_ns, rowid");
+  int k = 1;
+  for (const auto& [rank, w] : windows) {
+    st.bind(k, rank).bind(k + 1, w.first).bind(k + 2, w.second);
+    k += 3;
+  }
   return collect<MemoryRow>(st, memory_row);
 }
 

@@ -66,8 +66,9 @@ class Reader {
   std::vector<ParamRow> params();
   // Memory events by rank, in time order; none for runs recorded without them or before the table existed.
   std::vector<MemoryRow> memory(std::optional<std::int32_t> rank = std::nullopt);
-  // The memory events of [t0, t1] on every rank, by rank then time (a scan: the table has no time index).
-  std::vector<MemoryRow> memory_between(std::int64_t t0_ns, std::int64_t t1_ns);
+  // The memory events of each rank in its own window [t0, t1], by rank then time (one scan: the table has
+  // no time index).
+  std::vector<MemoryRow> memory_between(const std::map<int, std::pair<std::int64_t, std::int64_t>>& windows);
 
   // Tensor metadata (no data), ordered by source, step, rank, exec_order.
   std::vector<TensorInfo> tensors(std::optional<std::string_view> source = std::nullopt);

@@ -244,9 +244,10 @@ bool decide_windowed(const std::filesystem::path& path, LoadProgress* progress, 
 // budget is not read.
 constexpr std::size_t kSampleSteps = 64;
 
+// A step's time on each rank that recorded it.
 struct StepSpan {
   int step = 0;
-  std::int64_t t0_ns = 0, t1_ns = 0;  // the earliest start and the latest end over the ranks
+  TimelineWindow::RankSpans ranks;
 };
 
 // The steps a sample may take, by step: in a triggered capture's file, only those of its windows (the
@@ -261,13 +262,25 @@ std::vector<StepSpan> sample_candidates(const analysis::RunData& run) {
   std::map<int, StepSpan> by_step;
   for (const auto& s : run.steps) {
     if (s.step < 0 || !captured(s)) continue;
-    auto [it, fresh] = by_step.try_emplace(s.step, StepSpan{s.step, s.start_ns, s.end_ns});
+    StepSpan& span = by_step[s.step];
+    span.step = s.step;
+    auto [it, fresh] = span.ranks.try_emplace(s.rank, s.start_ns, s.end_ns);
     if (fresh) continue;
-    it->second.t0_ns = std::min(it->second.t0_ns, s.start_ns);
-    it->second.t1_ns = std::max(it->second.t1_ns, s.end_ns);
+    it->second = {std::min(it->second.first, s.start_ns), std::max(it->second.second, s.end_ns)};
   }
   std::vector<StepSpan> out;
-  for (const auto& [step, span] : by_step) out.push_back(span);
+  for (auto& [step, span] : by_step) out.push_back(std::move(span));
+  return out;
+}
+
+// Each rank's time over steps[a..b].
+TimelineWindow::RankSpans spans_of(const std::vector<StepSpan>& steps, std::size_t a, std::size_t b) {
+  TimelineWindow::RankSpans out;
+  for (std::size_t i = a; i <= b; ++i)
+    for (const auto& [rank, span] : steps[i].ranks) {
+      auto [it, fresh] = out.try_emplace(rank, span);
+      if (!fresh) it->second = {std::min(it->second.first, span.first), std::max(it->second.second, span.second)};
+    }
   return out;
 }
 
@@ -279,11 +292,7 @@ std::optional<std::pair<std::size_t, std::size_t>> pick_sample(const std::vector
     why = "the run records no steps";
     return std::nullopt;
   }
-  auto rows = [&](std::size_t a, std::size_t b) {
-    std::int64_t t0 = steps[a].t0_ns, t1 = steps[a].t1_ns;
-    for (std::size_t i = a; i <= b; ++i) t0 = std::min(t0, steps[i].t0_ns), t1 = std::max(t1, steps[i].t1_ns);
-    return window.estimate_rows(t0, t1);
-  };
+  auto rows = [&](std::size_t a, std::size_t b) { return window.estimate_rows(spans_of(steps, a, b)); };
   std::size_t a = steps.size() / 2, b = a;
   if (const std::int64_t one = rows(a, b); one > 4 * budget) {
     why = "step " + std::to_string(steps[a].step) + " alone holds about " + std::to_string(one / 1'000'000) +
@@ -309,23 +318,18 @@ void keep_only(std::vector<Row>& rows, Keep keep) {
 }
 
 // The model of a sample's rows: each rank's from the start of its step `first` to the end of its step
-// `last` (ranks drift apart: one window for all would hold other steps of the ranks ahead), read from
-// [t0, t1] that covers them all; every table cut to them.
+// `last` (ranks drift apart: one window for all would hold other steps of the ranks ahead); every table
+// cut to them.
 std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const TimelineWindow& window, int first,
-                                      int last, std::int64_t t0, std::int64_t t1) {
+                                      int last, const TimelineWindow::RankSpans& span) {
   store::Reader reader(path);
-  auto m = window.read_window(reader, t0, t1, false);
+  auto m = window.read_window(reader, span);
   auto& run = m->run;
   auto in_steps = [&](const auto& r) { return r.step >= first && r.step <= last; };
   keep_only(run.steps, in_steps);
   keep_only(run.allreduces, in_steps);
   keep_only(run.pipeline_spans, in_steps);
   keep_only(run.pipeline_steps, in_steps);
-  std::map<int, std::pair<std::int64_t, std::int64_t>> span;  // rank -> its sampled steps' time
-  for (const auto& s : run.steps) {
-    auto [it, fresh] = span.try_emplace(s.rank, s.start_ns, s.end_ns);
-    if (!fresh) it->second = {std::min(it->second.first, s.start_ns), std::max(it->second.second, s.end_ns)};
-  }
   auto within = [&](int rank, std::int64_t start, std::int64_t end) {
     auto it = span.find(rank);
     return it != span.end() && end >= it->second.first && start <= it->second.second;
@@ -351,10 +355,13 @@ std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const T
     keep_only(rows, [&](const store::CounterRow& c) { return within(rank, c.t_ns, c.t_ns); });
     m->counter_count += static_cast<std::int64_t>(rows.size());
   }
-  run.memory = reader.memory_between(t0, t1);
-  keep_only(run.memory, [&](const store::MemoryRow& e) { return within(e.rank, e.t_ns, e.t_ns); });
-  m->t_min_ns = t0;
-  m->t_max_ns = t1;
+  run.memory = reader.memory_between(span);
+  m->t_min_ns = std::numeric_limits<std::int64_t>::max();
+  m->t_max_ns = std::numeric_limits<std::int64_t>::min();
+  for (const auto& [rank, t] : span) {
+    m->t_min_ns = std::min(m->t_min_ns, t.first);
+    m->t_max_ns = std::max(m->t_max_ns, t.second);
+  }
   return m;
 }
 
@@ -372,11 +379,9 @@ void analyse_sample(const std::filesystem::path& path, const RunModel& lean, Tim
       return;
     }
     const auto [a, b] = *pick;
-    std::int64_t t0 = steps[a].t0_ns, t1 = steps[a].t1_ns;
-    for (std::size_t i = a; i <= b; ++i) t0 = std::min(t0, steps[i].t0_ns), t1 = std::max(t1, steps[i].t1_ns);
     const std::string span = std::to_string(steps[a].step) + "-" + std::to_string(steps[b].step);
     window.set_sample(nullptr, "analysing steps " + span + " ...");
-    auto m = read_sample(path, window, steps[a].step, steps[b].step, t0, t1);
+    auto m = read_sample(path, window, steps[a].step, steps[b].step, spans_of(steps, a, b));
     RunModel::Sample s;
     s.first_step = steps[a].step;
     s.last_step = steps[b].step;

@@ -36,6 +36,7 @@ std::int64_t pow2_at_least(double ns) {
 
 TimelineWindow::TimelineWindow(const std::filesystem::path& path, std::shared_ptr<const RunModel> lean)
     : path_(path), lean_(std::move(lean)) {
+  for (const auto& t : lean_->run.tracks) rank_of_[t.id] = t.rank;
   store::Reader reader(path_);
   tracks_ = store::summary_tracks(reader.db());
   auto coarse = std::make_shared<SummaryView>();
@@ -103,6 +104,21 @@ int TimelineWindow::depths(std::uint32_t track) const {
 std::int64_t TimelineWindow::estimate_rows(std::int64_t t0_ns, std::int64_t t1_ns) const {
   std::int64_t n = 0;
   for (const auto& [key, buckets] : coarse_->buckets) {
+    auto first = std::lower_bound(buckets.begin(), buckets.end(), t0_ns,
+                                  [](const store::SummaryBucket& b, std::int64_t t) { return b.end_ns <= t; });
+    for (auto it = first; it != buckets.end() && it->start_ns <= t1_ns; ++it) n += it->count;
+  }
+  return n;
+}
+
+std::int64_t TimelineWindow::estimate_rows(const RankSpans& spans) const {
+  std::int64_t n = 0;
+  for (const auto& [key, buckets] : coarse_->buckets) {
+    auto rank = rank_of_.find(key.first);
+    if (rank == rank_of_.end()) continue;
+    auto span = spans.find(rank->second);
+    if (span == spans.end()) continue;
+    const auto [t0_ns, t1_ns] = span->second;
     auto first = std::lower_bound(buckets.begin(), buckets.end(), t0_ns,
                                   [](const store::SummaryBucket& b, std::int64_t t) { return b.end_ns <= t; });
     for (auto it = first; it != buckets.end() && it->start_ns <= t1_ns; ++it) n += it->count;
@@ -201,18 +217,40 @@ void TimelineWindow::run() {
 }
 
 void TimelineWindow::read_rows(store::Reader& reader, const Request& r) {
-  auto model = read_window(reader, r.t0_ns, r.t1_ns, true);
+  auto model = read_window(reader, r.t0_ns, r.t1_ns);
   std::lock_guard lock(mutex_);
   fresh_ = std::move(model);
   rows_span_ = {r.t0_ns, r.t1_ns};
 }
 
-std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, std::int64_t t0_ns, std::int64_t t1_ns,
+std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, std::int64_t t0_ns,
+                                                      std::int64_t t1_ns) const {
+  auto model = read_tracks(reader, [&](const store::TrackRow&) { return Span({t0_ns, t1_ns}); }, true);
+  model->rows_t0_ns = t0_ns;
+  model->rows_t1_ns = t1_ns;
+  return model;
+}
+
+std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, const RankSpans& spans) const {
+  return read_tracks(
+      reader,
+      [&](const store::TrackRow& t) {
+        auto it = spans.find(t.rank);
+        return it != spans.end() ? Span(it->second) : std::nullopt;
+      },
+      false);
+}
+
+std::shared_ptr<RunModel> TimelineWindow::read_tracks(store::Reader& reader,
+                                                      const std::function<Span(const store::TrackRow&)>& span,
                                                       bool with_levels) const {
   auto model = copy_without_rows(*lean_);
   std::map<std::uint32_t, std::int64_t> longest, long_ns;
   for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns), long_ns[t.track] = t.long_ns;
   for (const auto& t : lean_->run.tracks) {
+    const auto window = span(t);
+    if (!window) continue;
+    const auto [t0_ns, t1_ns] = *window;
     if (t.kind == store::TrackKind::thread) {
       // Ranges starting at most long_ns before the window through the key, and the track's few longer
       // ones that reach into it (summary_long): never a scan back by the longest range of all.
@@ -243,8 +281,6 @@ std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, std
       model->run.kernels[t.id] = std::move(rows);
     }
   }
-  model->rows_t0_ns = t0_ns;
-  model->rows_t1_ns = t1_ns;
   return model;
 }
 

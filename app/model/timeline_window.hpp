@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -82,11 +83,18 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   std::shared_ptr<const SummaryView> summary_for(double t0_ns, double t1_ns, double ns_per_px) const;
   bool reading() const { return busy_.load(); }
 
+  // Per rank, a time window [t0, t1] of its own (ranks drift apart: a step of one is not the same time as
+  // the same step of another).
+  using RankSpans = std::map<int, std::pair<std::int64_t, std::int64_t>>;
+  // Rows of each rank's tracks starting in its window, estimated as estimate_rows does.
+  std::int64_t estimate_rows(const RankSpans& spans) const;
+
   // The rows of [t0, t1] (every range and kernel that overlaps it, and the depths held whole) as a model
-  // of its own, copied from the lean one: what each window's read publishes, and what a windowed open
-  // analyses (run_model.cpp; with_levels false: no timeline levels built).
-  std::shared_ptr<RunModel> read_window(store::Reader& reader, std::int64_t t0_ns, std::int64_t t1_ns,
-                                        bool with_levels) const;
+  // of its own, copied from the lean one: what each window's read publishes (with its timeline levels).
+  std::shared_ptr<RunModel> read_window(store::Reader& reader, std::int64_t t0_ns, std::int64_t t1_ns) const;
+  // The same for each rank's own window (none for a rank not in `spans`), without timeline levels: what a
+  // windowed open analyses (run_model.cpp).
+  std::shared_ptr<RunModel> read_window(store::Reader& reader, const RankSpans& spans) const;
 
   // The analyses of a windowed run, over the rows of a sample of its steps (set once by the loader, after
   // the Timeline can draw): null until they are done, and when none could be made; `sample_status` says
@@ -109,12 +117,17 @@ class TimelineWindow : public std::enable_shared_from_this<TimelineWindow> {
   void run();
   void read_rows(store::Reader& reader, const Request& r);
   void read_summary(store::Reader& reader, const Request& r);
+  // read_window for a window per track (none: the track has no rows read).
+  using Span = std::optional<std::pair<std::int64_t, std::int64_t>>;
+  std::shared_ptr<RunModel> read_tracks(store::Reader& reader, const std::function<Span(const store::TrackRow&)>& span,
+                                        bool with_levels) const;
   int level_for(double ns_per_px) const;  // the level whose widest bucket is about a pixel
 
   std::filesystem::path path_;
   std::shared_ptr<const RunModel> lean_;
   std::vector<store::SummaryTrack> tracks_;
   std::map<std::uint32_t, int> depths_;
+  std::map<std::uint32_t, int> rank_of_;  // track -> rank
   std::map<std::pair<std::uint32_t, int>, std::size_t> info_;  // (track, depth) -> index in tracks_
   std::set<std::pair<std::uint32_t, int>> whole_;
   std::map<std::uint32_t, std::vector<store::RangeRow>> held_;
