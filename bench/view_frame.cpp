@@ -147,6 +147,7 @@ bool open_and_draw(const std::filesystem::path& file, wb::app_model::OpenMode op
 }  // namespace
 
 int main(int argc, char** argv) {
+  wb::app_model::tune_allocator_for_viewer();
   std::int64_t ranges = 5'000'000;
   int ranks = 8;
   int steps = 0;  // 0: about 600 ranges a step and rank, as a profiled training step has

@@ -3,7 +3,6 @@
 #include "ingest/trace_json.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -899,14 +898,6 @@ bool is_gzip(const std::string& file) {
 }
 
 }  // namespace
-
-void advise_huge_pages(const void* p, std::size_t bytes) {
-  constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  if (!p || bytes < 4 * kHuge) return;
-  const auto begin = (reinterpret_cast<std::uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
-  const auto end = (reinterpret_cast<std::uintptr_t>(p) + bytes) & ~(kHuge - 1);
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-}
 
 ParsedTrace read_trace(const std::filesystem::path& path) {
   const std::string file = path.string();

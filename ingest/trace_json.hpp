@@ -24,6 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/huge_pages.hpp"
+
 namespace wb::ingest {
 
 // A file that is not a readable trace. The message names the file and what was expected, on one line.
@@ -83,17 +85,10 @@ struct TraceMemoryEvent {
 
 enum class TraceFormat { legacy, kineto };
 
-// Asks the kernel to back [p, p + bytes) with huge pages where it can (transparent huge pages in
-// "madvise" mode): an import fills vectors of hundreds of MB once, and a fault per 4 KiB page cost a fifth
-// of its time. Harmless where huge pages are off.
-void advise_huge_pages(const void* p, std::size_t bytes);
-
-// v.reserve(n), the new capacity advised for huge pages when it is large.
-template <class T>
-void reserve_huge(std::vector<T>& v, std::size_t n) {
-  v.reserve(n);
-  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
-}
+// Huge pages for the vectors an import fills once (hundreds of MB): a fault per 4 KiB page cost a fifth of
+// its time.
+using store::advise_huge_pages;
+using store::reserve_huge;
 
 // The parsed events in file order, in blocks of 2^18 (28 MiB each: over the mmap threshold that
 // tune_allocator_for_import sets, so a freed block goes back to the system, not to the heap): a consumer

@@ -109,6 +109,12 @@ inline constexpr std::int64_t kWindowedEvents = 20'000'000;
 // ranges and kernels by the summary's estimate (at most 64 steps).
 inline constexpr std::int64_t kSampleRows = 2'000'000;
 
+// The allocator's settings for the viewer: blocks up to 256 MiB come from the heap, and freed memory
+// stays there, so that each window a windowed run reads (its steps, collectives and queue samples, tens of
+// MB on a long run) reuses the memory of the window before instead of faulting in fresh pages. Call once
+// at start.
+void tune_allocator_for_viewer();
+
 // Shared between a loader thread and the UI.
 struct LoadProgress {
   std::atomic<double> fraction{0.0};

@@ -380,9 +380,13 @@ void App::draw_status_bar(float height) {
   ImGui::BeginChild("##status", ImVec2(0, height - 6.0f), false, ImGuiWindowFlags_NoScrollbar);
   if (model) {
     const auto& run = model->run;
-    int ranks = static_cast<int>(run.rank_ids().size());
-    int steps = 0;
-    for (const auto& s : run.steps) steps = std::max(steps, s.step + 1);
+    if (status_for_.lock() != model) {  // counted once per model: a long run has hundreds of thousands of rows
+      status_for_ = model;
+      status_ranks_ = static_cast<int>(run.rank_ids().size());
+      status_steps_ = 0;
+      for (const auto& s : run.steps) status_steps_ = std::max(status_steps_, s.step + 1);
+    }
+    const int ranks = status_ranks_, steps = status_steps_;
     ImGui::TextColored(to_vec4(color::kAccent), "%s", model->title().c_str());
     ImGui::SameLine(0, 16);
     ImGui::Text("ranks %d   device %s   steps %d   events %lld   (%lld ranges, %lld kernels, %lld counters)", ranks,

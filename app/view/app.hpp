@@ -258,6 +258,8 @@ class App {
   void draw_view(ViewId v);
   void draw_sampled(ViewId v);
   void draw_windowed_note(const std::string& status);
+  std::weak_ptr<const app_model::RunModel> status_for_;  // the model the status bar's counts are of
+  int status_ranks_ = 0, status_steps_ = 0;
   void remember(const std::filesystem::path& path);
   void poll_tuner();
   bool scripted_busy() const;

@@ -214,6 +214,7 @@ bool write_png(const std::string& path, int w, int h) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  wb::app_model::tune_allocator_for_viewer();
   Args args;
   try {
     args = parse(argc, argv);

@@ -378,7 +378,11 @@ class AllreduceLane final : public Lane {
       if (a.rank != rank) continue;
       rows_.push_back(i);
       buckets_ = std::max(buckets_, a.bucket + 1);
+      longest_ = std::max(longest_, a.end_ns - a.ready_ns);
     }
+    std::stable_sort(rows_.begin(), rows_.end(), [&](std::size_t a, std::size_t b) {
+      return m.run.allreduces[a].ready_ns < m.run.allreduces[b].ready_ns;
+    });
   }
   bool empty() const { return rows_.empty(); }
   std::string label() const override { return "allreduce buckets"; }
@@ -395,8 +399,25 @@ class AllreduceLane final : public Lane {
   }
   void draw(LaneContext& ctx, float y) override {
     const float rh = ctx.row_h * 0.75f;
-    for (auto i : rows_) {
-      const auto& a = model_.run.allreduces[i];
+    const ImU32 c = category_color(6);
+    // Collectives under kMinBoxPx wide are drawn merged, one box per run of them that touch on a bucket's
+    // row (a long run zoomed out has hundreds of thousands), and only those in view are visited.
+    std::map<int, std::pair<float, float>> merged;  // bucket -> the box being extended
+    auto flush = [&](int bucket) {
+      auto it = merged.find(bucket);
+      if (it == merged.end()) return;
+      const float ry = y + 2.0f + static_cast<float>(buckets_ - 1 - bucket) * rh;
+      const auto [x0, x1] = it->second;
+      ctx.dl->AddRectFilled(ImVec2(x0, ry + 1), ImVec2(std::max(x1, x0 + 1.0f), ry + rh - 1), with_alpha(c, 170));
+      merged.erase(it);
+    };
+    const double t0 = ctx.view.t0_ns - static_cast<double>(longest_), t1 = ctx.view.t1_ns;
+    auto first = std::partition_point(rows_.begin(), rows_.end(), [&](std::size_t i) {
+      return static_cast<double>(model_.run.allreduces[i].ready_ns) < t0;
+    });
+    for (auto row = first; row != rows_.end(); ++row) {
+      const auto& a = model_.run.allreduces[*row];
+      if (static_cast<double>(a.ready_ns) > t1) break;
       // The last bucket (produced first by backward) on top.
       float ry = y + 2.0f + static_cast<float>(buckets_ - 1 - a.bucket) * rh;
       float xr = ctx.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(a.ready_ns)));
@@ -405,7 +426,14 @@ class AllreduceLane final : public Lane {
       if (xe < ctx.x0 - 2 || xr > ctx.x0 + ctx.view.width_px + 2) continue;
       xs = std::max(xs, xr);
       xe = std::max(xe, xs + 1.0f);
-      ImU32 c = category_color(6);
+      if (xe - xr < kMinBoxPx) {
+        auto it = merged.find(a.bucket);
+        if (it != merged.end() && xr > it->second.second + 1.0f) flush(a.bucket), it = merged.end();
+        if (it == merged.end()) merged[a.bucket] = {xr, xe};
+        else it->second.second = std::max(it->second.second, xe);
+        continue;
+      }
+      flush(a.bucket);
       float mid = ry + rh * 0.5f;
       ctx.dl->AddLine(ImVec2(xr, mid), ImVec2(xs, mid), color::kDim, 1.0f);
       ctx.dl->AddLine(ImVec2(xr, ry + 2), ImVec2(xr, ry + rh - 2), color::kDim, 1.0f);
@@ -423,13 +451,15 @@ class AllreduceLane final : public Lane {
         ImGui::EndTooltip();
       }
     }
+    while (!merged.empty()) flush(merged.begin()->first);
   }
 
  private:
   const RunModel& model_;
   int rank_;
-  std::vector<std::size_t> rows_;
+  std::vector<std::size_t> rows_;  // by ready time
   int buckets_ = 0;
+  std::int64_t longest_ = 0;  // ready to end
 };
 
 // Where each rank's pipeline lane was drawn this frame, so the lane of the later rank can draw the

@@ -325,16 +325,22 @@ float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const 
     dl->AddLine(ImVec2(f.p0.x, y - 2), ImVec2(f.p0.x + f.size.x, y - 2), IM_COL32(45, 47, 55, 255));
     rank_spans.back().second = y;
   }
-  // Step boundaries across each rank's lanes, with the step number.
-  for (std::size_t i = 0; i < rank_ids.size(); ++i) {
-    for (const auto& s : m.run.steps) {
-      if (s.rank != rank_ids[i]) continue;
-      float sx = f.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(s.start_ns)));
-      if (sx < f.x0 || sx > f.x0 + f.width) continue;
-      dl->AddLine(ImVec2(sx, rank_spans[i].first - f.row_h - 2), ImVec2(sx, rank_spans[i].second), IM_COL32(255, 255, 255, 70), 1.0f);
-      std::string t = "step " + std::to_string(s.step);
-      dl->AddText(ImVec2(sx + 3, rank_spans[i].first - f.row_h), IM_COL32(255, 255, 255, 150), t.c_str());
-    }
+  // Step boundaries across each rank's lanes, with the step number: at most a line every 4 px and a label
+  // where the last one ends (a long run zoomed out has a step or more a pixel), in one pass over the steps.
+  std::vector<float> last_line(rank_ids.size(), -1e9f), last_label(rank_ids.size(), -1e9f);
+  for (const auto& s : m.run.steps) {
+    const auto at = std::find(rank_ids.begin(), rank_ids.end(), s.rank);
+    if (at == rank_ids.end()) continue;
+    const auto i = static_cast<std::size_t>(at - rank_ids.begin());
+    float sx = f.x0 + static_cast<float>(ctx.view.to_px(static_cast<double>(s.start_ns)));
+    if (sx < f.x0 || sx > f.x0 + f.width || std::abs(sx - last_line[i]) < 4.0f) continue;
+    last_line[i] = sx;
+    dl->AddLine(ImVec2(sx, rank_spans[i].first - f.row_h - 2), ImVec2(sx, rank_spans[i].second), IM_COL32(255, 255, 255, 70),
+                1.0f);
+    if (sx < last_label[i]) continue;  // on the last label
+    std::string t = "step " + std::to_string(s.step);
+    dl->AddText(ImVec2(sx + 3, rank_spans[i].first - f.row_h), IM_COL32(255, 255, 255, 150), t.c_str());
+    last_label[i] = sx + 3 + ImGui::CalcTextSize(t.c_str()).x + 6;
   }
   return y;
 }

@@ -1,0 +1,31 @@
+#pragma once
+// Transparent huge pages for large vectors filled once: on a machine whose page faults are dear (a
+// virtual machine's can cost microseconds each), a fault per 4 KiB page dominates filling hundreds of MB
+// (an import) or copying tens of MB (each window of a windowed run's timeline).
+
+#include <cstddef>
+#include <vector>
+
+namespace wb::store {
+
+// Asks the kernel to back [p, p + bytes) with huge pages where it can (transparent huge pages in
+// "madvise" mode). Harmless where huge pages are off; ignored below 8 MiB.
+void advise_huge_pages(const void* p, std::size_t bytes);
+
+// v.reserve(n), the new capacity advised for huge pages when it is large.
+template <class T>
+void reserve_huge(std::vector<T>& v, std::size_t n) {
+  v.reserve(n);
+  advise_huge_pages(v.data(), v.capacity() * sizeof(T));
+}
+
+// A copy of `from` whose memory is advised for huge pages before it is written.
+template <class T>
+std::vector<T> copy_huge(const std::vector<T>& from) {
+  std::vector<T> out;
+  reserve_huge(out, from.size());
+  out.assign(from.begin(), from.end());
+  return out;
+}
+
+}  // namespace wb::store
