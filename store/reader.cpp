@@ -332,6 +332,41 @@ std::vector<MemoryRow> Reader::memory_between(const std::map<int, std::pair<std:
   return collect<MemoryRow>(st, memory_row);
 }
 
+std::vector<MemoryRow> Reader::memory_before(std::int32_t rank, std::int64_t t0_ns) {
+  const char* kLast =
+      "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory WHERE rank = ? AND t_ns < ? %s"
+      "ORDER BY t_ns DESC, rowid DESC LIMIT 1";
+  auto last_of = [&](const char* filter) {
+    char sql[256];
+    std::snprintf(sql, sizeof sql, kLast, filter);
+    auto& st = db_->prepare(sql);
+    st.bind(1, rank).bind(2, t0_ns);
+    auto rows = collect<MemoryRow>(st, memory_row);
+    return rows.empty() ? std::optional<MemoryRow>() : std::optional<MemoryRow>(rows.front());
+  };
+  const auto last = last_of("");
+  if (!last) return {};
+  const auto last_alloc = last_of("AND bytes > 0 ");
+  auto& st = db_->prepare(
+      "SELECT name_id, role, sum(bytes) FROM memory WHERE rank = ? AND t_ns < ? GROUP BY name_id, role "
+      "ORDER BY name_id, role");
+  st.bind(1, rank).bind(2, t0_ns);
+  std::vector<MemoryRow> out;
+  auto row = [&](std::uint32_t name, std::uint8_t role, std::int64_t bytes, std::int32_t step) {
+    out.push_back(MemoryRow{rank, t0_ns - 1, step, bytes, last->live_bytes, role, name});
+  };
+  while (st.step()) {
+    const auto name = static_cast<std::uint32_t>(st.column_int64(0));
+    const auto role = static_cast<std::uint8_t>(std::clamp(static_cast<int>(st.column_int64(1)), 0, kMemoryRoles - 1));
+    std::int64_t bytes = st.column_int64(2);
+    if (last_alloc && last_alloc->name == name && last_alloc->role == role) bytes -= last_alloc->bytes;
+    if (bytes != 0) row(name, role, bytes, -1);
+  }
+  st.reset();
+  if (last_alloc) row(last_alloc->name, last_alloc->role, last_alloc->bytes, last_alloc->step);
+  return out;
+}
+
 std::vector<EvaluationRow> Reader::evaluations() {
   auto& st = db_->prepare("SELECT step, top1, top5, images, seconds FROM evaluation ORDER BY rowid");
   return collect<EvaluationRow>(st, [](sqlite3_stmt* h) {

@@ -19,6 +19,7 @@
 #include "compare/compare.hpp"
 #include "store/db.hpp"
 #include "store_test_util.hpp"
+#include "test_trainer_util.hpp"
 #include "view_test_util.hpp"
 
 using wb::test::Headless;
@@ -338,5 +339,64 @@ TEST_CASE("a run opened windowed analyses consecutive steps, with the figures a 
     for (int i = 0; i < 3; ++i) note = ui.frame(app);
     CAPTURE(static_cast<int>(v), vertices, note);
     CHECK(vertices > 2 * note);  // the sample's figures, not the note
+  }
+}
+
+TEST_CASE("a wb-train run opened windowed: the sample's step and memory figures are the full open's", "[app]") {
+  wb::test::TempDir dir;
+  const auto run = dir / "run.sqlite";
+  const auto r = wb::test::run_train({"--data", "synthetic", "--synthetic-samples", "64", "--batch-size", "2",
+                                      "--image-size", "32", "--steps", "9", "--threads", "1", "--seed", "3", "--run",
+                                      run.string()});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto full = load_run_model(run, nullptr, {}, OpenMode::full);
+  REQUIRE(full->memory.recorded);
+  // A budget of about two steps' rows: the sample holds a few steps from the middle.
+  const std::int64_t per_step = full->range_count / 9;
+  auto m = load_run_model(run, nullptr, {}, OpenMode::windowed, 3 * per_step);
+  auto sample = m->window->sample();
+  INFO(m->window->sample_status());
+  REQUIRE(sample);
+  const auto& s = *sample->sample;
+  CHECK(s.steps >= 1);
+  CHECK(s.steps <= 3);
+  CHECK(s.first_step <= 4);
+  CHECK(s.last_step >= 4);
+
+  std::map<int, const wb::analysis::StepBreakdown*> want_steps;
+  for (const auto& b : full->breakdown) want_steps[b.step] = &b;
+  REQUIRE(sample->breakdown.size() == static_cast<std::size_t>(s.steps));
+  for (const auto& b : sample->breakdown) {
+    const auto& w = *want_steps.at(b.step);
+    CAPTURE(b.step);
+    CHECK(b.total_ns == w.total_ns);
+    CHECK(b.compute_ns == w.compute_ns);
+    CHECK(b.data_wait_ns == w.data_wait_ns);
+    CHECK(b.other_ns == w.other_ns);
+  }
+  // Memory: each sampled step's start, peak, when and by which op, what it allocated and freed, and what
+  // holds the peak, as the full open has them from every event of the run (the sample reads what each
+  // rank held before its window: without it, every step began at 0 bytes).
+  REQUIRE(sample->memory.recorded);
+  REQUIRE(sample->memory.steps.size() == static_cast<std::size_t>(s.steps));
+  for (const auto& got : sample->memory.steps) {
+    auto it = std::find_if(full->memory.steps.begin(), full->memory.steps.end(),
+                           [&](const auto& w) { return w.rank == got.rank && w.step == got.step; });
+    REQUIRE(it != full->memory.steps.end());
+    CAPTURE(got.step);
+    CHECK(got.start_bytes == it->start_bytes);
+    CHECK(got.peak_bytes == it->peak_bytes);
+    CHECK(got.peak_ns == it->peak_ns);
+    CHECK(got.peak_op == it->peak_op);
+    CHECK(got.allocated_bytes == it->allocated_bytes);
+    CHECK(got.freed_bytes == it->freed_bytes);
+    CHECK(got.by_role == it->by_role);
+    CHECK(got.peak_op_step == it->peak_op_step);
+    REQUIRE(got.holders.size() == it->holders.size());
+    for (std::size_t k = 0; k < got.holders.size(); ++k) {
+      CHECK(got.holders[k].name == it->holders[k].name);
+      CHECK(got.holders[k].by_role == it->holders[k].by_role);
+    }
   }
 }

@@ -365,7 +365,17 @@ std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const T
     keep_only(rows, [&](const store::CounterRow& c) { return within(rank, c.t_ns, c.t_ns); });
     m->counter_count += static_cast<std::int64_t>(rows.size());
   }
-  run.memory = reader.memory_between(span);
+  // Memory: what each rank held when its window began (so that a step's start, and what holds its peak,
+  // are those of the whole run), then its events in the window.
+  for (const auto& [rank, t] : span) {
+    auto before = reader.memory_before(rank, t.first);
+    run.memory.insert(run.memory.end(), before.begin(), before.end());
+  }
+  auto events = reader.memory_between(span);
+  run.memory.insert(run.memory.end(), events.begin(), events.end());
+  std::stable_sort(run.memory.begin(), run.memory.end(), [](const store::MemoryRow& a, const store::MemoryRow& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.t_ns < b.t_ns;
+  });
   m->t_min_ns = std::numeric_limits<std::int64_t>::max();
   m->t_max_ns = std::numeric_limits<std::int64_t>::min();
   for (const auto& [rank, t] : span) {
