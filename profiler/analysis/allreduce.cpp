@@ -55,31 +55,22 @@ std::vector<StepComm> step_comms(const RunData& run) {
   for (const auto& r : run.allreduces) groups[{r.rank, r.step}].push_back(r);
   // A step's backward end: its last backward range on the rank's main track, among those inside its step
   // row, or recorded with its number when the rank has no step row. Each step reads its own rows only.
-  std::map<std::pair<int, int>, const store::StepRow*> step_row;
-  std::int64_t longest = 0;
-  for (const auto& s : run.steps) {
-    step_row[{s.rank, s.step}] = &s;
-    longest = std::max(longest, s.end_ns - s.start_ns);
-  }
+  StepIndex index(run);
   const auto backward = static_cast<std::uint8_t>(store::Category::backward);
-  std::map<int, OverlapFinder> finders;
   std::map<int, std::map<int, std::int64_t>> by_number;  // rank -> step -> backward end
   std::vector<StepComm> out;
   for (const auto& [key, rows] : groups) {
     const auto [rank, step] = key;
     std::int64_t end = -1;
-    if (auto sr = step_row.find(key); sr != step_row.end()) {
-      const store::StepRow& s = *sr->second;
-      auto f = finders.find(rank);
-      if (f == finders.end())
-        f = finders.emplace(rank, OverlapFinder(run.ranges_of(run.main_track(rank)), longest)).first;
-      f->second.each(s.start_ns - 1, s.end_ns + 1, [&](const store::RangeRow& r) {
+    if (const store::StepRow* sr = index.step_row(rank, step)) {
+      const store::StepRow& s = *sr;
+      index.each(rank, s.start_ns - 1, s.end_ns + 1, [&](const store::RangeRow& r) {
         if (r.category == backward && r.start_ns >= s.start_ns && r.end_ns <= s.end_ns) end = std::max(end, r.end_ns);
       });
     } else {
       auto [ends, fresh] = by_number.try_emplace(rank);
       if (fresh)
-        for (const auto& r : run.ranges_of(run.main_track(rank)))
+        for (const auto& r : index.main_rows(rank))
           if (r.category == backward) {
             auto [e, added] = ends->second.try_emplace(r.step, r.end_ns);
             if (!added) e->second = std::max(e->second, r.end_ns);

@@ -53,6 +53,30 @@ std::size_t OverlapFinder::first_start_after(std::int64_t t) const {
   return static_cast<std::size_t>(it - rows_->begin());
 }
 
+StepIndex::StepIndex(const RunData& run) : run_(run) {
+  for (const auto& s : run.steps) {
+    rows_[{s.rank, s.step}] = &s;
+    longest_ = std::max(longest_, s.end_ns - s.start_ns);
+  }
+}
+
+const store::StepRow* StepIndex::step_row(int rank, int step) const {
+  auto it = rows_.find({rank, step});
+  return it != rows_.end() ? it->second : nullptr;
+}
+
+const std::vector<store::RangeRow>& StepIndex::main_rows(int rank) {
+  auto [it, fresh] = main_.try_emplace(rank, 0);
+  if (fresh) it->second = run_.main_track(rank);
+  return run_.ranges_of(it->second);
+}
+
+const OverlapFinder& StepIndex::finder(int rank) {
+  auto it = finders_.find(rank);
+  if (it == finders_.end()) it = finders_.emplace(rank, OverlapFinder(main_rows(rank), longest_)).first;
+  return it->second;
+}
+
 std::uint32_t RunData::main_track(int rank) const {
   std::uint32_t best = 0, named_main = 0, most = 0;
   std::size_t best_steps = 0, most_ranges = 0;

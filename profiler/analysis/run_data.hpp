@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -122,6 +123,33 @@ class OverlapFinder {
   const std::vector<store::RangeRow>* rows_;
   std::int64_t short_ns_;
   std::vector<std::size_t> long_;
+};
+
+// Each rank's step rows by number, and the rows of its main track that overlap a time window, found by
+// OverlapFinder (built per rank on first use), so that a per-step analysis costs the step's rows, not the
+// run's. The run must outlive it.
+class StepIndex {
+ public:
+  explicit StepIndex(const RunData& run);
+  // The step row of a rank's step (the last one, should there be several), or null.
+  const store::StepRow* step_row(int rank, int step) const;
+  // The longest step row of the run.
+  std::int64_t longest_step_ns() const { return longest_; }
+  // The rank's main track's rows (RunData::main_track, found once per rank).
+  const std::vector<store::RangeRow>& main_rows(int rank);
+  // f(row) for every row of the rank's main track with end > t0 and start < t1.
+  template <class F>
+  void each(int rank, std::int64_t t0, std::int64_t t1, F&& f) {
+    finder(rank).each(t0, t1, std::forward<F>(f));
+  }
+
+ private:
+  const OverlapFinder& finder(int rank);
+  const RunData& run_;
+  std::map<std::pair<int, int>, const store::StepRow*> rows_;
+  std::int64_t longest_ = 0;
+  std::map<int, std::uint32_t> main_;
+  std::map<int, OverlapFinder> finders_;
 };
 
 // Length of the union of [start, end) intervals, clipped to [lo, hi).

@@ -307,43 +307,6 @@ std::string module_of(const std::string& param) {
   return dot == std::string::npos ? param : param.substr(0, dot);
 }
 
-// Each rank's step rows by number and its main track's rows found by time (OverlapFinder), so that a
-// step reads its own rows, not the run's.
-class StepIndex {
- public:
-  explicit StepIndex(const RunData& run) : run_(run) {
-    for (const auto& s : run.steps) {
-      rows_[{s.rank, s.step}] = &s;  // the last one, should there be several
-      longest_ = std::max(longest_, s.end_ns - s.start_ns);
-    }
-  }
-  // The step row of a rank's step, or null.
-  const store::StepRow* step_row(int rank, int step) const {
-    auto it = rows_.find({rank, step});
-    return it != rows_.end() ? it->second : nullptr;
-  }
-  const std::vector<store::RangeRow>& main_rows(int rank) const { return run_.ranges_of(main_track(rank)); }
-  // f(row) for the rows of the rank's main track that overlap [t0, t1].
-  template <class F>
-  void each(int rank, std::int64_t t0, std::int64_t t1, F&& f) {
-    auto it = finders_.find(rank);
-    if (it == finders_.end()) it = finders_.emplace(rank, OverlapFinder(main_rows(rank), longest_)).first;
-    it->second.each(t0 - 1, t1 + 1, f);
-  }
-
- private:
-  std::uint32_t main_track(int rank) const {
-    auto [it, fresh] = main_.try_emplace(rank, 0);
-    if (fresh) it->second = run_.main_track(rank);
-    return it->second;
-  }
-  const RunData& run_;
-  std::map<std::pair<int, int>, const store::StepRow*> rows_;
-  std::int64_t longest_ = 0;
-  mutable std::map<int, std::uint32_t> main_;
-  std::map<int, OverlapFinder> finders_;
-};
-
 // Where one rank's backward pass ran in a step: its first start (t_ref), its last end, and when each
 // module's last backward range ended. t_ref stays INT64_MAX when the step has no backward ranges.
 struct BackwardSpan {
@@ -365,7 +328,7 @@ BackwardSpan backward_span(const RunData& run, StepIndex& index, int rank, int s
     e = std::max(e, r.end_ns);
   };
   if (srow != nullptr) {
-    index.each(rank, srow->start_ns, srow->end_ns, add);
+    index.each(rank, srow->start_ns - 1, srow->end_ns + 1, add);
   } else {
     for (const auto& r : index.main_rows(rank)) add(r);
   }

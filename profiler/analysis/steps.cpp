@@ -49,10 +49,7 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
   const std::vector<bool> sync_bn = sync_bn_name_ids(run), fc_shard = fc_shard_name_ids(run);
   const bool have_sync_bn = std::find(sync_bn.begin(), sync_bn.end(), true) != sync_bn.end();
   const bool have_fc_shard = std::find(fc_shard.begin(), fc_shard.end(), true) != fc_shard.end();
-  // Each step reads its own rows of its rank's main track (OverlapFinder), not the whole track.
-  std::int64_t longest_step = 0;
-  for (const auto& s : run.steps) longest_step = std::max(longest_step, s.end_ns - s.start_ns);
-  std::map<int, OverlapFinder> finders;  // rank -> its main track's
+  StepIndex index(run);  // each step reads its own rows of its rank's main track, not the whole track
   std::vector<StepBreakdown> out;
   for (const auto& s : run.steps) {
     StepBreakdown b;
@@ -60,11 +57,8 @@ std::vector<StepBreakdown> step_breakdown(const RunData& run) {
     b.step = s.step;
     b.start_ns = s.start_ns;
     b.total_ns = s.end_ns - s.start_ns;
-    auto found = finders.find(s.rank);
-    if (found == finders.end())
-      found = finders.emplace(s.rank, OverlapFinder(run.ranges_of(run.main_track(s.rank)), longest_step)).first;
     Intervals compute, sync_bn_iv, fc_shard_iv, data, h2d;
-    found->second.each(s.start_ns, s.end_ns, [&](const store::RangeRow& r) {
+    index.each(s.rank, s.start_ns, s.end_ns, [&](const store::RangeRow& r) {
       const std::pair<std::int64_t, std::int64_t> iv{r.start_ns, r.end_ns};
       if (is_compute(r.category)) compute.push_back(iv);
       if (r.category == static_cast<std::uint8_t>(store::Category::comm)) {
