@@ -332,38 +332,55 @@ std::vector<MemoryRow> Reader::memory_between(const std::map<int, std::pair<std:
   return collect<MemoryRow>(st, memory_row);
 }
 
-std::vector<MemoryRow> Reader::memory_before(std::int32_t rank, std::int64_t t0_ns) {
-  const char* kLast =
-      "SELECT rank, t_ns, step, bytes, live_bytes, role, name_id FROM memory WHERE rank = ? AND t_ns < ? %s"
-      "ORDER BY t_ns DESC, rowid DESC LIMIT 1";
-  auto last_of = [&](const char* filter) {
-    char sql[256];
-    std::snprintf(sql, sizeof sql, kLast, filter);
-    auto& st = db_->prepare(sql);
-    st.bind(1, rank).bind(2, t0_ns);
-    auto rows = collect<MemoryRow>(st, memory_row);
-    return rows.empty() ? std::optional<MemoryRow>() : std::optional<MemoryRow>(rows.front());
+std::vector<MemoryRow> Reader::memory_before(const std::map<int, std::int64_t>& t0_by_rank) {
+  if (t0_by_rank.empty()) return {};
+  struct Last {
+    std::int64_t t_ns = 0, rowid = 0;
+    MemoryRow row;
+    bool set = false;
+    void offer(const MemoryRow& r, std::int64_t id) {
+      if (set && (r.t_ns < t_ns || (r.t_ns == t_ns && id < rowid))) return;
+      t_ns = r.t_ns, rowid = id, row = r, set = true;
+    }
   };
-  const auto last = last_of("");
-  if (!last) return {};
-  const auto last_alloc = last_of("AND bytes > 0 ");
-  auto& st = db_->prepare(
-      "SELECT name_id, role, sum(bytes) FROM memory WHERE rank = ? AND t_ns < ? GROUP BY name_id, role "
-      "ORDER BY name_id, role");
-  st.bind(1, rank).bind(2, t0_ns);
-  std::vector<MemoryRow> out;
-  auto row = [&](std::uint32_t name, std::uint8_t role, std::int64_t bytes, std::int32_t step) {
-    out.push_back(MemoryRow{rank, t0_ns - 1, step, bytes, last->live_bytes, role, name});
+  struct State {
+    std::int64_t t0 = 0;
+    Last last, last_alloc;
+    std::map<std::pair<std::uint32_t, std::uint8_t>, std::int64_t> net;  // (name, role) -> bytes
   };
+  std::map<int, State> ranks;
+  std::int64_t latest = INT64_MIN;
+  for (const auto& [rank, t0] : t0_by_rank) {
+    ranks[rank].t0 = t0;
+    latest = std::max(latest, t0);
+  }
+  // One scan of the events before the latest window (the table has no time index), kept per rank.
+  auto& st = db_->prepare("SELECT rank, t_ns, step, bytes, live_bytes, role, name_id, rowid FROM memory WHERE t_ns < ?");
+  st.bind(1, latest);
   while (st.step()) {
-    const auto name = static_cast<std::uint32_t>(st.column_int64(0));
-    const auto role = static_cast<std::uint8_t>(std::clamp(static_cast<int>(st.column_int64(1)), 0, kMemoryRoles - 1));
-    std::int64_t bytes = st.column_int64(2);
-    if (last_alloc && last_alloc->name == name && last_alloc->role == role) bytes -= last_alloc->bytes;
-    if (bytes != 0) row(name, role, bytes, -1);
+    const MemoryRow r = memory_row(st.handle());
+    auto it = ranks.find(r.rank);
+    if (it == ranks.end() || r.t_ns >= it->second.t0) continue;
+    State& s = it->second;
+    const std::int64_t id = st.column_int64(7);
+    s.last.offer(r, id);
+    if (r.bytes > 0) s.last_alloc.offer(r, id);
+    s.net[{r.name, r.role}] += r.bytes;
   }
   st.reset();
-  if (last_alloc) row(last_alloc->name, last_alloc->role, last_alloc->bytes, last_alloc->step);
+  std::vector<MemoryRow> out;
+  for (auto& [rank, s] : ranks) {
+    if (!s.last.set) continue;
+    auto row = [&](std::uint32_t name, std::uint8_t role, std::int64_t bytes, std::int32_t step) {
+      out.push_back(MemoryRow{rank, s.t0 - 1, step, bytes, s.last.row.live_bytes, role, name});
+    };
+    const MemoryRow* alloc = s.last_alloc.set ? &s.last_alloc.row : nullptr;
+    for (auto [key, bytes] : s.net) {
+      if (alloc != nullptr && alloc->name == key.first && alloc->role == key.second) bytes -= alloc->bytes;
+      if (bytes != 0) row(key.first, key.second, bytes, -1);
+    }
+    if (alloc != nullptr) row(alloc->name, alloc->role, alloc->bytes, alloc->step);
+  }
   return out;
 }
 

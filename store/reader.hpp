@@ -69,11 +69,11 @@ class Reader {
   // The memory events of each rank in its own window [t0, t1], by rank then time (one scan: the table has
   // no time index).
   std::vector<MemoryRow> memory_between(const std::map<int, std::pair<std::int64_t, std::int64_t>>& windows);
-  // What a rank holds before t0, as rows at t0 - 1 that replay to the same state: per (name, role) the net
-  // bytes of its events before t0, each row with the live bytes of the last event before t0, the last
-  // allocation before t0 replayed last (taken out of its row, then added again with its step). Empty when
-  // the rank has no event before t0. One scan of the rank's events before t0 (no time index).
-  std::vector<MemoryRow> memory_before(std::int32_t rank, std::int64_t t0_ns);
+  // What each rank holds before its t0, as rows at t0 - 1 that replay to the same state: per (name, role)
+  // the net bytes of its events before t0, each row with the live bytes of the last event before t0, the
+  // last allocation before t0 replayed last (taken out of its row, then added again with its step). None
+  // for a rank with no event before its t0. By rank; one scan of the table (it has no time index).
+  std::vector<MemoryRow> memory_before(const std::map<int, std::int64_t>& t0_by_rank);
 
   // Tensor metadata (no data), ordered by source, step, rank, exec_order.
   std::vector<TensorInfo> tensors(std::optional<std::string_view> source = std::nullopt);

@@ -367,10 +367,9 @@ std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const T
   }
   // Memory: what each rank held when its window began (so that a step's start, and what holds its peak,
   // are those of the whole run), then its events in the window.
-  for (const auto& [rank, t] : span) {
-    auto before = reader.memory_before(rank, t.first);
-    run.memory.insert(run.memory.end(), before.begin(), before.end());
-  }
+  std::map<int, std::int64_t> starts;
+  for (const auto& [rank, t] : span) starts[rank] = t.first;
+  run.memory = reader.memory_before(starts);
   auto events = reader.memory_between(span);
   run.memory.insert(run.memory.end(), events.begin(), events.end());
   std::stable_sort(run.memory.begin(), run.memory.end(), [](const store::MemoryRow& a, const store::MemoryRow& b) {
