@@ -101,13 +101,20 @@ int TimelineWindow::depths(std::uint32_t track) const {
   return it == depths_.end() ? 0 : it->second;
 }
 
+namespace {
+// The rows of the buckets that overlap [t0, t1].
+std::int64_t rows_in(const std::vector<store::SummaryBucket>& buckets, std::int64_t t0_ns, std::int64_t t1_ns) {
+  auto first = std::lower_bound(buckets.begin(), buckets.end(), t0_ns,
+                                [](const store::SummaryBucket& b, std::int64_t t) { return b.end_ns <= t; });
+  std::int64_t n = 0;
+  for (auto it = first; it != buckets.end() && it->start_ns <= t1_ns; ++it) n += it->count;
+  return n;
+}
+}  // namespace
+
 std::int64_t TimelineWindow::estimate_rows(std::int64_t t0_ns, std::int64_t t1_ns) const {
   std::int64_t n = 0;
-  for (const auto& [key, buckets] : coarse_->buckets) {
-    auto first = std::lower_bound(buckets.begin(), buckets.end(), t0_ns,
-                                  [](const store::SummaryBucket& b, std::int64_t t) { return b.end_ns <= t; });
-    for (auto it = first; it != buckets.end() && it->start_ns <= t1_ns; ++it) n += it->count;
-  }
+  for (const auto& [key, buckets] : coarse_->buckets) n += rows_in(buckets, t0_ns, t1_ns);
   return n;
 }
 
@@ -116,12 +123,8 @@ std::int64_t TimelineWindow::estimate_rows(const RankSpans& spans) const {
   for (const auto& [key, buckets] : coarse_->buckets) {
     auto rank = rank_of_.find(key.first);
     if (rank == rank_of_.end()) continue;
-    auto span = spans.find(rank->second);
-    if (span == spans.end()) continue;
-    const auto [t0_ns, t1_ns] = span->second;
-    auto first = std::lower_bound(buckets.begin(), buckets.end(), t0_ns,
-                                  [](const store::SummaryBucket& b, std::int64_t t) { return b.end_ns <= t; });
-    for (auto it = first; it != buckets.end() && it->start_ns <= t1_ns; ++it) n += it->count;
+    if (auto span = spans.find(rank->second); span != spans.end())
+      n += rows_in(buckets, span->second.first, span->second.second);
   }
   return n;
 }
