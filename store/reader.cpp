@@ -355,7 +355,8 @@ std::vector<MemoryRow> Reader::memory_before(const std::map<int, std::int64_t>& 
     latest = std::max(latest, t0);
   }
   // One scan of the events before the latest window (the table has no time index), kept per rank.
-  auto& st = db_->prepare("SELECT rank, t_ns, step, bytes, live_bytes, role, name_id, rowid FROM memory WHERE t_ns < ?");
+  auto& st =
+      db_->prepare("SELECT rank, t_ns, step, bytes, live_bytes, role, name_id, rowid FROM memory WHERE t_ns < ?");
   st.bind(1, latest);
   while (st.step()) {
     const MemoryRow r = memory_row(st.handle());
@@ -369,10 +370,11 @@ std::vector<MemoryRow> Reader::memory_before(const std::map<int, std::int64_t>& 
   }
   st.reset();
   std::vector<MemoryRow> out;
-  for (auto& [rank, s] : ranks) {
+  for (const auto& entry : ranks) {
+    const State& s = entry.second;
     if (!s.last.set) continue;
     auto row = [&](std::uint32_t name, std::uint8_t role, std::int64_t bytes, std::int32_t step) {
-      out.push_back(MemoryRow{rank, s.t0 - 1, step, bytes, s.last.row.live_bytes, role, name});
+      out.push_back(MemoryRow{entry.first, s.t0 - 1, step, bytes, s.last.row.live_bytes, role, name});
     };
     const MemoryRow* alloc = s.last_alloc.set ? &s.last_alloc.row : nullptr;
     for (auto [key, bytes] : s.net) {
