@@ -1,7 +1,7 @@
 #pragma once
 // Transparent huge pages for large vectors filled once: on a machine whose page faults are dear (a
 // virtual machine's can cost microseconds each), a fault per 4 KiB page dominates filling hundreds of MB
-// (an import) or copying tens of MB (each window of a windowed run's timeline).
+// (an import).
 
 #include <cstddef>
 #include <vector>
@@ -17,15 +17,6 @@ template <class T>
 void reserve_huge(std::vector<T>& v, std::size_t n) {
   v.reserve(n);
   advise_huge_pages(v.data(), v.capacity() * sizeof(T));
-}
-
-// A copy of `from` whose memory is advised for huge pages before it is written.
-template <class T>
-std::vector<T> copy_huge(const std::vector<T>& from) {
-  std::vector<T> out;
-  reserve_huge(out, from.size());
-  out.assign(from.begin(), from.end());
-  return out;
 }
 
 }  // namespace wb::store

@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
 #include <string>
 
-#include "store/huge_pages.hpp"
 #include "store/reader.hpp"
 #include "store/summary.hpp"
 
@@ -39,8 +39,10 @@ std::optional<std::uint32_t> RunModel::find_name(std::string_view text) const {
   return std::nullopt;
 }
 
-std::shared_ptr<RunModel> copy_without_rows(const RunModel& from) {
+std::shared_ptr<RunModel> copy_without_rows(const std::shared_ptr<const RunModel>& shared) {
+  const RunModel& from = *shared;
   auto m = std::make_shared<RunModel>();
+  m->tables = from.tables ? from.tables : shared;
   const auto& r = from.run;
   auto& run = m->run;
   run.path = r.path;
@@ -49,11 +51,6 @@ std::shared_ptr<RunModel> copy_without_rows(const RunModel& from) {
   run.strings = r.strings;
   run.ranks = r.ranks;
   run.tracks = r.tracks;
-  // The tables that grow with the run's length come with every window a windowed run reads: copied
-  // into memory advised for huge pages (a fault per 4 KiB page made most of a window's read).
-  for (const auto& [track, rows] : r.counters) run.counters.emplace(track, store::copy_huge(rows));
-  run.steps = store::copy_huge(r.steps);
-  run.allreduces = store::copy_huge(r.allreduces);
   run.params = r.params;
   run.evaluations = r.evaluations;
   run.capture_windows = r.capture_windows;
@@ -336,8 +333,13 @@ std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const T
   auto m = window.read_window(reader, span);
   auto& run = m->run;
   auto in_steps = [&](const auto& r) { return r.step >= first && r.step <= last; };
-  keep_only(run.steps, in_steps);
-  keep_only(run.allreduces, in_steps);
+  // The sample is analysed as a run of its own: its own copies of the shared tables' rows it covers.
+  const RunModel& tables = *m->tables;  // read_window's models share the lean model's
+  std::copy_if(tables.run.steps.begin(), tables.run.steps.end(), std::back_inserter(run.steps), in_steps);
+  std::copy_if(tables.run.allreduces.begin(), tables.run.allreduces.end(), std::back_inserter(run.allreduces),
+               in_steps);
+  keep_only(run.pipeline_spans, in_steps);
+  keep_only(run.pipeline_steps, in_steps);
   keep_only(run.pipeline_spans, in_steps);
   keep_only(run.pipeline_steps, in_steps);
   auto within = [&](int rank, std::int64_t start, std::int64_t end) {
@@ -360,11 +362,14 @@ std::shared_ptr<RunModel> read_sample(const std::filesystem::path& path, const T
     m->kernel_count += static_cast<std::int64_t>(rows.size());
   }
   run.kernel_rows = m->kernel_count;
-  for (auto& [track, rows] : run.counters) {
+  for (const auto& [track, from] : tables.run.counters) {
     const int rank = rank_of(track);
-    keep_only(rows, [&](const store::CounterRow& c) { return within(rank, c.t_ns, c.t_ns); });
+    auto& rows = run.counters[track];
+    std::copy_if(from.begin(), from.end(), std::back_inserter(rows),
+                 [&](const store::CounterRow& c) { return within(rank, c.t_ns, c.t_ns); });
     m->counter_count += static_cast<std::int64_t>(rows.size());
   }
+  m->tables.reset();
   // Memory: what each rank held when its window began (so that a step's start, and what holds its peak,
   // are those of the whole run), then its events in the window.
   std::map<int, std::int64_t> starts;
@@ -461,7 +466,7 @@ std::shared_ptr<const RunModel> open_windowed(const std::filesystem::path& path,
   for (int r : run.rank_ids()) lean->main_tracks[r] = run.main_track(r);
   lean->open_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
   lean->analysed.store(true);
-  auto model = copy_without_rows(*lean);
+  auto model = copy_without_rows(lean);
   model->window = window;
   for (const auto& t : run.tracks)  // the depths held whole draw their rows from the first frame
     if (const auto& held = window->held(t.id); !held.empty()) {

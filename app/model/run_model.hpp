@@ -86,6 +86,17 @@ struct RunModel {
     double seconds = 0.0;       // reading and analysing them
   };
   std::optional<Sample> sample;
+  // A window's model shares the run's step, collective and counter rows (which grow with its length)
+  // with the model every window starts from, TimelineWindow's lean one, instead of copying them per
+  // window: `tables` is that model, null for any other. Read those rows through these three.
+  std::shared_ptr<const RunModel> tables;
+  const std::vector<store::StepRow>& steps() const { return tables ? tables->run.steps : run.steps; }
+  const std::vector<store::AllreduceRow>& allreduces() const {
+    return tables ? tables->run.allreduces : run.allreduces;
+  }
+  const std::map<std::uint32_t, std::vector<store::CounterRow>>& counters() const {
+    return tables ? tables->run.counters : run.counters;
+  }
   double open_seconds = 0.0;      // rows read and levels built: the timeline can draw
   double analysis_seconds = 0.0;  // the analyses after that
 
@@ -98,8 +109,9 @@ struct RunModel {
 };
 
 // A model with `from`'s run minus its host ranges, kernels and memory events, its extent and the facts
-// known at open (device, queue capacity, pipeline plan, counts), without levels or analyses.
-std::shared_ptr<RunModel> copy_without_rows(const RunModel& from);
+// known at open (device, queue capacity, pipeline plan, counts), without levels or analyses. Its step,
+// collective and counter rows are `from`'s, shared (RunModel::tables), not copied.
+std::shared_ptr<RunModel> copy_without_rows(const std::shared_ptr<const RunModel>& from);
 
 // How a run opens: every row in memory (full), or window by window from its summary (windowed; see
 // TimelineWindow). automatic picks windowed for runs of more than kWindowedEvents ranges and kernels.

@@ -247,7 +247,7 @@ std::shared_ptr<RunModel> TimelineWindow::read_window(store::Reader& reader, con
 std::shared_ptr<RunModel> TimelineWindow::read_tracks(store::Reader& reader,
                                                       const std::function<Span(const store::TrackRow&)>& span,
                                                       bool with_levels) const {
-  auto model = copy_without_rows(*lean_);
+  auto model = copy_without_rows(lean_);
   std::map<std::uint32_t, std::int64_t> longest, long_ns;
   for (const auto& t : tracks_) longest[t.track] = std::max(longest[t.track], t.longest_ns), long_ns[t.track] = t.long_ns;
   for (const auto& t : lean_->run.tracks) {

@@ -384,7 +384,7 @@ void App::draw_status_bar(float height) {
       status_for_ = model;
       status_ranks_ = static_cast<int>(run.rank_ids().size());
       status_steps_ = 0;
-      for (const auto& s : run.steps) status_steps_ = std::max(status_steps_, s.step + 1);
+      for (const auto& s : model->steps()) status_steps_ = std::max(status_steps_, s.step + 1);
     }
     const int ranks = status_ranks_, steps = status_steps_;
     ImGui::TextColored(to_vec4(color::kAccent), "%s", model->title().c_str());

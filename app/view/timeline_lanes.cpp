@@ -302,8 +302,8 @@ class StreamLane final : public EventLane {
 class QueueLane final : public Lane {
  public:
   QueueLane(const RunModel& m, const store::TrackRow& t) : model_(m), track_(t) {
-    auto it = m.run.counters.find(t.id);
-    if (it != m.run.counters.end()) samples_ = &it->second;
+    auto it = m.counters().find(t.id);
+    if (it != m.counters().end()) samples_ = &it->second;
     if (samples_) {
       spells_ = analysis::empty_spells(*samples_);
       for (const auto& s : *samples_) max_ = std::max(max_, s.value);
@@ -373,15 +373,15 @@ class QueueLane final : public Lane {
 class AllreduceLane final : public Lane {
  public:
   AllreduceLane(const RunModel& m, int rank) : model_(m), rank_(rank) {
-    for (std::size_t i = 0; i < m.run.allreduces.size(); ++i) {
-      const auto& a = m.run.allreduces[i];
+    for (std::size_t i = 0; i < m.allreduces().size(); ++i) {
+      const auto& a = m.allreduces()[i];
       if (a.rank != rank) continue;
       rows_.push_back(i);
       buckets_ = std::max(buckets_, a.bucket + 1);
       longest_ = std::max(longest_, a.end_ns - a.ready_ns);
     }
     std::stable_sort(rows_.begin(), rows_.end(), [&](std::size_t a, std::size_t b) {
-      return m.run.allreduces[a].ready_ns < m.run.allreduces[b].ready_ns;
+      return m.allreduces()[a].ready_ns < m.allreduces()[b].ready_ns;
     });
   }
   bool empty() const { return rows_.empty(); }
@@ -391,7 +391,7 @@ class AllreduceLane final : public Lane {
   std::pair<std::int64_t, std::int64_t> time_range() const override {
     std::int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (auto i : rows_) {
-      const auto& a = model_.run.allreduces[i];
+      const auto& a = model_.allreduces()[i];
       lo = std::min(lo, a.ready_ns);
       hi = std::max(hi, a.end_ns);
     }
@@ -413,10 +413,10 @@ class AllreduceLane final : public Lane {
     };
     const double t0 = ctx.view.t0_ns - static_cast<double>(longest_), t1 = ctx.view.t1_ns;
     auto first = std::partition_point(rows_.begin(), rows_.end(), [&](std::size_t i) {
-      return static_cast<double>(model_.run.allreduces[i].ready_ns) < t0;
+      return static_cast<double>(model_.allreduces()[i].ready_ns) < t0;
     });
     for (auto row = first; row != rows_.end(); ++row) {
-      const auto& a = model_.run.allreduces[*row];
+      const auto& a = model_.allreduces()[*row];
       if (static_cast<double>(a.ready_ns) > t1) break;
       // The last bucket (produced first by backward) on top.
       float ry = y + 2.0f + static_cast<float>(buckets_ - 1 - a.bucket) * rh;
@@ -664,7 +664,7 @@ std::vector<std::shared_ptr<Lane>> make_lanes(const RunModel& m) {
       const bool summarised = m.windowed() && m.window->depths(t.id) > 0;
       if (t.kind == store::TrackKind::thread && (m.levels.count(t.id) || summarised)) threads.push_back(&t);
       else if (t.kind == store::TrackKind::stream && (m.run.kernels.count(t.id) || summarised)) streams.push_back(&t);
-      else if (t.kind == store::TrackKind::queue && m.run.counters.count(t.id)) queues.push_back(&t);
+      else if (t.kind == store::TrackKind::queue && m.counters().count(t.id)) queues.push_back(&t);
     }
     std::stable_sort(threads.begin(), threads.end(), [&](auto* a, auto* b) { return (a->id == main) > (b->id == main); });
     for (auto* t : threads) lanes.push_back(std::make_shared<HostLane>(m, *t));

@@ -37,7 +37,7 @@ bool matches(std::string_view name, const char* filter) {
 
 double step_time_total(const RunModel& m) {
   double t = 0;
-  for (const auto& s : m.run.steps) t += static_cast<double>(s.end_ns - s.start_ns);
+  for (const auto& s : m.steps()) t += static_cast<double>(s.end_ns - s.start_ns);
   return t;
 }
 
@@ -295,8 +295,8 @@ void draw_ops(App& app) {
   // With a second run open (and analysed), two more columns: this run minus the second, per op.
   const RunModel* second = app.second && app.second->ready() ? app.second.get() : nullptr;
   if (second && st.deltas_for != second) {
-    st.deltas = op_deltas(ops, second->ops.by_name, static_cast<double>(m.run.steps.size()),
-                          static_cast<double>(second->run.steps.size()));
+    st.deltas = op_deltas(ops, second->ops.by_name, static_cast<double>(m.steps().size()),
+                          static_cast<double>(second->steps().size()));
     st.deltas_for = second;
   }
   if (ImGui::BeginTable("##ops", second ? 13 : 10, flags, ImVec2(0, ImGui::GetContentRegionAvail().y - detail_h))) {

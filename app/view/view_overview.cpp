@@ -33,7 +33,7 @@ void run_table(const RunModel& m) {
   // Steps recorded: their count, and their numbers when they do not start at 0 (an imported trace's
   // ProfilerStep#551..552).
   std::set<int> numbers;
-  for (const auto& s : run.steps) numbers.insert(s.step);
+  for (const auto& s : m.steps()) numbers.insert(s.step);
   std::string steps = std::to_string(numbers.size());
   if (!numbers.empty() && *numbers.begin() != 0)
     steps += " (" + std::to_string(*numbers.begin()) + ".." + std::to_string(*numbers.rbegin()) + ")";
@@ -191,7 +191,7 @@ Means means(const RunModel& m) {
     r.other += static_cast<double>(b.other_ns);
     ++r.n;
   }
-  for (const auto& s : m.run.steps) {
+  for (const auto& s : m.steps()) {
     images += static_cast<double>(s.images);
     time += static_cast<double>(s.end_ns - s.start_ns);
   }
@@ -483,7 +483,7 @@ void capture_box(App& app, const RunModel& m) {
       const ImVec2 at = ImGui::GetItemRectMin(), size = ImGui::GetItemRectSize();
       app.capture_rows.emplace_back(at.x + size.x * 0.5f, at.y + size.y * 0.5f);
       if (clicked) {
-        if (auto span = app_model::window_span(m.run.steps, w)) {
+        if (auto span = app_model::window_span(m.steps(), w)) {
           app.timeline.request_zoom(*span);
           app.show_view(ViewId::timeline);
         }
@@ -552,13 +552,13 @@ void draw_overview(App& app) {
   // Loss and learning rate per rank, images per second over all ranks.
   std::map<int, PlotSeries> loss, lr;
   std::map<int, std::pair<double, double>> thr;  // step -> (images, max step seconds)
-  for (const auto& s : m.run.steps) {
+  for (const auto& s : m.steps()) {
     auto& l = loss[s.rank];
     l.name = "rank " + std::to_string(s.rank);
     l.color = series_color(s.rank);
     l.xs.push_back(s.step);
     l.ys.push_back(s.loss);
-    if (s.rank == m.run.steps.front().rank) {
+    if (s.rank == m.steps().front().rank) {
       auto& r = lr[0];
       r.name = "lr";
       r.color = series_color(4);

@@ -26,7 +26,7 @@ namespace {
 int batch_size(const RunModel& m) {
   const auto& c = m.run.config;
   if (c.contains("batch_size") && c["batch_size"].is_number_integer()) return c["batch_size"].get<int>();
-  for (const auto& s : m.run.steps)
+  for (const auto& s : m.steps())
     if (s.images > 0) return static_cast<int>(s.images);
   return 1;
 }
@@ -56,8 +56,8 @@ void gauge(const char* label, double percent, double warn, double bad, const cha
 }
 
 void depth_plot(const RunModel& m, const analysis::QueueStats& q, ImVec2 size) {
-  auto it = m.run.counters.find(q.track);
-  if (it == m.run.counters.end() || it->second.empty()) return;
+  auto it = m.counters().find(q.track);
+  if (it == m.counters().end() || it->second.empty()) return;
   const auto& samples = it->second;
   double hi = std::max<double>(m.queue_capacity, 1.0);
   for (const auto& s : samples) hi = std::max(hi, s.value);
@@ -66,7 +66,7 @@ void depth_plot(const RunModel& m, const analysis::QueueStats& q, ImVec2 size) {
             "depth (batches)", false, [](double v) { return fmt_num(v, 6); }, [](double v) { return fmt_num(v, 3); });
   ImDrawList* dl = plot.draw_list();
   // Steps of this rank as alternating bands, so starvation lines up with steps.
-  for (const auto& s : m.run.steps) {
+  for (const auto& s : m.steps()) {
     if (s.rank != q.rank || s.step % 2) continue;
     dl->AddRectFilled(ImVec2(plot.x((static_cast<double>(s.start_ns) - t0) / 1e9), plot.min().y),
                       ImVec2(plot.x((static_cast<double>(s.end_ns) - t0) / 1e9), plot.max().y), IM_COL32(255, 255, 255, 10));

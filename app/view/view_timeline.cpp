@@ -86,8 +86,8 @@ void toolbar(App& app, TimelineState& st, const RunModel& m) {
   ImGui::SameLine();
   // Steps of the first rank, to jump to one.
   std::vector<const store::StepRow*> steps;
-  int first_rank = m.run.steps.empty() ? 0 : m.run.steps.front().rank;
-  for (const auto& s : m.run.steps)
+  int first_rank = m.steps().empty() ? 0 : m.steps().front().rank;
+  for (const auto& s : m.steps())
     if (s.rank == first_rank) steps.push_back(&s);
   ImGui::SetNextItemWidth(110);
   if (ImGui::BeginCombo("##step", "Zoom to step")) {
@@ -328,7 +328,7 @@ float draw_group(const LaneGroup& g, LaneContext& ctx, TimelineState& st, const 
   // Step boundaries across each rank's lanes, with the step number: at most a line every 4 px and a label
   // where the last one ends (a long run zoomed out has a step or more a pixel), in one pass over the steps.
   std::vector<float> last_line(rank_ids.size(), -1e9f), last_label(rank_ids.size(), -1e9f);
-  for (const auto& s : m.run.steps) {
+  for (const auto& s : m.steps()) {
     const auto at = std::find(rank_ids.begin(), rank_ids.end(), s.rank);
     if (at == rank_ids.end()) continue;
     const auto i = static_cast<std::size_t>(at - rank_ids.begin());
@@ -381,7 +381,7 @@ void second_run_controls(App& app, TimelineState& st, const RunModel& m) {
   ImGui::Checkbox("align at step", &st.align);
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Shift the second run so its step N starts where this run's does (else: run starts)");
   ImGui::SameLine();
-  if (st.align_step < 0) st.align_step = first_steady_step(m.run.steps).value_or(0);
+  if (st.align_step < 0) st.align_step = first_steady_step(m.steps()).value_or(0);
   ImGui::SetNextItemWidth(90);
   ImGui::InputInt("##alignstep", &st.align_step);
   st.align_step = std::max(st.align_step, 0);
@@ -461,8 +461,8 @@ std::array<LaneGroup, 2> lane_groups(TimelineState& st, const RunModel& m, const
       st.second_for = second;
     }
     std::optional<int> step;
-    if (st.align) step = st.align_step >= 0 ? std::optional<int>(st.align_step) : first_steady_step(m.run.steps);
-    alignment = align_runs(m.run.steps, m.t_min_ns, second->run.steps, second->t_min_ns, step);
+    if (st.align) step = st.align_step >= 0 ? std::optional<int>(st.align_step) : first_steady_step(m.steps());
+    alignment = align_runs(m.steps(), m.t_min_ns, second->steps(), second->t_min_ns, step);
   }
   std::array<LaneGroup, 2> groups{{{&m, &st.lanes, 0, 0.0, ""}, {second, &st.second_lanes, kSecondRunRanks, alignment.offset_ns, ""}}};
   if (second) {
