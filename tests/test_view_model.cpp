@@ -247,6 +247,29 @@ TEST_CASE("a run opened windowed draws from its summary, then reads each window'
   CHECK(expected > 1000);
   CHECK(slice.range_count == written);  // the run's count, not the window's
   CHECK(app.timeline.lanes.size() == 8);
+  // The window's model shares the run's step, collective and counter rows with the model read at open
+  // (none copied per window), and they are the full open's.
+  CHECK(slice.run.steps.empty());
+  CHECK(slice.run.allreduces.empty());
+  CHECK(slice.run.counters.empty());
+  CHECK(&slice.steps() == &m->steps());
+  CHECK(&slice.allreduces() == &m->allreduces());
+  CHECK(&slice.counters() == &m->counters());
+  auto step_keys = [](const RunModel& model) {
+    std::vector<std::tuple<int, int, std::int64_t, std::int64_t>> keys;
+    for (const auto& st : model.steps()) keys.emplace_back(st.rank, st.step, st.start_ns, st.end_ns);
+    return keys;
+  };
+  CHECK(step_keys(slice) == step_keys(*full));
+  CHECK_FALSE(full->steps().empty());
+  CHECK(slice.allreduces().size() == full->allreduces().size());
+  CHECK_FALSE(full->allreduces().empty());
+  REQUIRE(slice.counters().size() == full->counters().size());
+  for (const auto& [track, rows] : full->counters()) {
+    CAPTURE(track);
+    REQUIRE(slice.counters().count(track));
+    CHECK(slice.counters().at(track).size() == rows.size());
+  }
 
   // The views that need every row say so, and point to wb report.
   app.show_view(ViewId::ops);
