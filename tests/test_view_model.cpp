@@ -271,7 +271,7 @@ TEST_CASE("a run opened windowed draws from its summary, then reads each window'
     CHECK(slice.counters().at(track).size() == rows.size());
   }
 
-  // The views that need every row say so, and point to wb report.
+  // The views that need every step draw a sample of steps (or a note until it is read), with no error.
   app.show_view(ViewId::ops);
   for (int i = 0; i < 2; ++i) ui.frame(app);
   CHECK_FALSE(app.error_shown());
