@@ -1,7 +1,8 @@
 // Store throughput: range rows per second into one run file from 2 producer threads, end to end (commits,
 // then the close: indexes and the WAL folded back), the bytes each range costs in the file, and the time
 // to load one track's ranges back into memory through Reader. Goals: >= 4M rows/s end to end, <= 24 bytes
-// per range, < 2 s to load 5M ranges.
+// per range, < 2 s to load 5M ranges. It also prints where a range's bytes go (dbstat): range_data's pages,
+// their row payload and unused part, and the timeline's summary tables.
 //
 // usage: store_ingest [TOTAL_ROWS (default 10000000)] [DIR (default /tmp)] [--corr]
 //   --corr  every range has a correlation id, as on a GPU run (CUPTI links each launching range to its
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "store/db.hpp"
 #include "store/reader.hpp"
 #include "store/writer.hpp"
 
@@ -121,14 +123,31 @@ int main(int argc, char** argv) {
   double load_cpu0 = cpu_seconds();  // only this thread runs now
   auto t1 = Clock::now();
   std::size_t loaded = 0;
+  std::int64_t page_bytes = 0, unused = 0, payload = 0, summary_bytes = 0;
   {
     Reader r(path);
     loaded = r.ranges(first_track).size();
+    // Where a range's bytes go: the table's pages, the part of them left unused, the rows' own bytes.
+    const char* kStat = "SELECT sum(%s) FROM dbstat WHERE name = 'range_data'";
+    char sql[96];
+    std::snprintf(sql, sizeof sql, kStat, "pgsize");
+    page_bytes = r.db().query_int64(sql);
+    std::snprintf(sql, sizeof sql, kStat, "unused");
+    unused = r.db().query_int64(sql);
+    std::snprintf(sql, sizeof sql, kStat, "payload");
+    payload = r.db().query_int64(sql);
+    summary_bytes = r.db().query_int64("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'summary%'");
   }
   double load_s = std::chrono::duration<double>(Clock::now() - t1).count();
   double load_cpu_s = cpu_seconds() - load_cpu0;
   std::printf("load: %zu ranges of one track in %.2f s (%.2f s CPU) = %.2fM rows/s\n", loaded, load_s, load_cpu_s,
               static_cast<double>(loaded) / load_s / 1e6);
+
+  std::printf("per range: range_data %.1f bytes of pages (%.1f of them row payload, %.0f%% of the pages unused), "
+              "the timeline's summary %.1f\n",
+              static_cast<double>(page_bytes) / rows, static_cast<double>(payload) / rows,
+              page_bytes > 0 ? 100.0 * static_cast<double>(unused) / static_cast<double>(page_bytes) : 0.0,
+              static_cast<double>(summary_bytes) / rows);
 
   std::filesystem::remove(path);
   bool ok = dropped == 0 && loaded == static_cast<std::size_t>(per_thread);
