@@ -17,11 +17,13 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "store/db.hpp"
+#include "store/reader.hpp"
 #include "support/python.hpp"
 #include "test_trainer_util.hpp"
 #include "support/peers.hpp"
@@ -433,6 +435,20 @@ TEST_CASE("wb whatif replays a 2-rank run as recorded and moves every step by a 
   bool optimizer_on_path = false;
   for (const auto& seg : slower["path"]) optimizer_on_path = optimizer_on_path || seg["name"] == "optimizer";
   CHECK(optimizer_on_path);
+  // Each rank recorded its host's CPUs (as the OS counts them) and its compute threads; the caveat on
+  // ranks that share too few CPUs follows from them.
+  wb::store::Reader reader(run);
+  const auto meta = reader.meta();
+  long long threads = 0;
+  for (int rank : {0, 1}) {
+    const std::string suffix = ".rank" + std::to_string(rank);
+    REQUIRE(meta.count("host_cpus" + suffix));
+    REQUIRE(meta.count("threads" + suffix));
+    CHECK(meta.at("host_cpus" + suffix) == std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+    threads += std::stoll(meta.at("threads" + suffix));
+  }
+  CHECK(threads >= 2);
+  CHECK(same["caveat"].is_null() == (threads <= std::max(1u, std::thread::hardware_concurrency())));
   // A change that matches nothing is one line and exit status 2, never a silent no-op.
   Result r = wb_cli({"whatif", run.string(), "--add", "layer9.*:+1000"});
   CHECK(r.exit_code == 2);

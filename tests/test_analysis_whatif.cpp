@@ -206,3 +206,24 @@ TEST_CASE("whatif: patterns and their errors", "[analysis]") {
   // No worker batches to replay: a data change says so and what to use instead.
   CHECK_THROWS_WITH(add(b.run, {"data:+1"}), Contains("class:data"));
 }
+
+TEST_CASE("whatif: a caveat when a host's ranks ask for more compute threads than it has CPUs", "[analysis]") {
+  analysis::RunData run;
+  run.ranks = {store::RankRow{0, "a", "cpu", 1, 0, 0, 0}, store::RankRow{1, "a", "cpu", 2, 0, 0, 0}};
+  auto set = [&](int rank, const std::string& cpus, const std::string& threads) {
+    run.meta["host_cpus.rank" + std::to_string(rank)] = cpus;
+    run.meta["threads.rank" + std::to_string(rank)] = threads;
+  };
+  CHECK(analysis::shared_cpu_caveat(run).empty());  // not recorded: nothing to say
+  set(0, "2", "1");
+  set(1, "2", "1");
+  CHECK(analysis::shared_cpu_caveat(run).empty());  // 2 threads on 2 CPUs
+  set(1, "2", "2");
+  CHECK_THAT(analysis::shared_cpu_caveat(run), Contains("2 ranks on host a ask for 3 compute threads on its 2 CPUs"));
+  CHECK_THAT(analysis::shared_cpu_caveat(run), Contains("over-predicts"));
+  run.ranks[1].host = "b";  // the same threads on two hosts of 2 CPUs each
+  CHECK(analysis::shared_cpu_caveat(run).empty());
+  run.ranks[1].host = "a";
+  set(1, "2", "2x");  // unreadable: left out, never guessed
+  CHECK(analysis::shared_cpu_caveat(run).empty());
+}

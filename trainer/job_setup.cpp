@@ -9,6 +9,7 @@
 #include <ctime>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include "trainer/checkpoint.hpp"
 #include "trainer/comm_calibration.hpp"
@@ -104,6 +105,10 @@ Recording open_recording(const TrainConfig& cfg, Placement& place) {
   w.set_meta("precision", device.cuda ? cfg.precision : "fp32");
   w.set_meta("channels_last", device.cuda && cfg.channels_last ? "1" : "0");
   w.set_meta("created_utc", utc_now());
+  // What wb whatif needs to tell when the ranks of a host share too few CPUs (analysis::shared_cpu_caveat).
+  const std::string suffix = ".rank" + std::to_string(place.rank);
+  w.set_meta("host_cpus" + suffix, std::to_string(std::max(1u, std::thread::hardware_concurrency())));
+  w.set_meta("threads" + suffix, std::to_string(place.threads));
   r.rank_row.rank = place.rank;
   r.rank_row.host = hostname();
   r.rank_row.device = device.description;

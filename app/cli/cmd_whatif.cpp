@@ -76,7 +76,8 @@ void write_step_path(const analysis::WhatIf& w, std::ostream& out) {
   t.print(out);
 }
 
-nlohmann::json whatif_json(const analysis::WhatIf& w, const std::vector<analysis::WhatIfChange>& changes, double split_delta) {
+nlohmann::json whatif_json(const analysis::WhatIf& w, const std::vector<analysis::WhatIfChange>& changes,
+                           double split_delta, const std::string& caveat) {
   nlohmann::json j;
   j["steps_used"] = w.steps_used;
   j["measured_step_ns"] = w.measured_step_ns;
@@ -84,6 +85,7 @@ nlohmann::json whatif_json(const analysis::WhatIf& w, const std::vector<analysis
   j["split_delta_ns"] = split_delta;
   j["predicted_step_ns"] = w.predicted_step_ns + split_delta;
   j["batches_replayed"] = w.batches_replayed;
+  j["caveat"] = caveat.empty() ? nlohmann::json(nullptr) : nlohmann::json(caveat);
   j["changes"] = nlohmann::json::array();
   for (std::size_t i = 0; i < changes.size(); ++i) j["changes"].push_back({{"change", changes[i].text}, {"matched", w.matched[i]}});
   j["median_step"] = w.median_step;
@@ -151,9 +153,10 @@ int cmd_whatif(int argc, char** argv) {
   const analysis::WhatIf w = analysis::what_if(run, changes, warmup);
   const double predicted = w.predicted_step_ns + split_delta;
   const int ranks = static_cast<int>(run.rank_ids().size());
+  const std::string caveat = analysis::shared_cpu_caveat(run);
   std::ostream& out = std::cout;
   if (args.has("--json")) {
-    out << whatif_json(w, changes, split_delta).dump(1) << "\n";
+    out << whatif_json(w, changes, split_delta, caveat).dump(1) << "\n";
     return 0;
   }
   out << "What if: " << path << " (" << ranks << (ranks == 1 ? " rank, " : " ranks, ") << w.steps_used
@@ -166,6 +169,7 @@ int cmd_whatif(int argc, char** argv) {
                                                                                : " ranges")
         << " changed\n";
   out << split_line;
+  if (!caveat.empty()) out << "Caveat: " << caveat << ".\n";
   out << "Measured step (mean)         " << format_ns(w.measured_step_ns) << "\n";
   out << "Replayed, no change (check)  " << format_ns(w.replay_step_ns) << " ("
       << signed_pct(w.replay_step_ns - w.measured_step_ns, w.measured_step_ns) << " from measured)\n";

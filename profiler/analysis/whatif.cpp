@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 
 namespace wb::analysis {
 
@@ -585,6 +587,41 @@ WhatIf what_if(const RunData& run, const std::vector<WhatIfChange>& changes, int
   out.before = critical_path(run);
   out.after = critical_path(out.replayed);
   return out;
+}
+
+std::string shared_cpu_caveat(const RunData& run) {
+  auto meta_int = [&](const std::string& key) -> std::optional<long long> {
+    auto it = run.meta.find(key);
+    if (it == run.meta.end()) return std::nullopt;
+    long long v = 0;
+    const auto& text = it->second;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || v <= 0) return std::nullopt;
+    return v;
+  };
+  struct Host {
+    int ranks = 0;
+    long long threads = 0, cpus = 0;
+  };
+  std::map<std::string, Host> hosts;
+  for (const auto& r : run.ranks) {
+    const std::string suffix = ".rank" + std::to_string(r.rank);
+    const auto cpus = meta_int("host_cpus" + suffix), threads = meta_int("threads" + suffix);
+    if (!cpus || !threads) continue;  // a run from before they were recorded, or an imported trace
+    Host& h = hosts[r.host];
+    ++h.ranks;
+    h.threads += *threads;
+    h.cpus = std::max(h.cpus, *cpus);
+  }
+  for (const auto& [name, h] : hosts) {
+    if (h.threads <= h.cpus) continue;
+    return concat(std::to_string(h.ranks), h.ranks == 1 ? " rank" : " ranks", " on host ", name, " ask for ",
+                  std::to_string(h.threads), " compute threads on its ", std::to_string(h.cpus),
+                  " CPUs: a rank that waits (a slow rank, a sleep) gives its CPUs to the others, which then run "
+                  "faster than recorded, and the replay keeps every op's recorded time, so it over-predicts what "
+                  "one rank's slowdown costs");
+  }
+  return {};
 }
 
 }  // namespace wb::analysis

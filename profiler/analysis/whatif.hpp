@@ -72,4 +72,10 @@ struct WhatIf {
 // pipeline run) and for a change that matches nothing (naming it).
 WhatIf what_if(const RunData& run, const std::vector<WhatIfChange>& changes, int warmup = 1);
 
+// Why a replay can be wrong on this run's machines, or empty: a host whose ranks ask for more compute
+// threads than it has CPUs (the meta keys host_cpus.rank<R> and threads.rank<R> wb-train writes). There a
+// rank that waits gives its CPUs to the others, which then run faster than recorded, and the replay keeps
+// every op's recorded time: it over-predicts what one rank's slowdown costs.
+std::string shared_cpu_caveat(const RunData& run);
+
 }  // namespace wb::analysis
