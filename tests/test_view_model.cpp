@@ -350,6 +350,28 @@ TEST_CASE("a run opened windowed analyses consecutive steps, with the figures a 
   }
   CHECK(app.model == m);  // the run's model again after each view
 
+  // The Timeline outlines a sampled step's critical path, pinned as --path-step pins it, and zooms to it:
+  // the full open's path of that step, segment by segment.
+  const int pinned = (s.first_step + s.last_step) / 2;
+  const auto* want_path = wb::app_model::path_step_at(full->critical, pinned, 0.0);
+  const auto* got_path = wb::app_model::path_step_at(sample->critical, pinned, 0.0);
+  REQUIRE(want_path != nullptr);
+  REQUIRE(got_path != nullptr);
+  auto segments = [](const wb::analysis::StepPath& p) {
+    std::vector<std::tuple<int, std::string, std::int64_t, std::int64_t>> out;
+    for (const auto& seg : p.segments) out.emplace_back(seg.rank, seg.name, seg.start_ns, seg.end_ns);
+    return out;
+  };
+  CHECK(segments(*got_path) == segments(*want_path));
+  app.show_view(ViewId::timeline);
+  app.timeline.path_step = pinned;
+  app.timeline.path_zoomed = false;
+  for (int i = 0; i < 3; ++i) ui.frame(app);
+  CHECK(app.timeline.path_shown == pinned);
+  CHECK(app.timeline.view.t0_ns <= static_cast<double>(want_path->start_ns));
+  CHECK(app.timeline.view.t1_ns >= static_cast<double>(want_path->end_ns));
+  CHECK(app.timeline.view.span_ns() < 1.2 * static_cast<double>(want_path->end_ns - want_path->start_ns));
+
   // A budget no step fits: no analyses, and the views say why, in a few lines of text.
   auto tight = load_run_model(dir / "run.sqlite", nullptr, {}, OpenMode::windowed, 100);
   CHECK_FALSE(tight->window->sample());

@@ -90,6 +90,9 @@ struct TimelineState {
   int path_step = -1;
   int path_shown = -1;                     // the step outlined this frame, -1 for none
   bool path_zoomed = false;                // the view was zoomed to the pinned step once
+  // A run opened windowed has the critical path of its sample's steps only: this frame's sample, held
+  // while the frame draws (null for a run held whole, and until the sample is analysed).
+  std::shared_ptr<const app_model::RunModel> path_sample;
   std::map<std::uint32_t, float> lane_y;   // this frame: track -> top of its lane (drawn lanes only)
   std::map<std::pair<std::uint32_t, std::uint8_t>, double> ratio_heat;  // (name, category) -> heat
   const app_model::RunModel* ratio_model = nullptr;                     // the run ratio_heat is for

@@ -81,6 +81,11 @@ void go_to(const RunModel& m, TimelineState& st, const EventRef& ref) {
 void second_run_controls(App& app, TimelineState& st, const RunModel& m);
 void path_panel(TimelineState& st, const RunModel& m);
 
+// The critical path the Timeline outlines: the run's, or a windowed run's sample's (its steps only).
+const analysis::CriticalPath& critical_path(const TimelineState& st, const RunModel& m) {
+  return st.path_sample ? st.path_sample->critical : m.critical;
+}
+
 void toolbar(App& app, TimelineState& st, const RunModel& m) {
   if (ImGui::Button("Fit all")) st.fitted = false;
   ImGui::SameLine();
@@ -124,7 +129,7 @@ void toolbar(App& app, TimelineState& st, const RunModel& m) {
   else ImGui::TextColored(to_vec4(color::kDim), "-");
   ImGui::SameLine(0, 20);
   second_run_controls(app, st, m);
-  if (!m.critical.steps.empty()) {
+  if (!critical_path(st, m).steps.empty()) {
     ImGui::SameLine(0, 20);
     ImGui::Checkbox("critical path", &st.show_path);
   }
@@ -555,13 +560,15 @@ void draw_range_selection(const TimelineState& st, const TimelineFrame& f) {
 
 constexpr ImU32 kPathColor = IM_COL32(255, 150, 40, 255);
 
+
 // The critical path of one step over the main-thread lanes: each segment outlined on its rank's op row
 // (depth 1), a line where the path passes from one rank to another, and its length by the ruler.
 void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFrame& f) {
   st.path_shown = -1;
-  if (!st.show_path || !m.ready() || m.critical.steps.empty()) return;
+  const analysis::CriticalPath& critical = critical_path(st, m);
+  if (!st.show_path || !m.ready() || critical.steps.empty()) return;
   const double t = f.in_lanes ? st.view.to_time(f.mouse.x - f.x0) : 0.5 * (st.view.t0_ns + st.view.t1_ns);
-  const analysis::StepPath* p = app_model::path_step_at(m.critical, st.path_step, t);
+  const analysis::StepPath* p = app_model::path_step_at(critical, st.path_step, t);
   if (p == nullptr) return;
   st.path_shown = p->step;
   ImDrawList* dl = f.dl;
@@ -629,7 +636,8 @@ void draw_critical_path(TimelineState& st, const RunModel& m, const TimelineFram
 
 // On the ruler (drawn after it): which step's path is outlined.
 void draw_path_label(const TimelineState& st, const RunModel& m, const TimelineFrame& f) {
-  const analysis::StepPath* p = st.path_shown >= 0 ? app_model::path_step_at(m.critical, st.path_shown, 0.0) : nullptr;
+  const analysis::StepPath* p =
+      st.path_shown >= 0 ? app_model::path_step_at(critical_path(st, m), st.path_shown, 0.0) : nullptr;
   if (p == nullptr) return;
   const std::string label = "critical path, step " + std::to_string(p->step) + ": " +
                             fmt_ns(static_cast<double>(p->end_ns - p->start_ns)) +
@@ -642,7 +650,7 @@ void draw_path_label(const TimelineState& st, const RunModel& m, const TimelineF
 
 // The outlined step's path segment by segment; a click on a row pins the step and zooms to the segment.
 void path_panel(TimelineState& st, const RunModel& m) {
-  const analysis::StepPath* p = app_model::path_step_at(m.critical, st.path_shown, 0.0);
+  const analysis::StepPath* p = app_model::path_step_at(critical_path(st, m), st.path_shown, 0.0);
   if (p == nullptr) return;
   const double total = static_cast<double>(std::max<std::int64_t>(1, p->end_ns - p->start_ns));
   ImGui::TextColored(to_vec4(kPathColor), "Critical path of step %d: %s, %zu segments (the chain of work that set the step's end)",
@@ -689,6 +697,9 @@ void draw_timeline(App& app) {
     st.lanes = make_lanes(m);
     st.lanes_for = &m;
   }
+  st.path_sample = nullptr;
+  if (m.windowed())
+    if (auto sample = m.window->sample(); sample && sample->ready()) st.path_sample = std::move(sample);
   toolbar(app, st, m);
 
   const float details_h = (st.selected || st.range_sel || st.path_shown >= 0) ? 170.0f : ImGui::GetTextLineHeightWithSpacing() + 8;
@@ -711,9 +722,10 @@ void draw_timeline(App& app) {
   f.in_lanes = f.hovered && f.mouse.x >= f.x0 && f.mouse.y > f.p0.y + f.ruler_h;
 
   place_view(st, m, f.width);
-  if (st.path_step >= 0 && !st.path_zoomed && m.ready()) {  // pinned before the run was open: show the step
+  // Pinned before the run was open: show the step (a windowed run's once its sample is analysed).
+  if (st.path_step >= 0 && !st.path_zoomed && m.ready() && (!m.windowed() || st.path_sample)) {
     st.path_zoomed = true;
-    if (const auto* p = app_model::path_step_at(m.critical, st.path_step, 0.0)) {
+    if (const auto* p = app_model::path_step_at(critical_path(st, m), st.path_step, 0.0)) {
       const double pad = 0.02 * static_cast<double>(p->end_ns - p->start_ns);
       st.view.t0_ns = static_cast<double>(p->start_ns) - pad;
       st.view.t1_ns = static_cast<double>(p->end_ns) + pad;
