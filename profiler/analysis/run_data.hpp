@@ -133,8 +133,6 @@ class StepIndex {
   explicit StepIndex(const RunData& run);
   // The step row of a rank's step (the last one, should there be several), or null.
   const store::StepRow* step_row(int rank, int step) const;
-  // The longest step row of the run.
-  std::int64_t longest_step_ns() const { return longest_; }
   // The rank's main track's rows (RunData::main_track, found once per rank).
   const std::vector<store::RangeRow>& main_rows(int rank);
   // f(row) for every row of the rank's main track with end > t0 and start < t1.
