@@ -32,6 +32,51 @@ double cpu_seconds() {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
+
+// Where a range's bytes go, from SQLite's dbstat: range_data's pages, the part of them left unused, the
+// rows' own bytes, and the timeline's summary tables.
+struct ByteSplit {
+  std::int64_t pages = 0, unused = 0, payload = 0, summary = 0;
+};
+
+ByteSplit byte_split(Db& db) {
+  ByteSplit b;
+  auto range_data = [&](const char* column) {
+    return db.query_int64(std::string("SELECT sum(") + column + ") FROM dbstat WHERE name = 'range_data'");
+  };
+  b.pages = range_data("pgsize");
+  b.unused = range_data("unused");
+  b.payload = range_data("payload");
+  b.summary = db.query_int64("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'summary%'");
+  return b;
+}
+
+void print_byte_split(const ByteSplit& b, double rows) {
+  std::printf("per range: range_data %.1f bytes of pages (%.1f of them row payload, %.0f%% of the pages unused), "
+              "the timeline's summary %.1f\n",
+              static_cast<double>(b.pages) / rows, static_cast<double>(b.payload) / rows,
+              b.pages > 0 ? 100.0 * static_cast<double>(b.unused) / static_cast<double>(b.pages) : 0.0,
+              static_cast<double>(b.summary) / rows);
+}
+
+// One track's ranges read back through Reader, timed, and the file's byte split.
+struct LoadBack {
+  std::size_t rows = 0;
+  double wall_s = 0.0, cpu_s = 0.0;
+  ByteSplit bytes;
+};
+
+LoadBack load_back(const std::filesystem::path& path, std::uint32_t track) {
+  LoadBack out;
+  double cpu0 = cpu_seconds();  // only this thread runs now
+  auto t1 = Clock::now();
+  Reader r(path);
+  out.rows = r.ranges(track).size();
+  out.wall_s = std::chrono::duration<double>(Clock::now() - t1).count();
+  out.cpu_s = cpu_seconds() - cpu0;
+  out.bytes = byte_split(r.db());
+  return out;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,34 +165,12 @@ int main(int argc, char** argv) {
               close_s, end_to_end / 1e6, cpu_s, file_bytes / 1e6, file_bytes / rows,
               with_corr ? "every range with a correlation id" : "no correlation ids");
 
-  double load_cpu0 = cpu_seconds();  // only this thread runs now
-  auto t1 = Clock::now();
-  std::size_t loaded = 0;
-  std::int64_t page_bytes = 0, unused = 0, payload = 0, summary_bytes = 0;
-  {
-    Reader r(path);
-    loaded = r.ranges(first_track).size();
-    // Where a range's bytes go: the table's pages, the part of them left unused, the rows' own bytes.
-    const char* kStat = "SELECT sum(%s) FROM dbstat WHERE name = 'range_data'";
-    char sql[96];
-    std::snprintf(sql, sizeof sql, kStat, "pgsize");
-    page_bytes = r.db().query_int64(sql);
-    std::snprintf(sql, sizeof sql, kStat, "unused");
-    unused = r.db().query_int64(sql);
-    std::snprintf(sql, sizeof sql, kStat, "payload");
-    payload = r.db().query_int64(sql);
-    summary_bytes = r.db().query_int64("SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'summary%'");
-  }
-  double load_s = std::chrono::duration<double>(Clock::now() - t1).count();
-  double load_cpu_s = cpu_seconds() - load_cpu0;
+  const LoadBack load = load_back(path, first_track);
+  const std::size_t loaded = load.rows;
+  const double load_s = load.wall_s, load_cpu_s = load.cpu_s;
   std::printf("load: %zu ranges of one track in %.2f s (%.2f s CPU) = %.2fM rows/s\n", loaded, load_s, load_cpu_s,
               static_cast<double>(loaded) / load_s / 1e6);
-
-  std::printf("per range: range_data %.1f bytes of pages (%.1f of them row payload, %.0f%% of the pages unused), "
-              "the timeline's summary %.1f\n",
-              static_cast<double>(page_bytes) / rows, static_cast<double>(payload) / rows,
-              page_bytes > 0 ? 100.0 * static_cast<double>(unused) / static_cast<double>(page_bytes) : 0.0,
-              static_cast<double>(summary_bytes) / rows);
+  print_byte_split(load.bytes, rows);
 
   std::filesystem::remove(path);
   bool ok = dropped == 0 && loaded == static_cast<std::size_t>(per_thread);
