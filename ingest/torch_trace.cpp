@@ -20,6 +20,7 @@
 #include "ingest/layer_map.hpp"
 #include "store/db.hpp"
 #include "store/merge.hpp"
+#include "store/summary.hpp"
 #include "store/writer.hpp"
 
 namespace wb::ingest {
@@ -473,7 +474,7 @@ std::uint8_t depth_among(const std::vector<Node>& nodes, const Node& n) {
 // that is.
 template <class StepAt, class RunId>
 std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const StepAt& step_at, const RunId& run_id,
-                           store::Writer& w, TraceImport& info) {
+                           store::Writer& w, store::SummaryBuilder* summary, TraceImport& info) {
   std::vector<store::RangeRow> rows;
   std::int32_t main_steps = 0;
   for (std::size_t ti = 0; ti < threads.size(); ++ti) {
@@ -506,9 +507,14 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
       r.step = n.category == Category::step ? step_at(n.start) : n.step;
       r.corr_id = n.corr_id;
       rows.push_back(r);
+      if (summary) summary->add(r);
       if (!n.added) ++info.ranges;
     }
     w.add(std::span<const store::RangeRow>(rows));
+    if (summary) {
+      summary->end_track(track);
+      summary->end_track(python_track);
+    }
 
     if (ti == 0 && has_steps) {
       std::vector<store::StepRow> steps = step_rows(t, rank, step_at);
@@ -544,7 +550,7 @@ void write_launch_queues(const std::vector<std::pair<std::string, std::vector<st
 // Each stream's kernel rows on a track of its own.
 template <class RunId>
 void write_streams(std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows, const RunId& run_id,
-                   store::Writer& w) {
+                   store::Writer& w, store::SummaryBuilder* summary) {
   for (auto& [label, krs] : stream_rows) {
     std::uint32_t track = w.add_track(store::TrackKind::stream, label);
     for (auto& k : krs) {
@@ -552,6 +558,9 @@ void write_streams(std::vector<std::pair<std::string, std::vector<store::KernelR
       k.name = run_id(k.name);
     }
     w.add(std::span<const store::KernelRow>(krs));
+    if (!summary) continue;
+    for (const auto& k : krs) summary->add(k);
+    summary->end_track(track);
   }
 }
 
@@ -653,11 +662,16 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   };
 
   main_thread_first(threads);
-  info.steps = write_threads(threads, rt.rank, step_at, run_id, w, info);
+  // The timeline's summaries (of a file that gets its indexes: a rank's scratch file gets them when merged)
+  // are built here from the rows as they are handed over, while the writer's thread inserts them, rather
+  // than read back from the file after.
+  auto summary = build_indexes ? std::make_unique<store::SummaryBuilder>() : nullptr;
+  info.steps = write_threads(threads, rt.rank, step_at, run_id, w, summary.get(), info);
   info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
   if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
   write_launch_queues(stream_rows, w);
-  write_streams(stream_rows, run_id, w);
+  write_streams(stream_rows, run_id, w, summary.get());
+  if (summary) w.use_summary(std::move(summary));
 
   info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
   write_rank_meta(rt, info, device_properties_of(tr, devices), !devices.empty(), world_size, methods, w);

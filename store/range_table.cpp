@@ -14,8 +14,6 @@ namespace {
 // this small.
 constexpr std::size_t kRowsPerInsert = 128;
 constexpr int kColumns = 7;
-// kind's step between ranges of equal key (above depth * 16 + category, which stays under 4096).
-constexpr std::int64_t kSeqStep = 4096;
 
 const std::string& insert_sql(std::size_t rows) {
   static const std::string one =
@@ -30,7 +28,8 @@ const std::string& insert_sql(std::size_t rows) {
 
 int bind_range(sqlite3_stmt* h, int base, const RangeRow& r, std::int64_t origin_ns, std::int64_t seq) {
   return sqlite3_bind_int64(h, base + 1, r.track) | sqlite3_bind_int64(h, base + 2, r.start_ns - origin_ns) |
-         sqlite3_bind_int64(h, base + 3, range_kind(r) + kSeqStep * seq) | sqlite3_bind_int64(h, base + 4, r.end_ns - r.start_ns) |
+         sqlite3_bind_int64(h, base + 3, range_kind(r) + kEqualKeyStep * seq) |
+         sqlite3_bind_int64(h, base + 4, r.end_ns - r.start_ns) |
          sqlite3_bind_int64(h, base + 5, r.name) | sqlite3_bind_int64(h, base + 6, r.step) |
          sqlite3_bind_int64(h, base + 7, static_cast<std::int64_t>(r.corr_id));
 }
@@ -61,7 +60,7 @@ std::vector<std::int64_t> equal_key_numbers(Db& db, std::span<const RangeRow> ro
     if (!it->second || r.start_ns - origin_ns > *it->second) continue;
     auto& st = db.prepare("SELECT max(kind) FROM range_data WHERE track_id = ? AND start_ns = ? AND kind & 4095 = ?");
     st.bind(1, r.track).bind(2, r.start_ns - origin_ns).bind(3, range_kind(r));
-    if (st.step() && !st.column_is_null(0)) seq[i] = st.column_int64(0) / kSeqStep + 1;
+    if (st.step() && !st.column_is_null(0)) seq[i] = st.column_int64(0) / kEqualKeyStep + 1;
     st.reset();
   }
   return seq;

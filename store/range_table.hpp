@@ -15,6 +15,7 @@ namespace wb::store {
 // range_data.kind of a range: depth * 16 + category (categories are < 16, depths < 256). A range whose
 // key another range already has gets 4096 more per such range: times are never moved.
 constexpr std::int64_t range_kind(const RangeRow& r) { return std::int64_t{r.depth} * 16 + (r.category & 15); }
+inline constexpr std::int64_t kEqualKeyStep = 4096;
 
 // Orders rows by range_data's key: track, start, then depth and category. Inserting in that order touches
 // each track's last page only.

@@ -1,10 +1,13 @@
 #include "store/summary.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <map>
+#include <set>
 #include <string>
 
 #include "store/one_line.hpp"
+#include "store/range_table.hpp"
 
 namespace wb::store {
 
@@ -50,6 +53,15 @@ std::vector<Cell> halve(const std::vector<Cell>& cells) {
   return out;
 }
 
+// A stored bucket, before it is written.
+struct BucketRow {
+  std::uint32_t track;
+  int depth;
+  int level;
+  std::int64_t bucket;
+  Cell cell;
+};
+
 std::int64_t floor_div(std::int64_t a, std::int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
 // Level 0 of one (track, depth), fed rows in start order. The bucket width doubles whenever a row
@@ -78,27 +90,23 @@ class DepthBuilder {
     }
   }
 
-  // Coarsens until the stored buckets hold kRowsPerBucket rows on average, then writes every level.
-  SummaryTrack finish(Statement& insert, std::uint32_t track, int depth) {
+  // Coarsens until the stored buckets hold kRowsPerBucket rows on average, then adds every level's stored
+  // buckets to `out`.
+  SummaryTrack finish(std::vector<BucketRow>& out, std::uint32_t track, int depth) {
     auto used = [](const std::vector<Cell>& v) {
       return static_cast<std::int64_t>(std::count_if(v.begin(), v.end(), [](const Cell& c) { return c.used(); }));
     };
     while (cells_.size() > 1 && used(cells_) * kRowsPerBucket > rows_) coarsen();
-    SummaryTrack out{track, depth, origin_, width_, 0, rows_, longest_, first_, last_};
+    SummaryTrack t{track, depth, origin_, width_, 0, rows_, longest_, first_, last_};
     std::vector<Cell> level = std::move(cells_);
     for (int l = 0;; ++l) {
-      for (std::size_t b = 0; b < level.size(); ++b) {
-        const Cell& c = level[b];
-        if (!c.used()) continue;
-        insert.bind(1, track).bind(2, depth).bind(3, l).bind(4, static_cast<std::int64_t>(b)).bind(5, c.count);
-        insert.bind(6, c.busy).bind(7, c.name).bind(8, c.category);
-        insert.run();
-      }
-      out.levels = l + 1;
+      for (std::size_t b = 0; b < level.size(); ++b)
+        if (level[b].used()) out.push_back({track, depth, l, static_cast<std::int64_t>(b), level[b]});
+      t.levels = l + 1;
       if (level.size() <= 1) break;
       level = halve(level);
     }
-    return out;
+    return t;
   }
 
  private:
@@ -162,8 +170,8 @@ bool table_exists(Db& db, const char* name) {
 }
 
 
-// Feeds one track's rows to a builder per depth; false when cancelled.
-bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, std::map<int, DepthBuilder>& depths, LongRows& long_rows,
+// Feeds one track's rows, as read from the file, to `builder`; false when cancelled.
+bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, SummaryBuilder& builder,
                 const std::atomic<bool>* cancel) {
   const bool thread = t.kind == TrackKind::thread;
   auto& st = db.prepare(thread ? "SELECT start_ns, dur_ns, kind, name_id FROM range_data WHERE track_id = ?1 ORDER BY start_ns, kind"
@@ -177,13 +185,11 @@ bool feed_track(Db& db, const TrackRow& t, std::int64_t origin, std::map<int, De
       return false;
     }
     const std::int64_t start = st.column_int64(0) + shift;
-    const std::int64_t kind = st.column_int64(2);  // ranges: depth * 16 + category; kernels: their kind
-    const int depth = thread ? static_cast<int>((kind >> 4) & 255) : 0;
-    const int category = thread ? static_cast<int>(kind & 15) : static_cast<int>(kind);
-    depths[depth].add(start, start + st.column_int64(1), static_cast<std::uint32_t>(st.column_int64(3)), category);
-    if (thread) long_rows.add(start, start + st.column_int64(1), kind, static_cast<std::uint32_t>(st.column_int64(3)));
+    builder.add(t.id, thread, start, start + st.column_int64(1), st.column_int64(2),
+                static_cast<std::uint32_t>(st.column_int64(3)));
   }
   st.reset();
+  builder.end_track(t.id);
   return true;
 }
 
@@ -195,6 +201,107 @@ bool has_summary(Db& db) {
   bool ok = st.step() && st.column_text(0) == std::to_string(kSummaryVersion);
   st.reset();
   return ok;
+}
+
+namespace {
+
+// One track while its rows go by.
+struct LiveTrack {
+  std::map<int, DepthBuilder> depths;
+  LongRows long_rows;
+  std::int64_t last_start = std::numeric_limits<std::int64_t>::min();
+  std::int64_t last_kind = std::numeric_limits<std::int64_t>::min();
+};
+
+// The last range of a track, to number ranges of equal key.
+struct EqualKey {
+  std::int64_t start = 0, base_kind = -1, number = 0;
+};
+
+}  // namespace
+
+struct SummaryBuilder::State {
+  std::map<std::uint32_t, LiveTrack> live;
+  std::map<std::uint32_t, EqualKey> equal;
+  std::set<std::uint32_t> ended;
+  // What the ended tracks left to write.
+  std::vector<BucketRow> buckets;
+  std::vector<SummaryTrack> tracks;
+  std::vector<std::pair<std::uint32_t, LongRow>> long_rows;
+};
+
+SummaryBuilder::SummaryBuilder() : s_(std::make_unique<State>()) {}
+SummaryBuilder::~SummaryBuilder() = default;
+
+void SummaryBuilder::add(std::uint32_t track, bool thread, std::int64_t start, std::int64_t end, std::int64_t kind,
+                         std::uint32_t name) {
+  auto it = s_->live.find(track);
+  if (it == s_->live.end()) {
+    it = s_->live.try_emplace(track).first;
+    if (!s_->ended.insert(track).second) in_order_ = false;  // more rows after the track was ended
+  }
+  LiveTrack& t = it->second;
+  // The order the file is read in: by start, then (ranges) by kind. Past a row out of it the builder is
+  // of no use, and takes no more (a start before a track's first would index before its buckets).
+  if (start < t.last_start || (thread && start == t.last_start && kind < t.last_kind)) in_order_ = false;
+  if (!in_order_) return;
+  t.last_start = start;
+  t.last_kind = kind;
+  const int depth = thread ? static_cast<int>((kind >> 4) & 255) : 0;
+  const int category = thread ? static_cast<int>(kind & 15) : static_cast<int>(kind);
+  t.depths[depth].add(start, end, name, category);
+  if (thread) t.long_rows.add(start, end, kind, name);
+}
+
+void SummaryBuilder::add(const RangeRow& r) {
+  // Numbered among the ranges of equal key as the file stores them (range_table.hpp): adjacent ones.
+  EqualKey& e = s_->equal[r.track];
+  const std::int64_t base = range_kind(r);
+  e.number = e.start == r.start_ns && e.base_kind == base ? e.number + 1 : 0;
+  e.start = r.start_ns;
+  e.base_kind = base;
+  add(r.track, true, r.start_ns, r.end_ns, base + kEqualKeyStep * e.number, r.name);
+}
+
+void SummaryBuilder::add(const KernelRow& k) { add(k.track, false, k.start_ns, k.end_ns, k.kind, k.name); }
+
+void SummaryBuilder::end_track(std::uint32_t track) {
+  auto it = s_->live.find(track);
+  if (it == s_->live.end()) return;
+  LiveTrack& t = it->second;
+  for (const auto& r : t.long_rows.rows()) s_->long_rows.emplace_back(track, r);
+  for (auto& [depth, builder] : t.depths) {
+    SummaryTrack s = builder.finish(s_->buckets, track, depth);
+    s.long_ns = t.long_rows.threshold();
+    s_->tracks.push_back(s);
+  }
+  s_->live.erase(it);
+}
+
+void SummaryBuilder::write(Db& db) {
+  while (!s_->live.empty()) end_track(s_->live.begin()->first);
+  Transaction tx(db);
+  db.exec("DELETE FROM meta WHERE key = 'summary_version'");
+  db.exec("DROP TABLE IF EXISTS summary_track; DROP TABLE IF EXISTS summary_bucket; "
+          "DROP TABLE IF EXISTS summary_long;");
+  db.exec(kCreate);
+  auto& insert = db.prepare("INSERT INTO summary_bucket VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
+  for (const BucketRow& b : s_->buckets) {
+    insert.bind(1, b.track).bind(2, b.depth).bind(3, b.level).bind(4, b.bucket).bind(5, b.cell.count);
+    insert.bind(6, b.cell.busy).bind(7, b.cell.name).bind(8, b.cell.category).run();
+  }
+  auto& insert_long = db.prepare("INSERT INTO summary_long VALUES (?1, ?2, ?3, ?4, ?5)");
+  for (const auto& [track, r] : s_->long_rows)
+    insert_long.bind(1, track).bind(2, r.start).bind(3, r.kind).bind(4, r.end).bind(5, r.name).run();
+  auto& insert_track = db.prepare("INSERT INTO summary_track VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
+  for (const SummaryTrack& s : s_->tracks) {
+    insert_track.bind(1, s.track).bind(2, s.depth).bind(3, s.origin_ns).bind(4, s.bucket_ns).bind(5, s.levels);
+    insert_track.bind(6, s.rows).bind(7, s.longest_ns).bind(8, s.first_ns).bind(9, s.last_ns).bind(10, s.long_ns);
+    insert_track.run();
+  }
+  db.exec("INSERT OR REPLACE INTO meta(key, value) VALUES ('summary_version', '" + std::to_string(kSummaryVersion) +
+          "')");
+  tx.commit();
 }
 
 bool build_summary(Db& db, const ProgressFn& progress, const std::atomic<bool>* cancel) {
@@ -211,30 +318,18 @@ bool build_summary(Db& db, const ProgressFn& progress, const std::atomic<bool>* 
     st.reset();
   }
   const std::int64_t origin = time_origin(db);
-  Transaction tx(db);
-  db.exec("DELETE FROM meta WHERE key = 'summary_version'");
-  db.exec("DROP TABLE IF EXISTS summary_track; DROP TABLE IF EXISTS summary_bucket; DROP TABLE IF EXISTS summary_long;");
-  db.exec(kCreate);
-  auto& insert = db.prepare("INSERT INTO summary_bucket VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)");
-  auto& insert_long = db.prepare("INSERT INTO summary_long VALUES (?1, ?2, ?3, ?4, ?5)");
-  auto& insert_track = db.prepare("INSERT INTO summary_track VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)");
-  for (std::size_t i = 0; i < tracks.size(); ++i) {
-    if (progress) progress(i, tracks.size());
-    if (cancel && cancel->load()) return false;  // the transaction rolls back: the file is as it was
-    std::map<int, DepthBuilder> depths;
-    LongRows long_rows;
-    if (!feed_track(db, tracks[i], origin, depths, long_rows, cancel)) return false;  // the transaction rolls back
-    for (const auto& r : long_rows.rows())
-      insert_long.bind(1, tracks[i].id).bind(2, r.start).bind(3, r.kind).bind(4, r.end).bind(5, r.name).run();
-    for (auto& [depth, builder] : depths) {
-      SummaryTrack s = builder.finish(insert, tracks[i].id, depth);
-      insert_track.bind(1, s.track).bind(2, s.depth).bind(3, s.origin_ns).bind(4, s.bucket_ns).bind(5, s.levels).bind(6, s.rows);
-      insert_track.bind(7, s.longest_ns).bind(8, s.first_ns).bind(9, s.last_ns).bind(10, long_rows.threshold());
-      insert_track.run();
+  SummaryBuilder builder;
+  {
+    // One read transaction for every track's rows.
+    Transaction tx(db);
+    for (std::size_t i = 0; i < tracks.size(); ++i) {
+      if (progress) progress(i, tracks.size());
+      if (cancel && cancel->load()) return false;  // nothing written: the file is as it was
+      if (!feed_track(db, tracks[i], origin, builder, cancel)) return false;
     }
+    tx.commit();
   }
-  db.exec("INSERT OR REPLACE INTO meta(key, value) VALUES ('summary_version', '" + std::to_string(kSummaryVersion) + "')");
-  tx.commit();
+  builder.write(db);
   if (progress) progress(tracks.size(), tracks.size());
   return true;
 }

@@ -25,6 +25,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "store/db.hpp"
@@ -55,6 +56,39 @@ struct SummaryBucket {
   std::int64_t busy_ns = 0;   // time inside it covered by this depth's rows (kernels: summed, may exceed)
   std::uint32_t name = 0;     // string.id of the name holding most of that time
   std::uint8_t category = 0;  // its category (a range's store::Category, a kernel's store::KernelKind)
+};
+
+// The summaries of rows handed over one track after another, built as they go by: a writer of many rows
+// builds them on its own thread while the writer's thread inserts the rows, instead of reading them back
+// from the file after (build_summary feeds it the file's rows). Each track's rows must come in the order
+// build_summary reads them: ranges by start, then depth and category (enclosing ranges first); kernels by
+// start. A row out of that order, or a row of a track already ended, makes in_order() false: such a
+// builder's tables would differ from build_summary's, and its user builds them from the file instead.
+class SummaryBuilder {
+ public:
+  SummaryBuilder();
+  ~SummaryBuilder();
+  SummaryBuilder(const SummaryBuilder&) = delete;
+  SummaryBuilder& operator=(const SummaryBuilder&) = delete;
+
+  // A range of a thread track (times on the run's clock) or a kernel of a stream track.
+  void add(const RangeRow& r);
+  void add(const KernelRow& k);
+  // A row as range_data or the kernel table holds it: start and end on the run's clock, `kind` the
+  // stored one (range_table.hpp; a kernel's KernelKind).
+  void add(std::uint32_t track, bool thread, std::int64_t start, std::int64_t end, std::int64_t kind,
+           std::uint32_t name);
+  // The track's rows are all in: its buckets are made and its level-0 cells freed.
+  void end_track(std::uint32_t track);
+  bool in_order() const { return in_order_; }
+  // Ends every track, and replaces the summary tables of `db` (opened read-write) with these, in one
+  // transaction. Throws StoreError.
+  void write(Db& db);
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+  bool in_order_ = true;
 };
 
 // True when `db` holds complete summaries of this summary version.

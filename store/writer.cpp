@@ -266,7 +266,10 @@ Writer::~Writer() {
   // The timeline's level-of-detail pyramid; a per-rank file gets it when merged, and a file without it
   // when the viewer first opens it.
   try {
-    if (opts_.build_indexes && !failed_.load()) build_summary(*db_);
+    if (opts_.build_indexes && !failed_.load()) {
+      if (summary_ && summary_->in_order() && dropped_.load() == 0) summary_->write(*db_);
+      else build_summary(*db_);
+    }
   } catch (const StoreError& e) {
     std::fprintf(stderr, "wb: %s: could not build the timeline summary (wb-view builds it on open): %s\n",
                  opts_.path.c_str(), e.what());
@@ -284,6 +287,8 @@ Writer::~Writer() {
   // a failed write (SIGXFSZ ignored), not as the end of the process.
   if (opts_.handle_signals) remove_handlers();
 }
+
+void Writer::use_summary(std::unique_ptr<SummaryBuilder> summary) { summary_ = std::move(summary); }
 
 std::uint32_t Writer::intern(std::string_view text) {
   std::lock_guard ilk(intern_mutex_);

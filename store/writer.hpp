@@ -22,6 +22,8 @@
 
 namespace wb::store {
 
+class SummaryBuilder;  // summary.hpp
+
 class Db;
 
 struct WriterOptions {
@@ -125,6 +127,11 @@ class Writer {
   // Flushes and marks the run complete (meta.complete = 1). Returns false, leaving complete = 0, when
   // any commit failed.
   bool finish();
+  // The timeline summaries of every thread and stream track (summary.hpp), built by the caller from the
+  // rows it handed over, while this writer's thread inserted them: written at close instead of being built
+  // from the file. Built from the file all the same when the builder saw rows out of order or any row was
+  // dropped.
+  void use_summary(std::unique_ptr<SummaryBuilder> summary);
 
   const std::filesystem::path& path() const { return opts_.path; }
   int rank() const { return opts_.rank; }
@@ -165,6 +172,7 @@ class Writer {
   std::optional<std::int64_t> time_origin_ns_;  // background thread only: set by the first ranges
   bool origin_uncommitted_ = false;             // background thread only
   WriterStats stats_;                  // under mutex_
+  std::unique_ptr<SummaryBuilder> summary_;
   std::thread thread_;
 };
 

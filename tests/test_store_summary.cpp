@@ -8,6 +8,9 @@
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "store/db.hpp"
 #include "store/merge.hpp"
@@ -215,4 +218,106 @@ TEST_CASE("a merged run has the summary of every rank's rows", "[store]") {
   }
   st.reset();
   check_against_rows(db, rows);
+}
+
+namespace {
+
+// Every row of the three summary tables, in key order, as text.
+std::vector<std::string> summary_dump(Db& db) {
+  std::vector<std::string> out;
+  for (const char* sql : {"SELECT * FROM summary_track ORDER BY track_id, depth",
+                          "SELECT * FROM summary_bucket ORDER BY track_id, depth, level, bucket",
+                          "SELECT * FROM summary_long ORDER BY track_id, start_ns, kind"}) {
+    auto& st = db.prepare(sql);
+    while (st.step()) {
+      std::ostringstream row;
+      row << sql;
+      for (int c = 0; c < st.column_count(); ++c) row << ' ' << st.column_int64(c);
+      out.push_back(row.str());
+    }
+    st.reset();
+  }
+  return out;
+}
+
+// A thread track (steps, ops inside them, two ranges of one key: a clock coarser than 1 ns) and a
+// stream, handed to a Writer in the order build_summary reads them; `summary` sees them too, less the
+// rows that `skip` names (by their position in that order), and goes to the writer when given.
+void write_in_order(const std::filesystem::path& path, std::unique_ptr<SummaryBuilder> summary, int skip = -1,
+                    bool shuffle_one = false) {
+  WriterOptions o;
+  o.path = path;
+  o.handle_signals = false;
+  Writer w(o);
+  const auto thread = w.add_track(TrackKind::thread, "main");
+  const auto stream = w.add_track(TrackKind::stream, "stream 7");
+  const std::uint32_t step = w.intern("step"), op = w.intern("layer1.0.conv1"), other = w.intern("relu");
+  std::vector<RangeRow> ranges;
+  std::vector<KernelRow> kernels;
+  std::mt19937 rng(5);
+  std::int64_t t = 5'000'000;
+  for (int s = 0; s < 30; ++s) {
+    const std::int64_t len = 1'000'000 + static_cast<std::int64_t>(rng() % 2'000'000);
+    ranges.push_back(RangeRow{thread, step, t, t + len, 7, 0, s, 0});
+    for (std::int64_t u = t + 1000; u + 40'000 < t + len; u += 41'000 + static_cast<std::int64_t>(rng() % 3000)) {
+      ranges.push_back(RangeRow{thread, rng() % 3 ? op : other, u, u + 40'000, 0, 1, s, 0});
+      if (s == 3 && ranges.size() % 7 == 0)  // the same key again
+        ranges.push_back(RangeRow{thread, other, u, u + 20'000, 0, 1, s, 0});
+      KernelRow k{};
+      k.track = stream;
+      k.name = op;
+      k.start_ns = u + 5000;
+      k.end_ns = u + 5000 + static_cast<std::int64_t>(rng() % 90'000);
+      kernels.push_back(k);
+    }
+    t += len + 7000;
+  }
+  if (shuffle_one) std::swap(ranges[0], ranges[1]);  // an op before the step that encloses it
+  for (std::size_t i = 0; i < ranges.size(); ++i)
+    if (summary && static_cast<int>(i) != skip) summary->add(ranges[i]);
+  w.add(std::span<const RangeRow>(ranges));
+  w.add(std::span<const KernelRow>(kernels));
+  if (summary) {
+    summary->end_track(thread);
+    for (const auto& k : kernels) summary->add(k);
+    w.use_summary(std::move(summary));
+  }
+  REQUIRE(w.finish());
+}
+
+}  // namespace
+
+TEST_CASE("a summary built from the rows as they are handed over equals the one built from the file", "[store]") {
+  TempDir dir;
+  const auto path = dir / "run.sqlite";
+  auto rebuilt = [&](bool rebuild) {
+    Db db(path, OpenMode::read_write);
+    REQUIRE(has_summary(db));
+    if (rebuild) REQUIRE(build_summary(db));
+    return summary_dump(db);
+  };
+  SECTION("in order: the writer writes the builder's tables, and they are the file's") {
+    write_in_order(path, std::make_unique<SummaryBuilder>());
+    const auto handed = rebuilt(false);
+    CHECK(handed.size() > 100);
+    const auto from_file = rebuilt(true);
+    CHECK(handed == from_file);
+  }
+  SECTION("a row the builder did not see makes other tables: the comparison above can fail") {
+    write_in_order(path, std::make_unique<SummaryBuilder>(), /*skip=*/40);
+    const auto handed = rebuilt(false);
+    const auto from_file = rebuilt(true);
+    CHECK(handed != from_file);
+  }
+  SECTION("rows out of order: the builder says so, and the writer builds the tables from the file") {
+    SummaryBuilder probe;
+    probe.add(1, true, 100, 200, 16, 1);
+    CHECK(probe.in_order());
+    probe.add(1, true, 100, 200, 0, 1);  // same start, a lower kind
+    CHECK_FALSE(probe.in_order());
+    write_in_order(path, std::make_unique<SummaryBuilder>(), -1, /*shuffle_one=*/true);
+    const auto written = rebuilt(false);
+    const auto from_file = rebuilt(true);
+    CHECK(written == from_file);
+  }
 }
