@@ -725,7 +725,8 @@ ImportResult import_torch_traces(const std::vector<std::filesystem::path>& trace
     if (di.is_object() && di.contains("rank") && di["rank"].is_number_integer()) rt.rank = di["rank"].get<int>();
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     say("read " + traces[i].string() + ": " + std::to_string(rt.trace.events.size()) + " events in " +
-        std::to_string(static_cast<int>(s * 1000)) + " ms");
+        std::to_string(static_cast<int>(s * 1000)) + " ms" +
+        (rt.trace.readers > 1 ? " (" + std::to_string(rt.trace.readers) + " threads)" : ""));
     ranks.push_back(std::move(rt));
   }
   int world_size = static_cast<int>(ranks.size());

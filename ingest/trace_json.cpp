@@ -19,6 +19,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <thread>
 
 namespace wb::ingest {
 
@@ -521,10 +522,68 @@ class TraceReader {
     } else {
       s_.fail("'[' or '{' (a torch.profiler trace is a JSON list of events or an object with traceEvents)");
     }
+    if (stopped_) return ParsedTrace{};  // a second reader has the rest: absorb() it, then finish()
     if (!s_.at_end()) s_.fail("the end of the file after the trace");
-    if (out_.events.empty())
-      throw TraceError(file_ + ": the trace holds no events (a profile that recorded nothing? expected ph \"X\" events)");
+    return finish();
+  }
+
+  // Stops before the event of traceEvents that starts at byte `at`, if one does (stopped() then says so),
+  // for a second reader that parses the rest from there (run_from_event). Passing `at` inside another
+  // value (the byte was no event's start) drops the stop, and this reader reads on to the end.
+  void stop_at(std::size_t at) { stop_at_ = at; }
+  bool stopped() const { return stopped_; }
+
+  // The rest of a trace from one of traceEvents' events on: the scanner starts on its '{'. The events to
+  // the list's end, then (Kineto) the trace object's other members.
+  ParsedTrace run_from_event(TraceFormat format) {
+    out_.format = format;
+    seen_ = 1;  // not the trace's first event: no diagnosis of what the file is
+    do {
+      if (s_.peek() != '{') s_.fail("an event object");
+      event();
+      ++seen_;
+    } while (s_.next(']', "',' or ']' after an event"));
+    bool have_events = true;
+    if (format == TraceFormat::kineto)
+      while (s_.next('}', "',' or '}' in the trace object")) top_member(have_events);
+    if (!s_.at_end()) s_.fail("the end of the file after the trace");
     return std::move(out_);
+  }
+
+  // The trace, once a stopped reader has absorbed the rest.
+  ParsedTrace finish() {
+    if (out_.events.empty())
+      throw TraceError(file_ +
+                       ": the trace holds no events (a profile that recorded nothing? expected ph \"X\" events)");
+    return std::move(out_);
+  }
+
+  // Adds what a second reader parsed from this one's stop on: its events after these, its strings
+  // interned here (their ids renumbered), its names and memory events, and the members it read.
+  void absorb(ParsedTrace&& b) {
+    std::vector<std::uint32_t> id(b.strings.size());
+    for (std::size_t i = 0; i < b.strings.size(); ++i) id[i] = intern(b.strings[i]);
+    b.events.consume([&](const TraceEvent& e) {
+      TraceEvent r = e;
+      r.name = id[e.name];
+      r.pid = id[e.pid];
+      r.tid = id[e.tid];
+      out_.events.push_back(r);
+    });
+    for (int c = 0; c < kEventCats; ++c) out_.events_by_cat[c] += b.events_by_cat[c];
+    for (const auto& [key, name] : b.thread_names)
+      out_.thread_names[(std::uint64_t{id[key >> 32]} << 32) | id[key & 0xFFFFFFFFu]] = name;
+    for (const auto& [pid, name] : b.process_names) out_.process_names[id[pid]] = name;
+    for (TraceMemoryEvent m : b.memory) {
+      m.pid = id[m.pid];
+      m.tid = id[m.tid];
+      out_.memory.push_back(m);
+    }
+    for (const auto& [cat, n] : b.other_categories)
+      if (out_.other_categories.size() < 64 || out_.other_categories.count(cat)) out_.other_categories[cat] += n;
+    if (!b.device_properties.empty()) out_.device_properties = std::move(b.device_properties);
+    if (!b.distributed_info.empty()) out_.distributed_info = std::move(b.distributed_info);
+    if (b.max_memory_allocated >= 0) out_.max_memory_allocated = b.max_memory_allocated;
   }
 
  private:
@@ -559,23 +618,30 @@ class TraceReader {
     bool have_events = false;
     if (!s_.empty_container('}')) {
       do {
-        std::string key(s_.string());
-        s_.expect(':', "':' after an object key");
-        if (key == "traceEvents") {
-          if (s_.peek() != '[') s_.fail("a list after \"traceEvents\"");
-          events();
-          have_events = true;
-        } else if (key == "deviceProperties" || key == "distributedInfo") {
-          std::string_view raw = s_.raw_value();
-          auto j = nlohmann::json::parse(raw, nullptr, false);
-          if (!j.is_discarded()) (key == "deviceProperties" ? out_.device_properties : out_.distributed_info) = std::move(j);
-        } else {
-          s_.skip_value();
-        }
+        top_member(have_events);
+        if (stopped_) return;
       } while (s_.next('}', "',' or '}' in the trace object"));
     }
     if (!have_events)
       throw TraceError(file_ + ": JSON, but not a torch.profiler trace: the object has no \"traceEvents\" list");
+  }
+
+  // One member of the trace object: its key and value.
+  void top_member(bool& have_events) {
+    std::string key(s_.string());
+    s_.expect(':', "':' after an object key");
+    if (key == "traceEvents") {
+      if (s_.peek() != '[') s_.fail("a list after \"traceEvents\"");
+      events();
+      have_events = true;
+    } else if (key == "deviceProperties" || key == "distributedInfo") {
+      std::string_view raw = s_.raw_value();
+      auto j = nlohmann::json::parse(raw, nullptr, false);
+      if (!j.is_discarded())
+        (key == "deviceProperties" ? out_.device_properties : out_.distributed_info) = std::move(j);
+    } else {
+      s_.skip_value();
+    }
   }
 
   void events() {
@@ -587,6 +653,13 @@ class TraceReader {
           throw TraceError(file_ + ": JSON, but not a torch.profiler trace: expected a list of event objects, found " +
                            Scanner::printable(s_.peek()) + " at byte " + std::to_string(s_.offset()));
         s_.fail("an event object");
+      }
+      if (s_.offset() >= stop_at_) [[unlikely]] {
+        if (s_.offset() == stop_at_) {
+          stopped_ = true;
+          return;
+        }
+        stop_at_ = Scanner::kNone;
       }
       event();
       ++seen_;
@@ -765,6 +838,8 @@ class TraceReader {
   ParsedTrace out_;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> ids_;
   std::int64_t seen_ = 0;
+  std::size_t stop_at_ = Scanner::kNone;
+  bool stopped_ = false;
 };
 
 }  // namespace
@@ -819,7 +894,12 @@ std::size_t read_full(int fd, char* dst, std::size_t n, const std::string& file)
 // A plain .json file, read in the chunks the scanner asks for.
 class FileSource final : public Source {
  public:
-  explicit FileSource(const std::string& file) : file_(file), fd_(open_trace(file, size_)) {}
+  // From byte `from` of the file on.
+  explicit FileSource(const std::string& file, std::size_t from = 0) : file_(file), fd_(open_trace(file, size_)) {
+    if (from > 0 && ::lseek(fd_.fd, static_cast<off_t>(from), SEEK_SET) < 0)
+      throw TraceError(file + ": cannot seek (" + std::strerror(errno) + ")");
+  }
+  std::size_t size() const { return size_; }
   std::size_t read(char* dst, std::size_t n) override { return read_full(fd_.fd, dst, n, file_); }
   std::unique_ptr<Source> reopen() const override { return std::make_unique<FileSource>(file_); }
 
@@ -897,6 +977,80 @@ bool is_gzip(const std::string& file) {
   return size >= 2 && ::pread(fd.fd, magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
 }
 
+// A plain file at least this large is parsed by two threads, each half of it.
+constexpr std::size_t kSplitBytes = std::size_t{32} << 20;
+
+// A candidate for where the second half's reader starts: the '{' of the first "}, {" (blanks allowed
+// around the comma) in a window at the middle of the file; kNone when there is none. It is only a
+// candidate: the bytes may be inside a string or a nested value. The first reader confirms it by
+// reaching an event of traceEvents that starts there.
+std::size_t split_candidate(const std::string& file, std::size_t size) {
+  constexpr std::size_t kWindow = std::size_t{1} << 20;
+  std::size_t ignored = 0;
+  Fd fd = open_trace(file, ignored);
+  std::string w(kWindow, '\0');
+  const std::size_t at = size / 2;
+  const ssize_t got = ::pread(fd.fd, w.data(), kWindow, static_cast<off_t>(at));
+  if (got <= 0) return Scanner::kNone;
+  w.resize(static_cast<std::size_t>(got));
+  auto blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  for (std::size_t i = w.find('}'); i != std::string::npos; i = w.find('}', i + 1)) {
+    std::size_t j = i + 1;
+    while (j < w.size() && blank(w[j])) ++j;
+    if (j >= w.size() || w[j] != ',') continue;
+    ++j;
+    while (j < w.size() && blank(w[j])) ++j;
+    if (j < w.size() && w[j] == '{') return at + j;
+  }
+  return Scanner::kNone;
+}
+
+// A plain trace in two halves at once: the first reader from the start up to the candidate event, the
+// second from that event to the end; the second's events follow the first's. When the first reader did
+// not stop at the candidate, it read the whole file alone. When either failed, one reader reads it again
+// (nullopt): the result and every error are those of the serial parse.
+std::optional<ParsedTrace> read_halves(const std::string& file, std::size_t size) {
+  const std::size_t at = split_candidate(file, size);
+  if (at == Scanner::kNone) return std::nullopt;
+  std::optional<ParsedTrace> second;
+  TraceFormat format = TraceFormat::kineto;
+  {
+    // The format from the first byte that is not blank: '[' legacy, '{' Kineto.
+    FileSource head(file);
+    Scanner hs(head, file);
+    if (hs.at_end()) return std::nullopt;
+    format = hs.peek() == '[' ? TraceFormat::legacy : TraceFormat::kineto;
+  }
+  std::thread worker([&] {
+    try {
+      FileSource src(file, at);
+      Scanner s(src, file);
+      second = TraceReader(s, file).run_from_event(format);
+    } catch (const std::exception&) {
+      second.reset();  // the serial parse reports it, with the byte and line of the whole file
+    }
+  });
+  std::optional<ParsedTrace> whole;
+  try {
+    FileSource src(file);
+    Scanner s(src, file);
+    TraceReader first(s, file);
+    first.stop_at(at);
+    ParsedTrace part = first.run();
+    worker.join();
+    if (!first.stopped()) return part;  // the candidate was inside a value: this reader read it all
+    if (!second) return std::nullopt;
+    first.absorb(std::move(*second));
+    second.reset();
+    whole = first.finish();
+    whole->readers = 2;
+  } catch (const std::exception&) {
+    if (worker.joinable()) worker.join();
+    return std::nullopt;
+  }
+  return whole;
+}
+
 }  // namespace
 
 ParsedTrace read_trace(const std::filesystem::path& path) {
@@ -904,6 +1058,9 @@ ParsedTrace read_trace(const std::filesystem::path& path) {
   // Streamed: the scanner holds a window of a few MB of the text, never the whole (plain or inflated).
   if (!is_gzip(file)) {
     FileSource src(file);
+    if (src.size() >= kSplitBytes) {
+      if (auto halves = read_halves(file, src.size())) return std::move(*halves);
+    }
     Scanner s(src, file);
     if (s.empty()) throw TraceError(file + ": empty file (expected a torch.profiler trace, JSON)");
     return TraceReader(s, file).run();

@@ -148,6 +148,8 @@ struct ParsedTrace {
   // The "wb_memory" metadata event torch_step.py --profile adds on CUDA: torch.cuda.max_memory_allocated
   // over the profiled steps; -1 when absent.
   std::int64_t max_memory_allocated = -1;
+  // How many readers parsed the file at once: 2 when read_trace split a large plain file in halves.
+  int readers = 1;
 };
 
 // Parses a trace held in memory; `file` only names it in errors. Throws TraceError: not JSON, JSON that
@@ -155,8 +157,10 @@ struct ParsedTrace {
 ParsedTrace parse_trace(std::string_view text, const std::string& file);
 // Reads and parses a file (.json, or gzip-compressed .json.gz as tensorboard_trace_handler writes) as
 // it is read: in chunks of a few MB (inflated chunk by chunk), so that the memory it takes is that of the
-// events, not of the text (a window of the text grows only for an event longer than half of it). Throws
-// as parse_trace does, and for a truncated or corrupt .json.gz.
+// events, not of the text (a window of the text grows only for an event longer than half of it). A plain
+// file of 32 MB or more is parsed by two threads at once, from its start and from an event of
+// traceEvents near its middle, and the halves joined: the result is the one reader's, string ids
+// included. Throws as parse_trace does, and for a truncated or corrupt .json.gz.
 ParsedTrace read_trace(const std::filesystem::path& path);
 
 }  // namespace wb::ingest
