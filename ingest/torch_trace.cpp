@@ -6,12 +6,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <chrono>
 #include <ctime>
+#include <exception>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -265,36 +269,83 @@ struct StepIndex {
   }
 };
 
-// Builds each thread's tree and gives every node its category top-down (parents come first after
-// build_tree); returns the ProfilerSteps found, not yet sorted.
-StepIndex categorize(std::vector<Thread>& threads, const Names& names, std::size_t name_count) {
-  StepIndex steps;
-  std::vector<NameKind> kinds(name_count);
-  std::vector<bool> known(name_count, false);
-  auto kind_of = [&](std::uint32_t name) {
-    if (!known[name]) {
-      kinds[name] = name_kind(names.text(name));
-      known[name] = true;
+// a() here and b() on a second thread, at once; an exception of either is rethrown here once both are done.
+template <class A, class B>
+void in_parallel(A&& a, B&& b) {
+  std::exception_ptr failed_b;
+  std::thread second([&] {
+    try {
+      b();
+    } catch (...) {
+      failed_b = std::current_exception();
     }
-    return kinds[name];
+  });
+  try {
+    a();
+  } catch (...) {
+    second.join();
+    throw;
+  }
+  second.join();
+  if (failed_b) std::rethrow_exception(failed_b);
+}
+
+// f(thread) for every thread, on two threads at once: a trace's host ranges are mostly on two threads
+// of about equal size (the Python thread's forward and the autograd thread's backward). f must touch
+// nothing but its thread and what no other call writes.
+template <class F>
+void for_each_thread_parallel(std::vector<Thread>& threads, F&& f) {
+  std::vector<std::size_t> order(threads.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return threads[a].nodes.size() > threads[b].nodes.size(); });
+  std::atomic<std::size_t> next{0};
+  std::exception_ptr failed;
+  std::mutex failed_mutex;
+  auto work = [&] {
+    for (std::size_t k = next++; k < order.size(); k = next++) {
+      try {
+        f(threads[order[k]]);
+      } catch (...) {
+        std::lock_guard lock(failed_mutex);
+        if (!failed) failed = std::current_exception();
+      }
+    }
   };
-  for (Thread& t : threads) {
+  if (threads.size() > 1) in_parallel(work, work);
+  else work();
+  if (failed) std::rethrow_exception(failed);
+}
+
+// Builds each thread's tree and gives every node its category top-down (parents come first after
+// build_tree), two threads at a time; returns the ProfilerSteps found (in thread order), not yet sorted.
+StepIndex categorize(std::vector<Thread>& threads, const Names& names, std::size_t name_count) {
+  std::vector<NameKind> kinds(name_count);
+  for (std::size_t i = 0; i < name_count; ++i) kinds[i] = name_kind(names.text(static_cast<std::uint32_t>(i)));
+  std::vector<StepIndex> per_thread(threads.size());
+  for_each_thread_parallel(threads, [&](Thread& t) {
+    StepIndex& steps = per_thread[static_cast<std::size_t>(&t - threads.data())];
     build_tree(t.nodes);
     // autograd's device threads (GPU runs): autograd nodes and no steps
     bool has_steps = false, has_autograd = false;
     for (const Node& n : t.nodes) {
-      const NameKind k = kind_of(n.name);
+      const NameKind k = kinds[n.name];
       has_steps = has_steps || k == NameKind::step;
       has_autograd = has_autograd || k == NameKind::autograd;
     }
     for (Node& n : t.nodes) {
       const Node* parent = n.parent >= 0 ? &t.nodes[static_cast<std::size_t>(n.parent)] : nullptr;
-      n.category = category_of(kind_of(n.name), n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
+      n.category = category_of(kinds[n.name], n.cat, n.fwd_tid, parent, has_autograd && !has_steps);
       if (n.category == Category::step) {
         steps.spans.push_back({n.start, n.end});
         steps.ids.push_back(static_cast<std::int32_t>(std::atoi(names.text(n.name).c_str() + 13)));
       }
     }
+  });
+  StepIndex steps;
+  for (const StepIndex& s : per_thread) {
+    steps.spans.insert(steps.spans.end(), s.spans.begin(), s.spans.end());
+    steps.ids.insert(steps.ids.end(), s.ids.begin(), s.ids.end());
   }
   return steps;
 }
@@ -364,8 +415,8 @@ Launches index_launches(std::vector<Thread>& threads) {
         out.op_by_ext.emplace_back(n.ext, &n);
       }
     }
-  sort_unique(out.runtime_by_corr, true);
-  sort_unique(out.op_by_ext, false);
+  // The two indexes sorted at once, one on each of two threads.
+  in_parallel([&] { sort_unique(out.runtime_by_corr, true); }, [&] { sort_unique(out.op_by_ext, false); });
   return out;
 }
 
@@ -641,13 +692,13 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   const bool map = layers == LayerMapping::resnet50 || (layers == LayerMapping::automatic && info.resnet50);
   if (map) info.layers = map_layers(threads, names, methods);
   info.layers_mapped = map;
-  for (Thread& t : threads) {
+  for_each_thread_parallel(threads, [&](Thread& t) {
     build_tree(t.nodes);
-    for (Node& n : t.nodes) {
+    for (Node& n : t.nodes)
       if (n.step < 0) n.step = step_at(n.start);
-      if (n.added) ++info.layer_ranges;
-    }
-  }
+  });
+  for (const Thread& t : threads)
+    for (const Node& n : t.nodes) info.layer_ranges += n.added ? 1 : 0;
 
   Launches launches = index_launches(threads);
   store::Writer w(import_writer_options(path, rt.rank, build_indexes));
