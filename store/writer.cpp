@@ -504,36 +504,62 @@ void insert_rank(Db& db, const std::optional<RankRow>& rank, std::uint64_t dropp
       .run();
 }
 
-void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
-  if (kernels.empty()) return;
-  auto& st = db.prepare(
-      "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
-      "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy, launch_ns, launch_end_ns) "
-      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
-  sqlite3_stmt* h = st.handle();
-  for (const KernelRow& k : kernels) {
-    int rc = bind_i64(h, 1, k.track) | bind_i64(h, 2, k.start_ns) | bind_i64(h, 3, k.end_ns) |
-             bind_i64(h, 4, k.name) | bind_i64(h, 5, static_cast<std::int64_t>(k.corr_id)) | bind_i64(h, 6, k.kind) |
-             bind_i64(h, 7, k.grid[0]) | bind_i64(h, 8, k.grid[1]) | bind_i64(h, 9, k.grid[2]) |
-             bind_i64(h, 10, k.block[0]) | bind_i64(h, 11, k.block[1]) | bind_i64(h, 12, k.block[2]) |
-             bind_i64(h, 13, k.bytes) | sqlite3_bind_double(h, 14, k.blocks_per_sm) |
-             sqlite3_bind_double(h, 15, k.occupancy) | bind_i64(h, 16, k.launch_ns) | bind_i64(h, 17, k.launch_end_ns);
+// Inserts `rows` into a rowid table with statements of kRowsPerInsert rows each (the per-statement cost,
+// step, reset and VDBE setup, dominates rows this small), the rest with one-row statements. `head` is the
+// statement up to VALUES; bind(h, base, row) binds one row's `columns` parameters after parameter `base`.
+template <class Row, class Bind>
+void insert_rows(Db& db, std::string_view head, int columns, const std::vector<Row>& rows, Bind&& bind) {
+  constexpr std::size_t kRowsPerInsert = 64;
+  auto sql = [&](std::size_t n) {
+    std::string one = "(?";
+    for (int c = 1; c < columns; ++c) one += ", ?";
+    one += ")";
+    std::string s(head);
+    s += " VALUES ";
+    for (std::size_t k = 0; k < n; ++k) s += (k == 0 ? "" : ", ") + one;
+    return s;
+  };
+  auto run = [&](sqlite3_stmt* h, int rc) {
     WB_SQLITE_CHECK(db.handle(), rc);
-    WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
+    rc = sqlite3_step(h);
     sqlite3_reset(h);
+    WB_SQLITE_CHECK(db.handle(), rc);
+  };
+  std::size_t i = 0;
+  if (rows.size() >= kRowsPerInsert) {
+    sqlite3_stmt* h = db.prepare(sql(kRowsPerInsert)).handle();
+    for (; i + kRowsPerInsert <= rows.size(); i += kRowsPerInsert) {
+      int rc = 0;
+      for (std::size_t k = 0; k < kRowsPerInsert; ++k) rc |= bind(h, static_cast<int>(k) * columns, rows[i + k]);
+      run(h, rc);
+    }
   }
+  if (i == rows.size()) return;
+  sqlite3_stmt* h = db.prepare(sql(1)).handle();
+  for (; i < rows.size(); ++i) run(h, bind(h, 0, rows[i]));
+}
+
+void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
+  insert_rows(db,
+              "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
+              "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy, launch_ns, launch_end_ns)",
+              17, kernels, [](sqlite3_stmt* h, int b, const KernelRow& k) {
+                return bind_i64(h, b + 1, k.track) | bind_i64(h, b + 2, k.start_ns) | bind_i64(h, b + 3, k.end_ns) |
+                       bind_i64(h, b + 4, k.name) | bind_i64(h, b + 5, static_cast<std::int64_t>(k.corr_id)) |
+                       bind_i64(h, b + 6, k.kind) | bind_i64(h, b + 7, k.grid[0]) | bind_i64(h, b + 8, k.grid[1]) |
+                       bind_i64(h, b + 9, k.grid[2]) | bind_i64(h, b + 10, k.block[0]) |
+                       bind_i64(h, b + 11, k.block[1]) | bind_i64(h, b + 12, k.block[2]) |
+                       bind_i64(h, b + 13, k.bytes) | sqlite3_bind_double(h, b + 14, k.blocks_per_sm) |
+                       sqlite3_bind_double(h, b + 15, k.occupancy) | bind_i64(h, b + 16, k.launch_ns) |
+                       bind_i64(h, b + 17, k.launch_end_ns);
+              });
 }
 
 void insert_counters(Db& db, const std::vector<CounterRow>& counters) {
-  if (counters.empty()) return;
-  auto& st = db.prepare("INSERT INTO counter(track_id, t_ns, value) VALUES (?, ?, ?)");
-  sqlite3_stmt* h = st.handle();
-  for (const CounterRow& c : counters) {
-    int rc = bind_i64(h, 1, c.track) | bind_i64(h, 2, c.t_ns) | sqlite3_bind_double(h, 3, c.value);
-    WB_SQLITE_CHECK(db.handle(), rc);
-    WB_SQLITE_CHECK(db.handle(), sqlite3_step(h));
-    sqlite3_reset(h);
-  }
+  insert_rows(db, "INSERT INTO counter(track_id, t_ns, value)", 3, counters,
+              [](sqlite3_stmt* h, int b, const CounterRow& c) {
+                return bind_i64(h, b + 1, c.track) | bind_i64(h, b + 2, c.t_ns) | sqlite3_bind_double(h, b + 3, c.value);
+              });
 }
 
 void insert_allreduces(Db& db, const std::vector<AllreduceRow>& allreduces) {
