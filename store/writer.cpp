@@ -558,7 +558,8 @@ void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
 void insert_counters(Db& db, const std::vector<CounterRow>& counters) {
   insert_rows(db, "INSERT INTO counter(track_id, t_ns, value)", 3, counters,
               [](sqlite3_stmt* h, int b, const CounterRow& c) {
-                return bind_i64(h, b + 1, c.track) | bind_i64(h, b + 2, c.t_ns) | sqlite3_bind_double(h, b + 3, c.value);
+                return bind_i64(h, b + 1, c.track) | bind_i64(h, b + 2, c.t_ns) |
+                       sqlite3_bind_double(h, b + 3, c.value);
               });
 }
 
