@@ -405,16 +405,30 @@ void sort_unique(Launches::Index& index, bool keep_last) {
 
 Launches index_launches(std::vector<Thread>& threads) {
   Launches out;
-  for (std::size_t ti = 0; ti < threads.size(); ++ti)
-    for (Node& n : threads[ti].nodes) {
+  // Each thread's ids gathered on one of two threads, then joined in thread order.
+  std::vector<Launches> per_thread(threads.size());
+  for_each_thread_parallel(threads, [&](Thread& t) {
+    const auto ti = static_cast<std::size_t>(&t - threads.data());
+    Launches& mine = per_thread[ti];
+    for (Node& n : t.nodes) {
       n.thread = static_cast<std::uint32_t>(ti);
       if (n.added) continue;
       if (n.cat == EventCat::cuda_runtime) {
-        if (n.corr >= 0) out.runtime_by_corr.emplace_back(n.corr, &n);
+        if (n.corr >= 0) mine.runtime_by_corr.emplace_back(n.corr, &n);
       } else if (n.ext >= 0) {
-        out.op_by_ext.emplace_back(n.ext, &n);
+        mine.op_by_ext.emplace_back(n.ext, &n);
       }
     }
+  });
+  std::size_t calls = 0, ops = 0;
+  for (const Launches& l : per_thread) calls += l.runtime_by_corr.size(), ops += l.op_by_ext.size();
+  out.runtime_by_corr.reserve(calls);
+  out.op_by_ext.reserve(ops);
+  for (Launches& l : per_thread) {
+    out.runtime_by_corr.insert(out.runtime_by_corr.end(), l.runtime_by_corr.begin(), l.runtime_by_corr.end());
+    out.op_by_ext.insert(out.op_by_ext.end(), l.op_by_ext.begin(), l.op_by_ext.end());
+    l = Launches{};
+  }
   // The two indexes sorted at once, one on each of two threads.
   in_parallel([&] { sort_unique(out.runtime_by_corr, true); }, [&] { sort_unique(out.op_by_ext, false); });
   return out;
@@ -432,10 +446,10 @@ store::WriterOptions import_writer_options(const std::filesystem::path& path, in
   return wo;
 }
 
-// A device event as a kernel row, its name still the trace's string id, linked to its launching op or
-// runtime call (which takes a correlation id the first time); counted in `info`.
-store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, Launches& launches, std::vector<Thread>& threads,
-                            TraceImport& info) {
+// A device event as a kernel row, its name still the trace's string id, without its correlation id; the
+// range it is attributed to (Launches::launcher) in *linked, with whether that is an op.
+store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, const Launches& launches,
+                            std::vector<Thread>& threads, std::pair<Node*, bool>* linked) {
   store::KernelRow k;
   k.start_ns = ev.ts_ns - base_ns;
   k.end_ns = k.start_ns + std::max<std::int64_t>(ev.dur_ns, 0);
@@ -453,27 +467,37 @@ store::KernelRow kernel_row(const TraceEvent& ev, std::int64_t base_ns, Launches
     k.launch_ns = call->start;
     k.launch_end_ns = call->end;
   }
-  if (auto [node, is_op] = launches.launcher(ev.correlation, ev.external_id, threads); node) {
-    if (node->corr_id == 0) node->corr_id = launches.next_corr_id++;
-    k.corr_id = node->corr_id;
-    ++(is_op ? info.linked_to_op : info.linked_to_runtime);
-  }
-  if (ev.cat == EventCat::kernel) ++info.kernels;
-  else if (ev.cat == EventCat::gpu_memcpy) ++info.memcpys;
-  else ++info.memsets;
+  *linked = launches.launcher(ev.correlation, ev.external_id, threads);
   k.name = ev.name;  // trace string id, interned when written
   return k;
 }
 
-// Each stream's label and kernel rows, by start.
+// Each stream's label and kernel rows, by start. The rows are made on two threads at once, each half of a
+// stream; then, in trace order, each linked range takes a correlation id the first time a row links to
+// it, and the rows are counted in `info`.
 std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_kernel_rows(
     const std::map<std::pair<std::int64_t, std::int64_t>, Stream>& streams, std::int64_t base_ns, Launches& launches,
     std::vector<Thread>& threads, TraceImport& info) {
   std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
   for (const auto& [key, s] : streams) {
-    std::vector<store::KernelRow> rows;
-    rows.reserve(s.events.size());
-    for (const TraceEvent& ev : s.events) rows.push_back(kernel_row(ev, base_ns, launches, threads, info));
+    const std::size_t n = s.events.size();
+    std::vector<store::KernelRow> rows(n);
+    std::vector<std::pair<Node*, bool>> linked(n);
+    auto make = [&](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i) rows[i] = kernel_row(s.events[i], base_ns, launches, threads, &linked[i]);
+    };
+    in_parallel([&] { make(0, n / 2); }, [&] { make(n / 2, n); });
+    for (std::size_t i = 0; i < n; ++i) {
+      const TraceEvent& ev = s.events[i];
+      if (auto [node, is_op] = linked[i]; node) {
+        if (node->corr_id == 0) node->corr_id = launches.next_corr_id++;
+        rows[i].corr_id = node->corr_id;
+        ++(is_op ? info.linked_to_op : info.linked_to_runtime);
+      }
+      if (ev.cat == EventCat::kernel) ++info.kernels;
+      else if (ev.cat == EventCat::gpu_memcpy) ++info.memcpys;
+      else ++info.memsets;
+    }
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.start_ns < b.start_ns; });
     stream_rows.emplace_back(s.label, std::move(rows));
   }
