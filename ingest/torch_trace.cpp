@@ -479,7 +479,8 @@ std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_kernel
     const std::map<std::pair<std::int64_t, std::int64_t>, Stream>& streams, std::int64_t base_ns, Launches& launches,
     std::vector<Thread>& threads, TraceImport& info) {
   std::vector<std::pair<std::string, std::vector<store::KernelRow>>> stream_rows;
-  for (const auto& [key, s] : streams) {
+  for (const auto& entry : streams) {
+    const Stream& s = entry.second;  // not a structured binding: the lambdas below use it
     const std::size_t n = s.events.size();
     std::vector<store::KernelRow> rows(n);
     std::vector<std::pair<Node*, bool>> linked(n);
