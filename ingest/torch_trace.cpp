@@ -13,7 +13,6 @@
 #include <exception>
 #include <limits>
 #include <map>
-#include <mutex>
 #include <set>
 #include <thread>
 #include <unordered_map>
@@ -300,21 +299,11 @@ void for_each_thread_parallel(std::vector<Thread>& threads, F&& f) {
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return threads[a].nodes.size() > threads[b].nodes.size(); });
   std::atomic<std::size_t> next{0};
-  std::exception_ptr failed;
-  std::mutex failed_mutex;
   auto work = [&] {
-    for (std::size_t k = next++; k < order.size(); k = next++) {
-      try {
-        f(threads[order[k]]);
-      } catch (...) {
-        std::lock_guard lock(failed_mutex);
-        if (!failed) failed = std::current_exception();
-      }
-    }
+    for (std::size_t k = next++; k < order.size(); k = next++) f(threads[order[k]]);
   };
-  if (threads.size() > 1) in_parallel(work, work);
+  if (threads.size() > 1) in_parallel(work, work);  // rethrows an exception of either
   else work();
-  if (failed) std::rethrow_exception(failed);
 }
 
 // Builds each thread's tree and gives every node its category top-down (parents come first after

@@ -279,9 +279,11 @@ class Scanner {
 
   std::size_t offset() const { return base_ + static_cast<std::size_t>(p_ - buf_); }
 
+  // JSON's whitespace.
+  static bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
  private:
   static bool digit(char c) { return c >= '0' && c <= '9'; }
-  static bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
   // The first byte from q on that ends a string's plain run: '"', '\\' or a control character (not
   // allowed in a JSON string); e_ when there is none. Sixteen bytes at a time where SSE2 is.
@@ -980,29 +982,42 @@ bool is_gzip(const std::string& file) {
 // A plain file at least this large is parsed by two threads, each half of it.
 constexpr std::size_t kSplitBytes = std::size_t{32} << 20;
 
-// A candidate for where the second half's reader starts: the '{' of the first "}, {" (blanks allowed
-// around the comma) in a window at the middle of the file; kNone when there is none. It is only a
-// candidate: the bytes may be inside a string or a nested value. The first reader confirms it by
-// reaching an event of traceEvents that starts there.
-std::size_t split_candidate(const std::string& file, std::size_t size) {
-  constexpr std::size_t kWindow = std::size_t{1} << 20;
+// Where the second half's reader starts and the trace's format; nullopt when the file offers no start.
+struct SplitPlan {
+  std::size_t at = 0;  // the '{' of the first "}, {" (blanks allowed around the comma) at the middle
+  TraceFormat format = TraceFormat::kineto;  // from the first byte that is not blank: '[' legacy, '{' Kineto
+};
+
+// The start is only a candidate: the bytes may be inside a string or a nested value. The first reader
+// confirms it by reaching an event of traceEvents that starts there. A file whose first 4 KB are blank
+// is left to the serial parse.
+std::optional<SplitPlan> split_plan(const std::string& file, std::size_t size) {
+  constexpr std::size_t kWindow = std::size_t{1} << 20, kHead = 4096;
   std::size_t ignored = 0;
   Fd fd = open_trace(file, ignored);
   std::string w(kWindow, '\0');
+  const ssize_t head = ::pread(fd.fd, w.data(), kHead, 0);
+  if (head <= 0) return std::nullopt;
+  const auto first = std::find_if_not(w.data(), w.data() + head, Scanner::space);
+  if (first == w.data() + head) return std::nullopt;
+  SplitPlan plan;
+  plan.format = *first == '[' ? TraceFormat::legacy : TraceFormat::kineto;
   const std::size_t at = size / 2;
   const ssize_t got = ::pread(fd.fd, w.data(), kWindow, static_cast<off_t>(at));
-  if (got <= 0) return Scanner::kNone;
+  if (got <= 0) return std::nullopt;
   w.resize(static_cast<std::size_t>(got));
-  auto blank = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   for (std::size_t i = w.find('}'); i != std::string::npos; i = w.find('}', i + 1)) {
     std::size_t j = i + 1;
-    while (j < w.size() && blank(w[j])) ++j;
+    while (j < w.size() && Scanner::space(w[j])) ++j;
     if (j >= w.size() || w[j] != ',') continue;
     ++j;
-    while (j < w.size() && blank(w[j])) ++j;
-    if (j < w.size() && w[j] == '{') return at + j;
+    while (j < w.size() && Scanner::space(w[j])) ++j;
+    if (j < w.size() && w[j] == '{') {
+      plan.at = at + j;
+      return plan;
+    }
   }
-  return Scanner::kNone;
+  return std::nullopt;
 }
 
 // A plain trace in two halves at once: the first reader from the start up to the candidate event, the
@@ -1010,17 +1025,11 @@ std::size_t split_candidate(const std::string& file, std::size_t size) {
 // not stop at the candidate, it read the whole file alone. When either failed, one reader reads it again
 // (nullopt): the result and every error are those of the serial parse.
 std::optional<ParsedTrace> read_halves(const std::string& file, std::size_t size) {
-  const std::size_t at = split_candidate(file, size);
-  if (at == Scanner::kNone) return std::nullopt;
+  const std::optional<SplitPlan> plan = split_plan(file, size);
+  if (!plan) return std::nullopt;
+  const std::size_t at = plan->at;
+  const TraceFormat format = plan->format;
   std::optional<ParsedTrace> second;
-  TraceFormat format = TraceFormat::kineto;
-  {
-    // The format from the first byte that is not blank: '[' legacy, '{' Kineto.
-    FileSource head(file);
-    Scanner hs(head, file);
-    if (hs.at_end()) return std::nullopt;
-    format = hs.peek() == '[' ? TraceFormat::legacy : TraceFormat::kineto;
-  }
   std::thread worker([&] {
     try {
       FileSource src(file, at);

@@ -213,21 +213,39 @@ struct LiveTrack {
   std::int64_t last_kind = std::numeric_limits<std::int64_t>::min();
 };
 
-// The last range of a track, to number ranges of equal key.
-struct EqualKey {
-  std::int64_t start = 0, base_kind = -1, number = 0;
-};
-
 }  // namespace
 
 struct SummaryBuilder::State {
   std::map<std::uint32_t, LiveTrack> live;
-  std::map<std::uint32_t, EqualKey> equal;
   std::set<std::uint32_t> ended;
   // What the ended tracks left to write.
   std::vector<BucketRow> buckets;
   std::vector<SummaryTrack> tracks;
   std::vector<std::pair<std::uint32_t, LongRow>> long_rows;
+
+  // The live track `id`, begun on its first row. A track that had been ended clears `in_order`.
+  LiveTrack& track(std::uint32_t id, bool& in_order) {
+    auto it = live.find(id);
+    if (it == live.end()) {
+      it = live.try_emplace(id).first;
+      if (!ended.insert(id).second) in_order = false;  // more rows after the track was ended
+    }
+    return it->second;
+  }
+
+  // The order the file is read in: by start, then (ranges) by kind. Past a row out of it the builder is of
+  // no use, and takes no more (a start before a track's first would index before its buckets).
+  static void add(LiveTrack& t, bool& in_order, bool thread, std::int64_t start, std::int64_t end, std::int64_t kind,
+                  std::uint32_t name) {
+    if (start < t.last_start || (thread && start == t.last_start && kind < t.last_kind)) in_order = false;
+    if (!in_order) return;
+    t.last_start = start;
+    t.last_kind = kind;
+    const int depth = thread ? static_cast<int>((kind >> 4) & 255) : 0;
+    const int category = thread ? static_cast<int>(kind & 15) : static_cast<int>(kind);
+    t.depths[depth].add(start, end, name, category);
+    if (thread) t.long_rows.add(start, end, kind, name);
+  }
 };
 
 SummaryBuilder::SummaryBuilder() : s_(std::make_unique<State>()) {}
@@ -235,32 +253,17 @@ SummaryBuilder::~SummaryBuilder() = default;
 
 void SummaryBuilder::add(std::uint32_t track, bool thread, std::int64_t start, std::int64_t end, std::int64_t kind,
                          std::uint32_t name) {
-  auto it = s_->live.find(track);
-  if (it == s_->live.end()) {
-    it = s_->live.try_emplace(track).first;
-    if (!s_->ended.insert(track).second) in_order_ = false;  // more rows after the track was ended
-  }
-  LiveTrack& t = it->second;
-  // The order the file is read in: by start, then (ranges) by kind. Past a row out of it the builder is
-  // of no use, and takes no more (a start before a track's first would index before its buckets).
-  if (start < t.last_start || (thread && start == t.last_start && kind < t.last_kind)) in_order_ = false;
-  if (!in_order_) return;
-  t.last_start = start;
-  t.last_kind = kind;
-  const int depth = thread ? static_cast<int>((kind >> 4) & 255) : 0;
-  const int category = thread ? static_cast<int>(kind & 15) : static_cast<int>(kind);
-  t.depths[depth].add(start, end, name, category);
-  if (thread) t.long_rows.add(start, end, kind, name);
+  State::add(s_->track(track, in_order_), in_order_, thread, start, end, kind, name);
 }
 
 void SummaryBuilder::add(const RangeRow& r) {
-  // Numbered among the ranges of equal key as the file stores them (range_table.hpp): adjacent ones.
-  EqualKey& e = s_->equal[r.track];
+  LiveTrack& t = s_->track(r.track, in_order_);
+  // Numbered among the ranges of equal key as the file stores them (range_table.hpp): adjacent ones, so
+  // the track's last row, whose stored kind is base + kEqualKeyStep * its number.
   const std::int64_t base = range_kind(r);
-  e.number = e.start == r.start_ns && e.base_kind == base ? e.number + 1 : 0;
-  e.start = r.start_ns;
-  e.base_kind = base;
-  add(r.track, true, r.start_ns, r.end_ns, base + kEqualKeyStep * e.number, r.name);
+  const std::int64_t number =
+      t.last_start == r.start_ns && t.last_kind % kEqualKeyStep == base ? t.last_kind / kEqualKeyStep + 1 : 0;
+  State::add(t, in_order_, true, r.start_ns, r.end_ns, base + kEqualKeyStep * number, r.name);
 }
 
 void SummaryBuilder::add(const KernelRow& k) { add(k.track, false, k.start_ns, k.end_ns, k.kind, k.name); }
