@@ -290,6 +290,19 @@ void create_indexes(Db& db) {
   tx.commit();
 }
 
+void write_packed_copy(Db& db, const std::filesystem::path& to) {
+  std::error_code ec;
+  std::filesystem::remove(to, ec);
+  try {
+    auto& st = db.prepare("VACUUM INTO ?");
+    st.bind(1, to.string());
+    st.run();
+  } catch (const StoreError& e) {
+    std::filesystem::remove(to, ec);
+    throw StoreError(db.path().string() + ": could not write its packed copy " + to.string() + ": " + e.what());
+  }
+}
+
 void apply_schema(Db& db, bool indexes) {
   Transaction tx(db);
   db.exec(kSchemaSql);

@@ -326,9 +326,13 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
   if (std::filesystem::exists(out) && !overwrite)
     throw StoreError(out.string() + ": already exists (refusing to overwrite; pass overwrite to replace it)");
 
-  // Build into a temporary file and rename, so a failed merge never leaves a half-written run file.
+  // Build into a temporary file, then write its packed copy (write_packed_copy: the appended ranges fill
+  // their pages only about seven eighths) and rename that, so a failed merge never leaves a half-written
+  // run file.
   auto tmp = out;
   tmp += ".partial";
+  auto packed = out;
+  packed += ".packed";
   std::filesystem::remove(tmp);
   bool complete = true;
   std::int64_t dropped = 0;
@@ -350,11 +354,13 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     create_indexes(db);
     build_summary(db);  // the timeline's level-of-detail pyramid (summary.hpp)
     write_merge_meta(db, world_size, complete, dropped, skipped);
+    write_packed_copy(db, packed);
   } catch (...) {
     std::filesystem::remove(tmp);
     throw;
   }
-  std::filesystem::rename(tmp, out);
+  std::filesystem::remove(tmp);
+  std::filesystem::rename(packed, out);
   return MergeResult{out, world_size, complete, skipped};
 }
 

@@ -49,6 +49,9 @@ struct WriterOptions {
   // indexes exist from the start, which is cheaper than building them at the end when rows arrive in
   // index order (each track's ranges by start time) as an import writes them.
   bool bulk_load = false;
+  // At the close, replace the file with a copy whose pages are packed full (write_packed_copy in
+  // db.hpp): about 12% smaller, for about a tenth of a second per million ranges.
+  bool pack = true;
 };
 
 // What the background thread has done so far, for overhead reports and benchmarks.

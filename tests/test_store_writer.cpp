@@ -3,12 +3,14 @@
 #include <catch2/catch.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -19,6 +21,7 @@
 #include "store_test_util.hpp"
 
 using namespace wb::store;
+using wb::test::range_pages_unused;
 using wb::test::TempDir;
 
 namespace {
@@ -394,4 +397,70 @@ TEST_CASE("in a bulk-loaded file (no journal), a range whose key was committed e
   for (const auto& g : got) ++starts[g.start_ns];
   CHECK(starts.size() == 300);
   CHECK(starts.at(50'000) == 2);
+}
+
+namespace {
+
+// 200k ranges on two tracks, recorded as two threads would: interleaved in time.
+void write_two_tracks(Writer& w) {
+  const std::uint32_t a = w.add_track(TrackKind::thread, "main"), b = w.add_track(TrackKind::thread, "worker");
+  const std::uint32_t op = w.intern("op");
+  for (int i = 0; i < 100'000; ++i) {
+    w.add(RangeRow{a, op, i * 1000LL, i * 1000LL + 700, 1, 0, i / 100, 0});
+    w.add(RangeRow{b, op, i * 1000LL + 300, i * 1000LL + 900, 0, 1, i / 100, 0});
+    if (i % 20'000 == 0) w.flush();
+  }
+}
+
+}  // namespace
+
+TEST_CASE("a closed run file's range pages are packed full, and one a reader holds is left as written", "[store]") {
+  // Appended in key order, a WITHOUT ROWID table's pages are about seven eighths full; the writer replaces
+  // the file at its close with a packed copy.
+  TempDir dir;
+  std::map<std::string, double> unused;
+  for (bool pack : {true, false}) {
+    const auto path = dir / (pack ? "packed.sqlite" : "unpacked.sqlite");
+    WriterOptions o = options(path);
+    o.pack = pack;
+    {
+      Writer w(o);
+      write_two_tracks(w);
+      REQUIRE(w.finish());
+    }
+    unused[path.stem().string()] = range_pages_unused(path);
+    Reader r(path);
+    CHECK(r.complete());
+    CHECK(r.db().query_int64("SELECT count(*) FROM range") == 200'000);
+    CHECK(r.db().query_int64("SELECT count(*) FROM range WHERE end_ns - start_ns = 700 AND category = 1") == 100'000);
+    CHECK_FALSE(std::filesystem::exists(path.string() + ".packed"));
+  }
+  CAPTURE(unused);
+  CHECK(unused.at("packed") < 0.02);
+  CHECK(unused.at("unpacked") > 0.08);
+  CHECK(std::filesystem::file_size(dir / "packed.sqlite") < std::filesystem::file_size(dir / "unpacked.sqlite"));
+
+  // A reader with the file open keeps its WAL: the file is not replaced (the WAL would be replayed into the
+  // copy), and nothing recorded is lost.
+  const auto held = dir / "held.sqlite";
+  {
+    auto w = std::make_unique<Writer>(options(held));
+    write_two_tracks(*w);
+    REQUIRE(w->finish());
+    Db reader(held, OpenMode::read_only);
+    CHECK(reader.query_int64("SELECT count(*) FROM range_data") == 200'000);
+    auto& st = reader.prepare("SELECT track_id FROM range_data");
+    REQUIRE(st.step());  // a read transaction open while the writer closes
+    struct stat before {}, after {};
+    REQUIRE(::stat(held.c_str(), &before) == 0);
+    w.reset();
+    REQUIRE(::stat(held.c_str(), &after) == 0);
+    CHECK(after.st_ino == before.st_ino);  // the same file, not a copy renamed over it
+    st.reset();
+  }
+  CHECK_FALSE(std::filesystem::exists(held.string() + ".packed"));
+  Reader r(held);
+  CHECK(r.complete());
+  CHECK(r.db().query_int64("SELECT count(*) FROM range") == 200'000);
+  CHECK(range_pages_unused(held) > 0.08);
 }
