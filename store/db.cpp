@@ -303,6 +303,13 @@ void write_packed_copy(Db& db, const std::filesystem::path& to) {
   }
 }
 
+bool packing_pays(Db& db) {
+  const std::int64_t file = db.query_int64("PRAGMA page_count") * db.query_int64("PRAGMA page_size");
+  // length() of a blob reads its size from the row, not its pages.
+  const std::int64_t tensors = db.query_int64("SELECT coalesce(sum(length(data)), 0) FROM tensor");
+  return tensors * 2 < file;
+}
+
 void apply_schema(Db& db, bool indexes) {
   Transaction tx(db);
   db.exec(kSchemaSql);

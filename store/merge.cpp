@@ -327,8 +327,8 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     throw StoreError(out.string() + ": already exists (refusing to overwrite; pass overwrite to replace it)");
 
   // Build into a temporary file, then write its packed copy (write_packed_copy: the appended ranges fill
-  // their pages only about seven eighths) and rename that, so a failed merge never leaves a half-written
-  // run file.
+  // their pages only about seven eighths) where that pays, and rename it, so a failed merge never leaves a
+  // half-written run file.
   auto tmp = out;
   tmp += ".partial";
   auto packed = out;
@@ -354,13 +354,18 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     create_indexes(db);
     build_summary(db);  // the timeline's level-of-detail pyramid (summary.hpp)
     write_merge_meta(db, world_size, complete, dropped, skipped);
-    write_packed_copy(db, packed);
+    if (!packing_pays(db)) packed.clear();
+    else write_packed_copy(db, packed);
   } catch (...) {
     std::filesystem::remove(tmp);
     throw;
   }
-  std::filesystem::remove(tmp);
-  std::filesystem::rename(packed, out);
+  if (packed.empty()) {
+    std::filesystem::rename(tmp, out);
+  } else {
+    std::filesystem::remove(tmp);
+    std::filesystem::rename(packed, out);
+  }
   return MergeResult{out, world_size, complete, skipped};
 }
 

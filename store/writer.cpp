@@ -301,10 +301,12 @@ Writer::~Writer() {
   // behind would be replayed into the copy.
   std::filesystem::path packed;
   if (folded && opts_.pack && !failed_.load()) {
-    packed = opts_.path;
-    packed += ".packed";
     try {
-      write_packed_copy(*db_, packed);
+      if (packing_pays(*db_)) {
+        packed = opts_.path;
+        packed += ".packed";
+        write_packed_copy(*db_, packed);
+      }
     } catch (const StoreError& e) {
       std::fprintf(stderr, "wb: %s: left unpacked: %s\n", opts_.path.c_str(), e.what());
       packed.clear();

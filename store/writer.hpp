@@ -50,7 +50,8 @@ struct WriterOptions {
   // index order (each track's ranges by start time) as an import writes them.
   bool bulk_load = false;
   // At the close, replace the file with a copy whose pages are packed full (write_packed_copy in
-  // db.hpp): about 12% smaller, for about a tenth of a second per million ranges.
+  // db.hpp): about 12% smaller, for about a tenth of a second per million ranges. Not where the file is
+  // mostly dumped tensors (packing_pays).
   bool pack = true;
 };
 

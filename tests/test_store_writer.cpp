@@ -440,6 +440,18 @@ TEST_CASE("a closed run file's range pages are packed full, and one a reader hol
   CHECK(unused.at("unpacked") > 0.08);
   CHECK(std::filesystem::file_size(dir / "packed.sqlite") < std::filesystem::file_size(dir / "unpacked.sqlite"));
 
+  // A file that is mostly dumped tensors is left as written: the copy would cost the whole file to save
+  // an eighth of its ranges' pages.
+  const auto dumped = dir / "dumped.sqlite";
+  {
+    Writer w(options(dumped));
+    write_two_tracks(w);
+    w.add(TensorRow{"run", 0, 0, "act", "layer1", 0, "F32", {4, 1024, 1024}, std::vector<std::byte>(16 << 20)});
+    REQUIRE(w.finish());
+  }
+  CHECK(range_pages_unused(dumped) > 0.08);
+  CHECK(Reader(dumped).db().query_int64("SELECT count(*) FROM range") == 200'000);
+
   // A reader with the file open keeps its WAL: the file is not replaced (the WAL would be replayed into the
   // copy), and nothing recorded is lost.
   const auto held = dir / "held.sqlite";
