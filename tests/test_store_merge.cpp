@@ -26,14 +26,19 @@ struct Recorded {
   std::vector<std::tuple<std::string, std::string, std::int64_t>> kernels;               // track, name, start
 };
 
-// Rank r interns names in a different order than other ranks and shares some, so ids collide across files.
-Recorded write_rank(const std::filesystem::path& dir, int rank, int world_size, bool finish) {
-  Recorded rec;
+// The options of rank `rank`'s writer into the run folder `dir`.
+WriterOptions rank_options(const std::filesystem::path& dir, int rank) {
   WriterOptions o;
   o.path = dir / ("rank-" + std::to_string(rank) + ".sqlite");
   o.rank = rank;
   o.handle_signals = false;
-  Writer w(o);
+  return o;
+}
+
+// Rank r interns names in a different order than other ranks and shares some, so ids collide across files.
+Recorded write_rank(const std::filesystem::path& dir, int rank, int world_size, bool finish) {
+  Recorded rec;
+  Writer w(rank_options(dir, rank));
   w.set_meta("world_size", std::to_string(world_size));
   w.set_meta("device", "cpu");
   w.set_meta("config_json", R"({"ranks": )" + std::to_string(world_size) + "}");
@@ -198,11 +203,7 @@ TEST_CASE("merge corrects a rank's clock drift linearly between its two offset m
   };
   std::vector<std::int64_t> stored_times;
   for (int rank = 0; rank < 2; ++rank) {
-    WriterOptions o;
-    o.path = run / ("rank-" + std::to_string(rank) + ".sqlite");
-    o.rank = rank;
-    o.handle_signals = false;
-    Writer w(o);
+    Writer w(rank_options(run, rank));
     w.set_meta("world_size", "2");
     w.set_meta("clock_sync_start_ns", std::to_string(t0));
     w.set_meta("clock_sync_end_ns", std::to_string(t1));
@@ -265,11 +266,7 @@ TEST_CASE("merge packs a version-1 rank file's ranges and a version-5 one's into
     db.exec(sql + "UPDATE meta SET value = '2' WHERE key = 'world_size'; INSERT INTO range SELECT * FROM range;");
   }
   {
-    WriterOptions o;
-    o.path = run / "rank-1.sqlite";
-    o.handle_signals = false;
-    o.rank = 1;
-    Writer w(o);
+    Writer w(rank_options(run, 1));
     w.set_meta("world_size", "2");
     w.set_meta("rank", "1");
     auto t = w.add_track(TrackKind::thread, "main");
@@ -308,11 +305,7 @@ TEST_CASE("the merged file's range pages are packed full", "[store]") {
   auto run = dir / "run";
   std::filesystem::create_directories(run);
   for (int rank = 0; rank < 2; ++rank) {
-    WriterOptions o;
-    o.path = run / ("rank-" + std::to_string(rank) + ".sqlite");
-    o.rank = rank;
-    o.handle_signals = false;
-    Writer w(o);
+    Writer w(rank_options(run, rank));
     w.set_meta("world_size", "2");
     const auto a = w.add_track(TrackKind::thread, "main"), b = w.add_track(TrackKind::thread, "worker");
     const auto op = w.intern("op");
