@@ -354,8 +354,12 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     create_indexes(db);
     build_summary(db);  // the timeline's level-of-detail pyramid (summary.hpp)
     write_merge_meta(db, world_size, complete, dropped, skipped);
-    if (!packing_pays(db)) packed.clear();
-    else write_packed_copy(db, packed);
+    try {
+      if (packing_pays(db)) write_packed_copy(db, packed);
+      else packed.clear();
+    } catch (const StoreError&) {
+      packed.clear();  // the merged file as built, unpacked (a full disk, a file size limit)
+    }
   } catch (...) {
     std::filesystem::remove(tmp);
     throw;

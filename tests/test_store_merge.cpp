@@ -321,4 +321,12 @@ TEST_CASE("the merged file's range pages are packed full", "[store]") {
   Reader r(merged.out);
   CHECK(r.db().query_int64("SELECT count(*) FROM range") == 240'000);
   CHECK(wb::test::range_pages_unused(merged.out) < 0.02);
+
+  // When the copy cannot be written (here a folder is in its way), the merged file is kept as built.
+  std::filesystem::create_directories(dir / "blocked.sqlite.packed" / "inside");
+  const auto blocked = merge_run(run, dir / "blocked.sqlite");
+  CHECK(blocked.complete);
+  CHECK_FALSE(std::filesystem::exists(dir / "blocked.sqlite.partial"));
+  CHECK(Reader(blocked.out).db().query_int64("SELECT count(*) FROM range") == 240'000);
+  CHECK(wb::test::range_pages_unused(blocked.out) > 0.08);
 }
