@@ -290,7 +290,11 @@ void create_indexes(Db& db) {
   tx.commit();
 }
 
-void write_packed_copy(Db& db, const std::filesystem::path& to) {
+bool write_packed_copy(Db& db, const std::filesystem::path& to) {
+  const std::int64_t file = db.query_int64("PRAGMA page_count") * db.query_int64("PRAGMA page_size");
+  // length() of a blob reads its size from the row, not its pages.
+  const std::int64_t tensors = db.query_int64("SELECT coalesce(sum(length(data)), 0) FROM tensor");
+  if (tensors * 2 >= file) return false;
   std::error_code ec;
   std::filesystem::remove(to, ec);
   try {
@@ -301,13 +305,7 @@ void write_packed_copy(Db& db, const std::filesystem::path& to) {
     std::filesystem::remove(to, ec);
     throw StoreError(db.path().string() + ": could not write its packed copy " + to.string() + ": " + e.what());
   }
-}
-
-bool packing_pays(Db& db) {
-  const std::int64_t file = db.query_int64("PRAGMA page_count") * db.query_int64("PRAGMA page_size");
-  // length() of a blob reads its size from the row, not its pages.
-  const std::int64_t tensors = db.query_int64("SELECT coalesce(sum(length(data)), 0) FROM tensor");
-  return tensors * 2 < file;
+  return true;
 }
 
 void apply_schema(Db& db, bool indexes) {

@@ -143,13 +143,11 @@ const std::vector<std::string>& schema_index_sql();
 void create_indexes(Db& db);
 
 // Writes a copy of the file `db` is open on to `to` (replaced if it exists) with the pages of every table
-// and index packed full, SQLite's VACUUM INTO. Appending rows in key order fills a WITHOUT ROWID table's
-// pages (range_data's) only about seven eighths full; a table copied whole is packed. `db` must have no
-// transaction open. Throws StoreError, leaving no file at `to`.
-void write_packed_copy(Db& db, const std::filesystem::path& to);
-// Whether a packed copy pays for itself: it saves about an eighth of the ranges' pages and copies the
-// whole file, so a file that is mostly dumped tensors (a step dump) is better left as written.
-bool packing_pays(Db& db);
+// and index packed full, SQLite's VACUUM INTO, when that pays, and returns whether it did. Appending rows in
+// key order fills a WITHOUT ROWID table's pages (range_data's) only about seven eighths full; a table copied
+// whole is packed. The copy costs the whole file, so a file that is mostly dumped tensors (a step dump) is
+// not copied. `db` must have no transaction open. Throws StoreError, leaving no file at `to`.
+bool write_packed_copy(Db& db, const std::filesystem::path& to);
 
 // meta.time_origin_ns: range_data stores starts relative to it, so that they take 6 bytes, not 8. Unset
 // (files of versions 1-4, read through the migration), it is 0. It can be set only while range_data is

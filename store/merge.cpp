@@ -355,8 +355,7 @@ MergeResult merge_run(const std::filesystem::path& run_dir, std::filesystem::pat
     build_summary(db);  // the timeline's level-of-detail pyramid (summary.hpp)
     write_merge_meta(db, world_size, complete, dropped, skipped);
     try {
-      if (packing_pays(db)) write_packed_copy(db, packed);
-      else packed.clear();
+      if (!write_packed_copy(db, packed)) packed.clear();
     } catch (const StoreError&) {
       packed.clear();  // the merged file as built, unpacked (a full disk, a file size limit)
     }

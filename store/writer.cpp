@@ -195,16 +195,15 @@ struct Writer::Pending {
 namespace {
 
 // Folds the WAL back into the file and leaves WAL mode: true when the file is then complete alone, with
-// no WAL beside it. A reader holding the file open keeps the WAL; SQLite replays it on the next open.
+// no WAL beside it (SQLite deletes it on leaving WAL mode). A reader holding the file open keeps the WAL
+// and WAL mode; SQLite replays it on the next open.
 bool fold_wal(Db& db) {
   try {
     db.exec("PRAGMA wal_checkpoint(TRUNCATE)");
     auto& st = db.prepare("PRAGMA journal_mode = DELETE");
     const bool rollback = st.step() && st.column_text(0) == "delete";
     st.reset();
-    std::filesystem::path wal = db.path();
-    wal += "-wal";
-    return rollback && !std::filesystem::exists(wal);
+    return rollback;
   } catch (const StoreError&) {
     return false;
   }
@@ -301,12 +300,10 @@ Writer::~Writer() {
   // behind would be replayed into the copy.
   std::filesystem::path packed;
   if (folded && opts_.pack && !failed_.load()) {
+    packed = opts_.path;
+    packed += ".packed";
     try {
-      if (packing_pays(*db_)) {
-        packed = opts_.path;
-        packed += ".packed";
-        write_packed_copy(*db_, packed);
-      }
+      if (!write_packed_copy(*db_, packed)) packed.clear();
     } catch (const StoreError& e) {
       std::fprintf(stderr, "wb: %s: left unpacked: %s\n", opts_.path.c_str(), e.what());
       packed.clear();

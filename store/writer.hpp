@@ -51,7 +51,7 @@ struct WriterOptions {
   bool bulk_load = false;
   // At the close, replace the file with a copy whose pages are packed full (write_packed_copy in
   // db.hpp): about 12% smaller, for about a tenth of a second per million ranges. Not where the file is
-  // mostly dumped tensors (packing_pays).
+  // mostly dumped tensors.
   bool pack = true;
 };
 

@@ -1,11 +1,12 @@
-// Shared helpers of the store and view tests: catching an error's message, how full range_data's pages are
-// (and TempDir, from tests/support).
+// Shared helpers of the store and view tests: catching an error's message, ranges on two interleaved
+// tracks and how full range_data's pages are (and TempDir, from tests/support).
 #pragma once
 
 #include <filesystem>
 #include <string>
 
 #include "store/db.hpp"
+#include "store/writer.hpp"
 #include "support/temp_dir.hpp"
 
 namespace wb::test {
@@ -19,6 +20,18 @@ std::string error_message(F&& f) {
     return e.what();
   }
   return "";
+}
+
+// `per_track` ranges on each of two tracks, recorded as two threads would: interleaved in time.
+inline void write_two_tracks(store::Writer& w, int per_track) {
+  const std::uint32_t a = w.add_track(store::TrackKind::thread, "main");
+  const std::uint32_t b = w.add_track(store::TrackKind::thread, "worker");
+  const std::uint32_t op = w.intern("op");
+  for (int i = 0; i < per_track; ++i) {
+    w.add(store::RangeRow{a, op, i * 1000LL, i * 1000LL + 700, 1, 0, i / 100, 0});
+    w.add(store::RangeRow{b, op, i * 1000LL + 300, i * 1000LL + 900, 0, 1, i / 100, 0});
+    if (i % 20'000 == 0) w.flush();
+  }
 }
 
 // The share of range_data's page bytes left unused, from SQLite's dbstat; 0 for a file without ranges.

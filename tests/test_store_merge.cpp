@@ -307,12 +307,7 @@ TEST_CASE("the merged file's range pages are packed full", "[store]") {
   for (int rank = 0; rank < 2; ++rank) {
     Writer w(rank_options(run, rank));
     w.set_meta("world_size", "2");
-    const auto a = w.add_track(TrackKind::thread, "main"), b = w.add_track(TrackKind::thread, "worker");
-    const auto op = w.intern("op");
-    for (int i = 0; i < 60'000; ++i) {
-      w.add(RangeRow{a, op, i * 1000LL, i * 1000LL + 700, 1, 0, i / 100, 0});
-      w.add(RangeRow{b, op, i * 1000LL + 300, i * 1000LL + 900, 0, 1, i / 100, 0});
-    }
+    wb::test::write_two_tracks(w, 60'000);
     REQUIRE(w.finish());
   }
   const auto merged = merge_run(run, dir / "merged.sqlite");

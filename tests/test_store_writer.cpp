@@ -23,6 +23,7 @@
 using namespace wb::store;
 using wb::test::range_pages_unused;
 using wb::test::TempDir;
+using wb::test::write_two_tracks;
 
 namespace {
 
@@ -399,21 +400,6 @@ TEST_CASE("in a bulk-loaded file (no journal), a range whose key was committed e
   CHECK(starts.at(50'000) == 2);
 }
 
-namespace {
-
-// 200k ranges on two tracks, recorded as two threads would: interleaved in time.
-void write_two_tracks(Writer& w) {
-  const std::uint32_t a = w.add_track(TrackKind::thread, "main"), b = w.add_track(TrackKind::thread, "worker");
-  const std::uint32_t op = w.intern("op");
-  for (int i = 0; i < 100'000; ++i) {
-    w.add(RangeRow{a, op, i * 1000LL, i * 1000LL + 700, 1, 0, i / 100, 0});
-    w.add(RangeRow{b, op, i * 1000LL + 300, i * 1000LL + 900, 0, 1, i / 100, 0});
-    if (i % 20'000 == 0) w.flush();
-  }
-}
-
-}  // namespace
-
 TEST_CASE("a closed run file's range pages are packed full, and one a reader holds is left as written", "[store]") {
   // Appended in key order, a WITHOUT ROWID table's pages are about seven eighths full; the writer replaces
   // the file at its close with a packed copy.
@@ -425,7 +411,7 @@ TEST_CASE("a closed run file's range pages are packed full, and one a reader hol
     o.pack = pack;
     {
       Writer w(o);
-      write_two_tracks(w);
+      write_two_tracks(w, 100'000);
       REQUIRE(w.finish());
     }
     unused[path.stem().string()] = range_pages_unused(path);
@@ -445,7 +431,7 @@ TEST_CASE("a closed run file's range pages are packed full, and one a reader hol
   const auto dumped = dir / "dumped.sqlite";
   {
     Writer w(options(dumped));
-    write_two_tracks(w);
+    write_two_tracks(w, 100'000);
     w.add(TensorRow{"run", 0, 0, "act", "layer1", 0, "F32", {4, 1024, 1024}, std::vector<std::byte>(16 << 20)});
     REQUIRE(w.finish());
   }
@@ -457,7 +443,7 @@ TEST_CASE("a closed run file's range pages are packed full, and one a reader hol
   const auto held = dir / "held.sqlite";
   {
     auto w = std::make_unique<Writer>(options(held));
-    write_two_tracks(*w);
+    write_two_tracks(*w, 100'000);
     REQUIRE(w->finish());
     Db reader(held, OpenMode::read_only);
     CHECK(reader.query_int64("SELECT count(*) FROM range_data") == 200'000);
