@@ -591,26 +591,13 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
   return main_steps;
 }
 
-// Each stream's launch queue (HTA's queue length, trace_counters.py): +1 when a runtime call that
-// launches work on the stream starts, -1 when that work starts; one counter sample per change.
-void write_launch_queues(const std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows,
-                         store::Writer& w) {
-  for (const auto& [label, krs] : stream_rows) {
-    std::vector<std::pair<std::int64_t, int>> edges;  // (time, 0 launch / 1 start)
-    for (const auto& k : krs)
-      if (k.launch_ns >= 0) {
-        edges.emplace_back(k.launch_ns, 0);
-        edges.emplace_back(k.start_ns, 1);
-      }
-    if (edges.empty()) continue;
-    std::sort(edges.begin(), edges.end());
-    const std::uint32_t track = w.add_track(store::TrackKind::queue, label + std::string(store::kLaunchQueueSuffix));
-    std::vector<store::CounterRow> rows;
-    rows.reserve(edges.size());
-    double depth = 0;
-    for (const auto& [t, kind] : edges) rows.push_back(store::CounterRow{track, t, depth += kind == 0 ? 1.0 : -1.0});
-    w.add(std::span<const store::CounterRow>(rows));
-  }
+// Each stream's launch queue track (HTA's queue length), for a stream with launched work. Its samples are
+// not stored: Reader::counters derives them from the stream's kernels (store::launch_queue).
+void add_launch_queues(const std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows,
+                       store::Writer& w) {
+  for (const auto& [label, krs] : stream_rows)
+    if (std::any_of(krs.begin(), krs.end(), [](const store::KernelRow& k) { return k.launch_ns >= 0; }))
+      w.add_track(store::TrackKind::queue, label + std::string(store::kLaunchQueueSuffix));
 }
 
 // Each stream's kernel rows on a track of its own.
@@ -735,7 +722,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   info.steps = write_threads(threads, rt.rank, step_at, run_id, w, summary.get(), info);
   info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
   if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
-  write_launch_queues(stream_rows, w);
+  add_launch_queues(stream_rows, w);
   write_streams(stream_rows, run_id, w, summary.get());
   if (summary) w.use_summary(std::move(summary));
 

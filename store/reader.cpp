@@ -283,10 +283,27 @@ std::vector<KernelRow> Reader::kernels_by_corr(std::uint64_t corr_id) {
 std::vector<CounterRow> Reader::counters(std::uint32_t track) {
   auto& st = db_->prepare("SELECT track_id, t_ns, value FROM counter WHERE track_id = ? ORDER BY t_ns");
   st.bind(1, track);
-  return collect<CounterRow>(st, [](sqlite3_stmt* h) {
+  std::vector<CounterRow> stored = collect<CounterRow>(st, [](sqlite3_stmt* h) {
     return CounterRow{static_cast<std::uint32_t>(sqlite3_column_int64(h, 0)), time_ns(h, 1),
                       sqlite3_column_double(h, 2)};
   });
+  if (!stored.empty()) return stored;
+  // A GPU stream's launch queue is not stored (files imported before it was derived hold its samples):
+  // it follows from the kernels of the stream of its name, on its rank.
+  auto& q = db_->prepare(
+      "SELECT s.id FROM track q JOIN string qn ON qn.id = q.name_id "
+      "JOIN track s ON s.rank = q.rank AND s.kind = 'stream' JOIN string sn ON sn.id = s.name_id "
+      "WHERE q.id = ? AND q.kind = 'queue' AND qn.text = sn.text || ?");
+  q.bind(1, track).bind(2, std::string(kLaunchQueueSuffix));
+  std::optional<std::int64_t> stream;
+  if (q.step()) stream = q.column_int64(0);
+  q.reset();
+  if (!stream) return stored;
+  auto& k = db_->prepare("SELECT launch_ns, start_ns FROM kernel WHERE track_id = ? AND launch_ns >= 0");
+  k.bind(1, *stream);
+  return launch_queue(track, collect<std::pair<std::int64_t, std::int64_t>>(k, [](sqlite3_stmt* h) {
+                        return std::pair{time_ns(h, 0), time_ns(h, 1)};
+                      }));
 }
 
 std::vector<StepRow> Reader::steps(std::optional<std::int32_t> rank) {

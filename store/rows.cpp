@@ -1,5 +1,6 @@
 #include "store/rows.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <stdexcept>
@@ -107,6 +108,22 @@ std::string_view memory_role_name(int role) {
   static constexpr std::string_view kNames[kMemoryRoles] = {"activation", "gradient", "parameter", "momentum",
                                                              "workspace",  "data",     "other"};
   return role >= 0 && role < kMemoryRoles ? kNames[role] : kNames[kMemoryRoles - 1];
+}
+
+std::vector<CounterRow> launch_queue(std::uint32_t track, std::vector<std::pair<std::int64_t, std::int64_t>> launches) {
+  std::vector<std::pair<std::int64_t, int>> edges;  // (time, 0 launch / 1 start)
+  edges.reserve(launches.size() * 2);
+  for (const auto& [call, start] : launches) {
+    edges.emplace_back(call, 0);
+    edges.emplace_back(start, 1);
+  }
+  launches = {};
+  std::sort(edges.begin(), edges.end());
+  std::vector<CounterRow> samples;
+  samples.reserve(edges.size());
+  double depth = 0;
+  for (const auto& [t, kind] : edges) samples.push_back(CounterRow{track, t, depth += kind == 0 ? 1.0 : -1.0});
+  return samples;
 }
 
 }  // namespace wb::store

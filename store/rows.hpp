@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace wb::store {
@@ -17,7 +18,8 @@ enum class TrackKind : std::uint8_t { thread, stream, queue, comm };
 // the op analyses leave such tracks out.
 inline constexpr std::string_view kPythonTrackSuffix = " (python)";
 // The name suffix of a queue track that counts a GPU stream's launched, not yet started work (imported
-// traces: HTA's queue length), as opposed to a batch queue of the input pipeline.
+// traces: HTA's queue length), as opposed to a batch queue of the input pipeline. Its samples are not
+// stored: they follow from the stream's kernels (launch_queue), and Reader::counters derives them.
 inline constexpr std::string_view kLaunchQueueSuffix = " launch queue";
 
 // Range categories, stored as their small integer code in range.category (schema.sql lists the codes).
@@ -287,6 +289,11 @@ std::string_view kernel_kind_name(KernelKind k);
 std::string shape_to_json(const std::vector<std::int64_t>& shape);
 // Throws std::invalid_argument when the text is not a JSON array of integers.
 std::vector<std::int64_t> shape_from_json(std::string_view text);
+
+// A GPU stream's launch queue on `track` (HTA's queue length, trace_counters.py): +1 when a runtime call
+// that launched work on the stream starts, -1 when that work starts, the calls first at equal times; one
+// sample per change. `launches` holds each launched row's (call start, row start).
+std::vector<CounterRow> launch_queue(std::uint32_t track, std::vector<std::pair<std::int64_t, std::int64_t>> launches);
 
 // Sorts a track's ranges by start, an enclosing range (lower depth) before the ranges it contains;
 // equal ones keep their order (the order every reader of ranges expects). Defined in reader.cpp.

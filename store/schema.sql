@@ -107,7 +107,10 @@ CREATE TABLE kernel (
 CREATE INDEX kernel_track_start ON kernel (track_id, start_ns);
 CREATE INDEX kernel_corr ON kernel (corr_id);
 
--- Sampled values: the batch queue's depth at every push and pop.
+-- Sampled values: the batch queue's depth at every push and pop. A GPU stream's launch queue (a queue
+-- track named "<stream> launch queue") has no rows here: its depth follows from the stream's kernels
+-- (+1 at each launch_ns, -1 at the kernel's start_ns), and the reader derives it; files imported before
+-- that hold its samples here.
 CREATE TABLE counter (
   track_id INTEGER NOT NULL,  -- track.id (kind 'queue')
   t_ns     INTEGER NOT NULL,

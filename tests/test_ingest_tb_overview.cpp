@@ -12,6 +12,8 @@
 #include "profiler/analysis/kernel_stats.hpp"
 #include "profiler/analysis/run_data.hpp"
 #include "profiler/analysis/tb_overview.hpp"
+#include "store/db.hpp"
+#include "store/reader.hpp"
 #include "support/files.hpp"
 #include "support/process.hpp"
 #include "support/python.hpp"
@@ -248,4 +250,40 @@ TEST_CASE("a trace that is no ResNet-50 gets no layer ranges unless asked", "[in
                             " --out " + dir.file("b.sqlite") + " --layers resnet5");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("--layers must be auto, resnet50 or none, not 'resnet5'"));
+}
+
+TEST_CASE("a stream's launch queue comes from its kernels, not from stored rows; a file that stores it keeps them",
+          "[ingest]") {
+  wb::test::TempDir dir;
+  const fs::path run = dir / "overlap.sqlite";
+  ingest::import_torch_traces({kFixtures / "overlap.json"}, run);
+  std::uint32_t queue = 0;
+  {
+    store::Reader reader(run);
+    for (const auto& t : reader.tracks())
+      if (t.kind == store::TrackKind::queue && reader.string_at(t.name) == "cuda:0 stream 7 launch queue") queue = t.id;
+    REQUIRE(queue != 0);
+    // Worked out by hand (tests/oracles/test_hta_oracle.py): stream 7's four runtime calls at 6, 45, 104
+    // and 132 us launch rows starting at 10, 55, 109 and 140 us; the trace's time base is its first event.
+    const std::vector<store::CounterRow> want = {
+        {queue, 6 * kUs, 1},   {queue, 10 * kUs, 0},  {queue, 45 * kUs, 1},  {queue, 55 * kUs, 0},
+        {queue, 104 * kUs, 1}, {queue, 109 * kUs, 0}, {queue, 132 * kUs, 1}, {queue, 140 * kUs, 0}};
+    CHECK(reader.counters(queue) == want);
+    // The viewer, wb report and wb export read them through the run's data.
+    const auto loaded = analysis::load_run(run);
+    REQUIRE(loaded.counters.count(queue) == 1);
+    CHECK(loaded.counters.at(queue) == want);
+  }
+  {
+    store::Db db = store::open_run(run, store::OpenMode::read_only);
+    CHECK(db.query_int64("SELECT count(*) FROM counter") == 0);
+  }
+  // A file imported when the samples were stored: those are what it shows.
+  {
+    store::Db db = store::open_run(run, store::OpenMode::read_write);
+    db.exec("INSERT INTO counter(track_id, t_ns, value) VALUES (" + std::to_string(queue) + ", 5, 2), (" +
+            std::to_string(queue) + ", 7, 3)");
+  }
+  store::Reader reader(run);
+  CHECK(reader.counters(queue) == std::vector<store::CounterRow>{{queue, 5, 2}, {queue, 7, 3}});
 }

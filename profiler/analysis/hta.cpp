@@ -177,24 +177,19 @@ void describe(HtaQueue& q, std::vector<std::int64_t> v) {
   q.p75 = quantile(0.75);
 }
 
-// trace_counters: +1 at the start of each runtime call that launched a row on the stream, -1 at the row's
-// start; calls first at equal times.
+// trace_counters' queue length (store::launch_queue), summarised over its changes.
 void queue_lengths(HtaRank& h, const RunData& run, const RankRows& rows) {
   for (const auto& [track, stream] : rows.by_stream) {
-    std::vector<std::pair<std::int64_t, int>> edges;  // (time, 0 launch / 1 start)
+    std::vector<std::pair<std::int64_t, std::int64_t>> launches;
     for (const Row& r : stream)
-      if (r.k->launch_ns >= 0) {
-        edges.emplace_back(r.k->launch_ns, 0);
-        edges.emplace_back(r.k->start_ns, 1);
-      }
-    if (edges.empty()) continue;
-    std::sort(edges.begin(), edges.end());
+      if (r.k->launch_ns >= 0) launches.emplace_back(r.k->launch_ns, r.k->start_ns);
+    if (launches.empty()) continue;
     HtaQueue q;
     q.track = run.name(run.track(track)->name);
     if (std::sscanf(q.track.c_str(), "cuda:%*d stream %d", &q.stream) != 1) q.stream = static_cast<int>(track);
     std::vector<std::int64_t> values;
-    std::int64_t depth = 0;
-    for (const auto& [t, kind] : edges) values.push_back(depth += kind == 0 ? 1 : -1);
+    for (const store::CounterRow& c : store::launch_queue(track, std::move(launches)))
+      values.push_back(static_cast<std::int64_t>(c.value));
     describe(q, std::move(values));
     h.queues.push_back(q);
   }
