@@ -423,6 +423,9 @@ Launches index_launches(std::vector<Thread>& threads) {
   return out;
 }
 
+// Rows handed to the writer at a time: its eager commit size (WriterOptions::eager_commit_rows).
+constexpr std::size_t kWriterBatch = 65536;
+
 store::WriterOptions import_writer_options(const std::filesystem::path& path, int rank, bool build_indexes) {
   store::WriterOptions wo;
   wo.path = path;
@@ -432,7 +435,10 @@ store::WriterOptions import_writer_options(const std::filesystem::path& path, in
   wo.build_indexes = build_indexes;  // merge builds the merged file's
   wo.bulk_load = true;                // a scratch file, renamed or merged once complete
   wo.pack = false;                    // a packed copy would cost a tenth of the import for 7% of the file
-  wo.max_pending_rows = std::numeric_limits<std::size_t>::max() / 2;
+  // Nothing may be dropped: a batch waits while four are pending, so that the rows made faster than the
+  // inserts go are not all held twice (in the threads' nodes and in the writer's queue).
+  wo.max_pending_rows = 4 * kWriterBatch;
+  wo.wait_for_room = true;
   return wo;
 }
 
@@ -555,11 +561,10 @@ std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const S
         python ? w.add_track(store::TrackKind::thread, label + std::string(store::kPythonTrackSuffix)) : track;
     // Handed over in batches of the writer's eager commit size: its thread commits one while the next is
     // built, and the rows are never held twice whole.
-    constexpr std::size_t kBatch = 65536;
     rows.clear();
-    rows.reserve(std::min(t.nodes.size(), kBatch));
+    rows.reserve(std::min(t.nodes.size(), kWriterBatch));
     for (const Node& n : t.nodes) {
-      if (rows.size() == kBatch) {
+      if (rows.size() == kWriterBatch) {
         w.add(std::span<const store::RangeRow>(rows));
         rows.clear();
       }
@@ -746,6 +751,8 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
       if (n.added) added.insert(tr.strings[n.name]);
   if (!added.empty()) w.set_meta("layer_ranges_added", nlohmann::json(added).dump());
   if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed");
+  if (w.dropped() > 0)
+    throw store::StoreError(path.string() + ": " + std::to_string(w.dropped()) + " rows of the import were lost");
   return info;
 }
 

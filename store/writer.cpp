@@ -355,8 +355,14 @@ void Writer::set_rank(const RankRow& row) {
   pending_->rank = row;
 }
 
-bool Writer::admit(std::size_t n) {
-  if (pending_rows_ + n > opts_.max_pending_rows) {
+bool Writer::admit(std::unique_lock<std::mutex>& lk, std::size_t n) {
+  while (opts_.wait_for_room && pending_rows_ > 0 && pending_rows_ + n > opts_.max_pending_rows) {
+    commit_soon_ = true;  // the rows waiting may be fewer than an eager commit's
+    wake_.notify_one();
+    room_.wait(lk);
+  }
+  // A span larger than the limit goes in whole once nothing else is pending.
+  if (pending_rows_ + n > opts_.max_pending_rows && !(opts_.wait_for_room && pending_rows_ == 0)) {
     dropped_.fetch_add(n, std::memory_order_relaxed);
     return false;
   }
@@ -371,12 +377,12 @@ bool Writer::admit(std::size_t n) {
 // Rows are admitted whole or not at all per call, so a span is never half-recorded.
 #define WB_WRITER_ADD(Row, member)                                  \
   void Writer::add(const Row& row) {                                \
-    std::lock_guard lk(mutex_);                                     \
-    if (admit(1)) pending_->member.push_back(row);                  \
+    std::unique_lock lk(mutex_);                                    \
+    if (admit(lk, 1)) pending_->member.push_back(row);              \
   }                                                                 \
   void Writer::add(std::span<const Row> rows) {                     \
-    std::lock_guard lk(mutex_);                                     \
-    if (admit(rows.size()))                                         \
+    std::unique_lock lk(mutex_);                                    \
+    if (admit(lk, rows.size()))                                     \
       pending_->member.insert(pending_->member.end(), rows.begin(), rows.end()); \
   }
 WB_WRITER_ADD(RangeRow, ranges)
@@ -390,28 +396,28 @@ WB_WRITER_ADD(MemoryRow, memory)
 #undef WB_WRITER_ADD
 
 void Writer::add(const EvaluationRow& row) {
-  std::lock_guard lk(mutex_);
-  if (admit(1)) pending_->evaluations.push_back(row);
+  std::unique_lock lk(mutex_);
+  if (admit(lk, 1)) pending_->evaluations.push_back(row);
 }
 
 void Writer::add(std::span<const CommCalibrationRow> rows) {
-  std::lock_guard lk(mutex_);
-  if (admit(rows.size())) pending_->calibrations.insert(pending_->calibrations.end(), rows.begin(), rows.end());
+  std::unique_lock lk(mutex_);
+  if (admit(lk, rows.size())) pending_->calibrations.insert(pending_->calibrations.end(), rows.begin(), rows.end());
 }
 
 void Writer::add(const CaptureWindowRow& row) {
-  std::lock_guard lk(mutex_);
-  if (admit(1)) pending_->capture_windows.push_back(row);
+  std::unique_lock lk(mutex_);
+  if (admit(lk, 1)) pending_->capture_windows.push_back(row);
 }
 
 void Writer::add(ParamRow row) {
-  std::lock_guard lk(mutex_);
-  if (admit(1)) pending_->params.push_back(std::move(row));
+  std::unique_lock lk(mutex_);
+  if (admit(lk, 1)) pending_->params.push_back(std::move(row));
 }
 
 void Writer::add(TensorRow row) {
-  std::lock_guard lk(mutex_);
-  if (admit(1)) pending_->tensors.push_back(std::move(row));
+  std::unique_lock lk(mutex_);
+  if (admit(lk, 1)) pending_->tensors.push_back(std::move(row));
 }
 
 std::size_t Writer::eager_rows() const {
@@ -472,6 +478,7 @@ void Writer::run_background() {
       }
       std::swap(batch, *pending_);
       pending_rows_ = 0;
+      room_.notify_all();
       commit_soon_ = false;
       generation = flush_requested_;
       stop = stopping_;

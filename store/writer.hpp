@@ -32,6 +32,10 @@ struct WriterOptions {
   // Rows waiting for the background thread beyond this are dropped and counted, so a stalled disk
   // never grows memory without bound.
   std::size_t max_pending_rows = std::size_t{1} << 22;
+  // Instead of dropping rows over max_pending_rows, add() waits until the background thread has taken
+  // the pending rows: for a writer that must lose nothing and can wait (wb import), this bounds the rows
+  // held in memory while the inserts are behind.
+  bool wait_for_room = false;
   // How often pending rows are committed; docs/ARCHITECTURE.md promises at most 200 ms of loss on a kill.
   std::chrono::milliseconds flush_interval{100};
   // Commit early once this many rows wait (at most half of max_pending_rows), so a burst is written
@@ -146,7 +150,9 @@ class Writer {
  private:
   struct Pending;
   void run_background();
-  bool admit(std::size_t n);  // under mutex_: room for n more rows, else counts them as dropped
+  // Under mutex_ (held by lk): room for n more rows, else counts them as dropped; with wait_for_room it
+  // waits for the room instead.
+  bool admit(std::unique_lock<std::mutex>& lk, std::size_t n);
   std::size_t eager_rows() const;  // pending rows that start a commit before the interval is up
   bool commit(Pending& batch);  // true when the batch was committed
   void insert_range_rows(Db& db, std::vector<RangeRow>& rows);
@@ -159,6 +165,7 @@ class Writer {
   mutable std::mutex mutex_;
   std::condition_variable wake_;       // producers/flush -> background thread
   std::condition_variable committed_;  // background thread -> flush()
+  std::condition_variable room_;       // background thread -> add() waiting for room (wait_for_room)
   std::unique_ptr<Pending> pending_;
   std::size_t pending_rows_ = 0;
   std::uint64_t flush_requested_ = 0;

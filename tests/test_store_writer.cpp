@@ -121,6 +121,34 @@ TEST_CASE("rows beyond max_pending_rows are dropped and counted", "[store]") {
   CHECK(r.ranks().at(0).dropped_events == 4007);
 }
 
+TEST_CASE("with wait_for_room, rows beyond max_pending_rows wait for the writer instead of being dropped", "[store]") {
+  TempDir dir;
+  auto path = dir / "run.sqlite";
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    auto o = options(path);
+    o.max_pending_rows = 1000;
+    o.wait_for_room = true;
+    o.flush_interval = std::chrono::milliseconds(60'000);  // only a wait for room commits before flush()
+    o.eager_commit_rows = 0;
+    Writer w(o);
+    auto track = w.add_track(TrackKind::thread, "main");
+    for (int i = 0; i < 5000; ++i) w.add(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+    // A span over the limit waits until nothing is pending, then goes in whole.
+    std::vector<RangeRow> big;
+    for (int i = 5000; i < 8000; ++i) big.push_back(RangeRow{track, 0, i, i + 1, 0, 0, 0, 0});
+    w.add(std::span<const RangeRow>(big));
+    CHECK(w.dropped() == 0);
+    CHECK(w.stats().commits >= 4);  // each wait had the pending rows committed
+    REQUIRE(w.finish());
+  }
+  // Each wait woke the writer at once rather than after the minute-long interval.
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));
+  Reader r(path);
+  CHECK(r.row_counts().at("range") == 8000);
+  CHECK(r.meta().at("dropped_events") == "0");
+}
+
 TEST_CASE("a batch past eager_commit_rows is committed before the interval is up", "[store]") {
   TempDir dir;
   auto o = options(dir / "run.sqlite");
