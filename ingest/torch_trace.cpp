@@ -691,8 +691,9 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   // python thread).
   steps.sort_by_start();
   auto step_at = [&](std::int64_t t) -> std::int32_t { return steps.at(t); };
-  for (Thread& t : threads)
+  for_each_thread_parallel(threads, [&](Thread& t) {
     for (Node& n : t.nodes) n.step = step_at(n.start);
+  });
 
   std::map<std::string, std::map<std::string, std::string>> methods;
   info.resnet50 = looks_like_resnet50(threads, names, steps.spans.size());
