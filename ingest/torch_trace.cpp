@@ -542,23 +542,43 @@ std::uint8_t depth_among(const std::vector<Node>& nodes, const Node& n) {
   return static_cast<std::uint8_t>(std::min(depth, 255));
 }
 
-// Each thread's ranges on a track of its own, and the main thread's steps; returns how many steps
-// that is.
+// A host thread's tracks in the run file: its ranges', and its Python functions' (with_stack) beside it,
+// which nest among themselves and which the op analyses (the TensorBoard breakdown among them) leave out.
+struct ThreadTracks {
+  std::uint32_t track = 0;
+  std::uint32_t python_track = 0;  // = track when the thread has no Python functions
+  bool python = false;
+  bool has_steps = false;
+};
+
+std::vector<ThreadTracks> add_thread_tracks(const std::vector<Thread>& threads, store::Writer& w) {
+  std::vector<ThreadTracks> out;
+  for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+    const Thread& t = threads[ti];
+    ThreadTracks tt;
+    tt.has_steps =
+        std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
+    const std::string label = ti == 0 && tt.has_steps ? "main" : t.label;
+    tt.track = w.add_track(store::TrackKind::thread, label);
+    tt.python = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return is_python(n); });
+    tt.python_track =
+        tt.python ? w.add_track(store::TrackKind::thread, label + std::string(store::kPythonTrackSuffix)) : tt.track;
+    out.push_back(tt);
+  }
+  return out;
+}
+
+// Each thread's ranges on its tracks (add_thread_tracks), and the main thread's steps; returns how many
+// steps that is.
 template <class StepAt, class RunId>
-std::int32_t write_threads(const std::vector<Thread>& threads, int rank, const StepAt& step_at, const RunId& run_id,
-                           store::Writer& w, store::SummaryBuilder* summary, TraceImport& info) {
+std::int32_t write_threads(const std::vector<Thread>& threads, const std::vector<ThreadTracks>& tracks, int rank,
+                           const StepAt& step_at, const RunId& run_id, store::Writer& w,
+                           store::SummaryBuilder* summary, TraceImport& info) {
   std::vector<store::RangeRow> rows;
   std::int32_t main_steps = 0;
   for (std::size_t ti = 0; ti < threads.size(); ++ti) {
     const Thread& t = threads[ti];
-    bool has_steps = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return n.category == Category::step; });
-    std::string label = ti == 0 && has_steps ? "main" : t.label;
-    std::uint32_t track = w.add_track(store::TrackKind::thread, label);
-    // Python functions (with_stack) go on a track of their own beside their thread's: they nest among
-    // themselves, and the op analyses (the TensorBoard breakdown among them) leave them out.
-    const bool python = std::any_of(t.nodes.begin(), t.nodes.end(), [](const Node& n) { return is_python(n); });
-    const std::uint32_t python_track =
-        python ? w.add_track(store::TrackKind::thread, label + std::string(store::kPythonTrackSuffix)) : track;
+    const auto [track, python_track, python, has_steps] = tracks[ti];
     // Handed over in batches of the writer's eager commit size: its thread commits one while the next is
     // built, and the rows are never held twice whole.
     rows.clear();
@@ -605,21 +625,20 @@ void add_launch_queues(const std::vector<std::pair<std::string, std::vector<stor
       w.add_track(store::TrackKind::queue, label + std::string(store::kLaunchQueueSuffix));
 }
 
-// Each stream's kernel rows on a track of its own.
+// Each stream's track, and its kernel rows given it and the run file's names; the tracks in stream order.
 template <class RunId>
-void write_streams(std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows, const RunId& run_id,
-                   store::Writer& w, store::SummaryBuilder* summary) {
+std::vector<std::uint32_t> add_stream_tracks(
+    std::vector<std::pair<std::string, std::vector<store::KernelRow>>>& stream_rows, const RunId& run_id,
+    store::Writer& w) {
+  std::vector<std::uint32_t> tracks;
   for (auto& [label, krs] : stream_rows) {
-    std::uint32_t track = w.add_track(store::TrackKind::stream, label);
+    tracks.push_back(w.add_track(store::TrackKind::stream, label));
     for (auto& k : krs) {
-      k.track = track;
+      k.track = tracks.back();
       k.name = run_id(k.name);
     }
-    w.add(std::span<const store::KernelRow>(krs));
-    if (!summary) continue;
-    for (const auto& k : krs) summary->add(k);
-    summary->end_track(track);
   }
+  return tracks;
 }
 
 // The deviceProperties entry of the device the rank ran on (null when the trace has none).
@@ -709,6 +728,14 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     for (const Node& n : t.nodes) info.layer_ranges += n.added ? 1 : 0;
 
   Launches launches = index_launches(threads);
+  // The kernels' own file (write_kernel_file), removed once the writer has closed.
+  struct RemovedAtExit {
+    std::filesystem::path file;
+    ~RemovedAtExit() {
+      std::error_code ec;
+      std::filesystem::remove(file, ec);
+    }
+  } kernel_file{std::filesystem::path(path.string() + ".kernels")};
   store::Writer w(import_writer_options(path, rt.rank, build_indexes));
   auto stream_rows = stream_kernel_rows(events.streams, base_ns, launches, threads, info);
   events.streams.clear();  // each stream's events are its kernel rows now
@@ -725,12 +752,34 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
   // are built here from the rows as they are handed over, while the writer's thread inserts them, rather
   // than read back from the file after.
   auto summary = build_indexes ? std::make_unique<store::SummaryBuilder>() : nullptr;
-  info.steps = write_threads(threads, rt.rank, step_at, run_id, w, summary.get(), info);
-  info.memory_events = write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
-  if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
+  // Every track first, in the order the file numbers them: threads, launch queues, streams.
+  const std::vector<ThreadTracks> thread_tracks = add_thread_tracks(threads, w);
   add_launch_queues(stream_rows, w);
-  write_streams(stream_rows, run_id, w, summary.get());
-  if (summary) w.use_summary(std::move(summary));
+  const std::vector<std::uint32_t> stream_tracks = add_stream_tracks(stream_rows, run_id, w);
+  std::vector<std::span<const store::KernelRow>> kernels;
+  for (const auto& [label, krs] : stream_rows)
+    if (!krs.empty()) kernels.emplace_back(krs);
+  // The kernels go into a file of their own on a second thread while the writer's thread inserts the
+  // ranges; the writer then copies that table whole (Writer::adopt_kernels), far cheaper than inserting
+  // them itself. The file has indexes exactly when the run file does (bulk_load: when it gets them).
+  in_parallel(
+      [&] {
+        info.steps = write_threads(threads, thread_tracks, rt.rank, step_at, run_id, w, summary.get(), info);
+        info.memory_events =
+            write_memory(tr, threads, base_ns, rt.rank, devices.empty() ? 0 : 1, step_at, run_id, w);
+      },
+      [&] {
+        if (!kernels.empty()) store::write_kernel_file(kernel_file.file, kernels, build_indexes);
+      });
+  if (!kernels.empty()) w.adopt_kernels(kernel_file.file);
+  if (summary) {
+    for (std::size_t i = 0; i < stream_rows.size(); ++i) {
+      for (const auto& k : stream_rows[i].second) summary->add(k);
+      summary->end_track(stream_tracks[i]);
+    }
+    w.use_summary(std::move(summary));
+  }
+  if (tr.max_memory_allocated >= 0) w.set_meta("max_memory_allocated", std::to_string(tr.max_memory_allocated));
 
   info.device = devices.empty() ? "cpu" : "cuda:" + std::to_string(*devices.begin());
   write_rank_meta(rt, info, device_properties_of(tr, devices), !devices.empty(), world_size, methods, w);

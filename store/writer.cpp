@@ -165,6 +165,7 @@ struct Writer::Pending {
   std::vector<PipelineStepRow> pipeline_steps;
   std::vector<MemoryRow> memory;
   std::vector<CommCalibrationRow> calibrations;
+  std::optional<std::filesystem::path> kernel_file;  // adopt_kernels
 
   std::size_t event_rows() const {
     return ranges.size() + kernels.size() + counters.size() + allreduces.size() + steps.size() + params.size() +
@@ -172,7 +173,8 @@ struct Writer::Pending {
            memory.size() + calibrations.size();
   }
   bool empty() const {
-    return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value();
+    return event_rows() == 0 && strings.empty() && tracks.empty() && meta.empty() && !rank.has_value() &&
+           !kernel_file;
   }
   // Keeps what later rows depend on (strings, tracks, meta, rank) for a retry after a failed commit.
   void keep_only_metadata() {
@@ -189,6 +191,7 @@ struct Writer::Pending {
     pipeline_steps.clear();
     memory.clear();
     calibrations.clear();
+    kernel_file.reset();
   }
 };
 
@@ -395,6 +398,13 @@ WB_WRITER_ADD(PipelineStepRow, pipeline_steps)
 WB_WRITER_ADD(MemoryRow, memory)
 #undef WB_WRITER_ADD
 
+void Writer::adopt_kernels(const std::filesystem::path& file) {
+  std::lock_guard lk(mutex_);
+  pending_->kernel_file = file;
+  commit_soon_ = true;
+  wake_.notify_one();
+}
+
 void Writer::add(const EvaluationRow& row) {
   std::unique_lock lk(mutex_);
   if (admit(lk, 1)) pending_->evaluations.push_back(row);
@@ -551,7 +561,7 @@ void insert_rank(Db& db, const std::optional<RankRow>& rank, std::uint64_t dropp
 // step, reset and VDBE setup, dominates rows this small), the rest with one-row statements. `head` is the
 // statement up to VALUES; bind(h, base, row) binds one row's `columns` parameters after parameter `base`.
 template <class Row, class Bind>
-void insert_rows(Db& db, std::string_view head, int columns, const std::vector<Row>& rows, Bind&& bind) {
+void insert_rows(Db& db, std::string_view head, int columns, std::span<const Row> rows, Bind&& bind) {
   constexpr std::size_t kRowsPerInsert = 64;
   auto sql = [&](std::size_t n) {
     std::string one = "(?";
@@ -582,8 +592,8 @@ void insert_rows(Db& db, std::string_view head, int columns, const std::vector<R
   for (; i < rows.size(); ++i) run(h, bind(h, 0, rows[i]));
 }
 
-void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
-  insert_rows(db,
+void insert_kernels(Db& db, std::span<const KernelRow> kernels) {
+  insert_rows<KernelRow>(db,
               "INSERT INTO kernel(track_id, start_ns, end_ns, name_id, corr_id, kind, grid_x, grid_y, grid_z, "
               "block_x, block_y, block_z, bytes, blocks_per_sm, occupancy, launch_ns, launch_end_ns)",
               17, kernels, [](sqlite3_stmt* h, int b, const KernelRow& k) {
@@ -598,8 +608,28 @@ void insert_kernels(Db& db, const std::vector<KernelRow>& kernels) {
               });
 }
 
+// The kernel table of a file write_kernel_file wrote, copied into db's (empty) one. With the same schema
+// and indexes SQLite copies the records as they are. ATTACH cannot run inside a transaction, so this runs
+// after the batch's.
+void copy_kernel_table(Db& db, const std::filesystem::path& file) {
+  db.prepare("ATTACH DATABASE ? AS kernel_file").bind(1, file.string()).run();
+  auto detach = [&] {
+    db.clear_statement_cache();  // none may refer to the file when it is detached
+    db.exec("DETACH DATABASE kernel_file");
+  };
+  try {
+    Transaction tx(db);
+    db.exec("INSERT INTO main.kernel SELECT * FROM kernel_file.kernel");
+    tx.commit();
+  } catch (const StoreError&) {
+    detach();
+    throw;
+  }
+  detach();
+}
+
 void insert_counters(Db& db, const std::vector<CounterRow>& counters) {
-  insert_rows(db, "INSERT INTO counter(track_id, t_ns, value)", 3, counters,
+  insert_rows<CounterRow>(db, "INSERT INTO counter(track_id, t_ns, value)", 3, counters,
               [](sqlite3_stmt* h, int b, const CounterRow& c) {
                 return bind_i64(h, b + 1, c.track) | bind_i64(h, b + 2, c.t_ns) |
                        sqlite3_bind_double(h, b + 3, c.value);
@@ -772,6 +802,7 @@ bool Writer::commit(Pending& batch) {
     tx.commit();
     origin_uncommitted_ = false;
     dropped_written_ = dropped_now;
+    if (batch.kernel_file) copy_kernel_table(db, *batch.kernel_file);
     return true;
   } catch (const std::exception& e) {
     if (origin_uncommitted_) time_origin_ns_.reset();
@@ -825,6 +856,20 @@ void save_split_trial(const std::filesystem::path& run, const SplitTrialRow& t) 
       .bind(6, t.predicted_step_ns).bind(7, t.alpha_beta_ns).bind(8, t.exit_code).bind(9, t.run)
       .bind(10, t.utc.empty() ? utc_now_iso() : t.utc)
       .run();
+}
+
+void write_kernel_file(const std::filesystem::path& file, const std::vector<std::span<const KernelRow>>& parts,
+                       bool indexes) {
+  std::error_code ec;
+  std::filesystem::remove(file, ec);
+  Db db(file, OpenMode::create);
+  db.exec("PRAGMA page_size = 16384");  // the Writer's: the copy then moves whole records
+  db.exec("PRAGMA journal_mode = OFF");
+  db.exec("PRAGMA synchronous = OFF");
+  apply_schema(db, indexes);
+  Transaction tx(db);
+  for (const auto& part : parts) insert_kernels(db, part);
+  tx.commit();
 }
 
 }  // namespace wb::store

@@ -100,6 +100,11 @@ class Writer {
   void add(std::span<const RangeRow> rows);
   void add(const KernelRow& row);
   void add(std::span<const KernelRow> rows);
+  // Takes every kernel row of a file that write_kernel_file wrote, in the next commit: its table copied
+  // whole into this file's empty kernel table (SQLite's transfer of records as they are, far cheaper than
+  // inserting them). The caller removes the file once this writer is closed. Kernel rows must not also
+  // come through add.
+  void adopt_kernels(const std::filesystem::path& file);
   void add(const CounterRow& row);
   void add(std::span<const CounterRow> rows);
   void add(const AllreduceRow& row);
@@ -186,6 +191,13 @@ class Writer {
   std::unique_ptr<SummaryBuilder> summary_;
   std::thread thread_;
 };
+
+// Writes kernel rows into a new file of their own, for Writer::adopt_kernels: another thread than the
+// writer's inserts them there, beside the writer's thread. `indexes` must be what the adopting writer's
+// file has (bulk_load and build_indexes both true), or the copy falls back to inserting row by row.
+// Throws StoreError.
+void write_kernel_file(const std::filesystem::path& file, const std::vector<std::span<const KernelRow>>& parts,
+                       bool indexes);
 
 // Appends a comparison and its rows to an existing run file; returns the comparison's id.
 std::int64_t save_comparison(const std::filesystem::path& run, const ComparisonRow& comparison,

@@ -149,6 +149,48 @@ TEST_CASE("with wait_for_room, rows beyond max_pending_rows wait for the writer 
   CHECK(r.meta().at("dropped_events") == "0");
 }
 
+TEST_CASE("kernel rows written to a file of their own are adopted whole, with the indexes the file has", "[store]") {
+  TempDir dir;
+  for (const bool bulk : {true, false}) {
+    CAPTURE(bulk);
+    const auto path = dir / (bulk ? "bulk.sqlite" : "plain.sqlite");
+    const auto side = dir / (bulk ? "bulk.kernels" : "plain.kernels");
+    std::vector<KernelRow> a, b;
+    {
+      auto o = options(path);
+      o.bulk_load = bulk;  // the indexes exist from the start (an import), or are built at the close
+      Writer w(o);
+      const auto s1 = w.add_track(TrackKind::stream, "cuda:0 stream 7");
+      const auto s2 = w.add_track(TrackKind::stream, "cuda:0 stream 13");
+      const auto name = w.intern("sgemm");
+      for (int i = 0; i < 5000; ++i) {
+        KernelRow k;
+        k.track = i % 3 == 0 ? s2 : s1;
+        k.name = name;
+        k.start_ns = 1000 * i;
+        k.end_ns = 1000 * i + 700;
+        k.corr_id = static_cast<std::uint64_t>(i + 1);
+        k.grid[0] = i;
+        k.grid[1] = 2;
+        k.block[0] = 256;
+        k.occupancy = 0.25;
+        k.launch_ns = 1000 * i - 300;
+        (k.track == s1 ? a : b).push_back(k);
+      }
+      write_kernel_file(side, {std::span<const KernelRow>(a), std::span<const KernelRow>(b)}, bulk);
+      w.adopt_kernels(side);
+      REQUIRE(w.finish());
+    }
+    Reader r(path);
+    CHECK(r.kernels(a.front().track) == a);
+    CHECK(r.kernels(b.front().track) == b);
+    CHECK(r.kernels_by_corr(4) == std::vector<KernelRow>{b[1]});
+    Db db(path, OpenMode::read_only);
+    CHECK(count(db, "SELECT count(*) FROM kernel") == 5000);
+    CHECK(count(db, "SELECT count(*) FROM sqlite_master WHERE type = 'index' AND tbl_name = 'kernel'") == 2);
+  }
+}
+
 TEST_CASE("a batch past eager_commit_rows is committed before the interval is up", "[store]") {
   TempDir dir;
   auto o = options(dir / "run.sqlite");
