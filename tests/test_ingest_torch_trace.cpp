@@ -414,6 +414,24 @@ TEST_CASE("bad traces: one line naming the file and what was expected, exit 2", 
   CHECK_THAT(format.err, Contains("unknown format 'nsys-trace' (expected: torch-trace)"));
 }
 
+TEST_CASE("a write that fails half way (a file size limit) is one error, exit 2, and leaves no file", "[ingest]") {
+  wb::test::TempDir dir;
+  make_kineto(dir.path(), "--steps 4");
+  const fs::path trace = dir / "rank-0.pt.trace.json";
+  const std::string import = kWb.string() + " import torch-trace " + trace.string() + " --out ";
+  auto r = wb::test::run_command(import + dir.file("full.sqlite"));
+  REQUIRE(r.exit_code == 0);
+  const auto full = fs::file_size(dir / "full.sqlite");
+  fs::remove(dir / "full.sqlite");
+  // A limit of half the file in 1 KiB blocks (a quarter where the shell counts 512-byte ones).
+  r = wb::test::run_command("ulimit -f " + std::to_string(full / 2048) + "; " + import + dir.file("x.sqlite"));
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("wb import: " + dir.file("x.sqlite")));
+  for (const auto& e : fs::directory_iterator(dir.path()))  // no run file, scratch file or kernels' file
+    CHECK(e.path().filename().string().find("x.sqlite") == std::string::npos);
+}
+
 TEST_CASE("the scanner: escapes, nested args, numbers to exact nanoseconds", "[ingest]") {
   auto t = ingest::parse_trace(
       R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a\"b\u00e9\n", "pid": 1, "tid": 2,)"

@@ -1,4 +1,5 @@
 // wb import torch-trace TRACE.json... --out RUN.sqlite: a torch.profiler trace as a run file.
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -111,6 +112,9 @@ int cmd_import(int argc, char** argv) {
   }
   if (!quiet) o.progress = [](std::string_view line) { std::fprintf(stderr, "wb import: %.*s\n", static_cast<int>(line.size()), line.data()); };
   ingest::tune_allocator_for_import();
+  // A file size limit (ulimit -f) then fails a write, which is reported in one line with the scratch
+  // files removed, instead of ending the process half way with them left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   auto result = ingest::import_torch_traces(traces, *out, o);
   if (!quiet) print_summary(result);
   return 0;
