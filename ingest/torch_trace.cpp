@@ -439,6 +439,7 @@ store::WriterOptions import_writer_options(const std::filesystem::path& path, in
   // inserts go are not all held twice (in the threads' nodes and in the writer's queue).
   wo.max_pending_rows = 4 * kWriterBatch;
   wo.wait_for_room = true;
+  wo.report_failure = false;  // the import's own error says it, and the file is removed
   return wo;
 }
 
@@ -800,7 +801,7 @@ TraceImport write_rank(RankTrace& rt, std::int64_t base_ns, int world_size, cons
     for (const Node& n : t.nodes)
       if (n.added) added.insert(tr.strings[n.name]);
   if (!added.empty()) w.set_meta("layer_ranges_added", nlohmann::json(added).dump());
-  if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed");
+  if (!w.finish()) throw store::StoreError(path.string() + ": writing the imported run failed: " + w.failure());
   if (w.dropped() > 0)
     throw store::StoreError(path.string() + ": " + std::to_string(w.dropped()) + " rows of the import were lost");
   return info;

@@ -438,6 +438,10 @@ std::size_t Writer::eager_rows() const {
 void Writer::count_dropped(std::uint64_t n) { dropped_.fetch_add(n, std::memory_order_relaxed); }
 std::uint64_t Writer::dropped() const { return dropped_.load(std::memory_order_relaxed); }
 bool Writer::failed() const { return failed_.load(); }
+std::string Writer::failure() const {
+  std::lock_guard lk(mutex_);
+  return failure_;
+}
 bool Writer::stop_requested() { return g_stop.load(); }
 
 WriterStats Writer::stats() const {
@@ -808,13 +812,15 @@ bool Writer::commit(Pending& batch) {
     if (origin_uncommitted_) time_origin_ns_.reset();
     origin_uncommitted_ = false;
     // Recording must never take training down: report once, count the lost rows, keep going.
-    if (!failed_.exchange(true))
+    const bool first = !failed_.exchange(true);
+    if (first && opts_.report_failure)
       std::fprintf(stderr, "wb: recording to %s failed, the run will be marked incomplete: %s\n",
                    opts_.path.c_str(), e.what());
     dropped_.fetch_add(batch.event_rows());
     reclaim_wal();
     batch.keep_only_metadata();
     std::lock_guard lk(mutex_);
+    if (first) failure_ = e.what();
     // Re-queue what later rows refer to, ahead of anything added meanwhile.
     Pending& p = *pending_;
     p.strings.insert(p.strings.begin(), batch.strings.begin(), batch.strings.end());

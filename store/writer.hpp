@@ -57,6 +57,9 @@ struct WriterOptions {
   // db.hpp): about 12% smaller, for about a tenth of a second per million ranges. Not where the file is
   // mostly dumped tensors.
   bool pack = true;
+  // Print the first failed commit on stderr, saying the run will be marked incomplete (a training run
+  // goes on). Off where the caller reports failure() itself (wb import, which then removes the file).
+  bool report_failure = true;
 };
 
 // What the background thread has done so far, for overhead reports and benchmarks.
@@ -129,6 +132,8 @@ class Writer {
   std::uint64_t dropped() const;
   // True once a commit has failed; the run will stay incomplete.
   bool failed() const;
+  // What made the first failed commit fail (empty while none has).
+  std::string failure() const;
   WriterStats stats() const;
 
   // Blocks until everything enqueued before the call has been committed (or counted as dropped).
@@ -188,6 +193,7 @@ class Writer {
   std::optional<std::int64_t> time_origin_ns_;  // background thread only: set by the first ranges
   bool origin_uncommitted_ = false;             // background thread only
   WriterStats stats_;                  // under mutex_
+  std::string failure_;                // under mutex_: the first failed commit's error
   std::unique_ptr<SummaryBuilder> summary_;
   std::thread thread_;
 };

@@ -424,10 +424,13 @@ TEST_CASE("a write that fails half way (a file size limit) is one error, exit 2,
   const auto full = fs::file_size(dir / "full.sqlite");
   fs::remove(dir / "full.sqlite");
   // A limit of half the file in 1 KiB blocks (a quarter where the shell counts 512-byte ones).
-  r = wb::test::run_command("ulimit -f " + std::to_string(full / 2048) + "; " + import + dir.file("x.sqlite"));
+  r = wb::test::run_command("ulimit -f " + std::to_string(full / 2048) + "; " + import + dir.file("x.sqlite") +
+                            " --quiet");
   INFO(r.err);
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("wb import: " + dir.file("x.sqlite")));
+  CHECK_THAT(r.err, Contains("failed"));
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   for (const auto& e : fs::directory_iterator(dir.path()))  // no run file, scratch file or kernels' file
     CHECK(e.path().filename().string().find("x.sqlite") == std::string::npos);
 }
